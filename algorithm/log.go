@@ -1,0 +1,133 @@
+package algorithm
+
+// Entry is one element of a sliding_log or concurrency state: N units at At.
+// For sliding_log, At is when the units were admitted; for concurrency, At is
+// when the lease expires and ID names the lease.
+type Entry struct {
+	At int64
+	N  int64
+	ID uint64
+}
+
+// SlidingLog is the exact sliding window: it keeps the admitted entries of
+// the last Window (at most Quota units, so at most Quota entries) and admits a
+// cost while the units admitted in (now − Window, now] plus the cost stay
+// within Quota.
+//
+// log must be sorted by At. SlidingLog returns the log with expired entries
+// dropped and, when allowed with cost > 0, the new entry inserted in order
+// (merged into an entry with the same At). It reuses log's backing array, so
+// the caller must keep only the returned slice. A denied step only drops
+// expired entries, which changes no later decision.
+func SlidingLog(log []Entry, now, cost int64, p Params) ([]Entry, Decision) {
+	log = dropThrough(log, now-p.Window)
+	used := sum(log)
+	d := Decision{Limit: p.Quota}
+	switch {
+	case cost > p.Quota:
+		d.Reason = CostTooHigh
+	case used+cost > p.Quota:
+		d.Reason = Limited
+		d.RetryAfter = freeAt(log, used+cost-p.Quota) + p.Window - now
+	case cost > 0:
+		log = insert(log, Entry{At: now, N: cost})
+		used += cost
+	}
+	d.Remaining = p.Quota - used
+	if n := len(log); n > 0 {
+		d.ResetAfter = max(log[n-1].At+p.Window-now, 0)
+	}
+	return log, d
+}
+
+// Concurrency limits units in flight. An acquire (cost > 0) is admitted while
+// the units held by unexpired leases plus the cost stay within Quota, and adds
+// a lease {ID: id, N: cost, At: now + Window}; a lease whose holder never
+// releases it expires at At. leases must be sorted by At.
+//
+// As with SlidingLog, the returned slice replaces leases.
+func Concurrency(leases []Entry, now, cost int64, id uint64, p Params) ([]Entry, Decision) {
+	leases = dropThrough(leases, now)
+	used := sum(leases)
+	d := Decision{Limit: p.Quota}
+	switch {
+	case cost > p.Quota:
+		d.Reason = CostTooHigh
+	case used+cost > p.Quota:
+		d.Reason = Limited
+		d.RetryAfter = freeAt(leases, used+cost-p.Quota) - now
+	case cost > 0:
+		leases = insert(leases, Entry{At: now + p.Window, N: cost, ID: id})
+		used += cost
+	}
+	d.Remaining = p.Quota - used
+	if n := len(leases); n > 0 {
+		d.ResetAfter = max(leases[n-1].At-now, 0)
+	}
+	return leases, d
+}
+
+// Release frees the lease named id, if it is still held, and reports the
+// state afterward as an allowed look. Releasing an unknown or expired lease is
+// not an error: its units are already free.
+func Release(leases []Entry, now int64, id uint64, p Params) ([]Entry, Decision) {
+	for i := range leases {
+		if leases[i].ID == id {
+			leases = append(leases[:i], leases[i+1:]...)
+			break
+		}
+	}
+	return Concurrency(leases, now, 0, 0, p)
+}
+
+// dropThrough removes the leading entries with At ≤ t, shifting the rest down
+// so the backing array is reused.
+func dropThrough(log []Entry, t int64) []Entry {
+	i := 0
+	for i < len(log) && log[i].At <= t {
+		i++
+	}
+	if i == 0 {
+		return log
+	}
+	n := copy(log, log[i:])
+	return log[:n]
+}
+
+func sum(log []Entry) int64 {
+	var s int64
+	for _, e := range log {
+		s += e.N
+	}
+	return s
+}
+
+// freeAt returns the At of the entry whose passing frees at least need units,
+// oldest first.
+func freeAt(log []Entry, need int64) int64 {
+	var freed int64
+	for _, e := range log {
+		freed += e.N
+		if freed >= need {
+			return e.At
+		}
+	}
+	return 0 // unreachable when need ≤ sum(log)
+}
+
+// insert adds e keeping log sorted by At; a sliding_log entry with the same At
+// (and no ID) is merged.
+func insert(log []Entry, e Entry) []Entry {
+	i := len(log)
+	for i > 0 && log[i-1].At > e.At {
+		i--
+	}
+	if e.ID == 0 && i > 0 && log[i-1].At == e.At && log[i-1].ID == 0 {
+		log[i-1].N += e.N
+		return log
+	}
+	log = append(log, Entry{})
+	copy(log[i+1:], log[i:])
+	log[i] = e
+	return log
+}

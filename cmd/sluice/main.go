@@ -1,0 +1,101 @@
+// Command sluice is the Sluice rate-limit service and its tools: serve,
+// check, validate, version, help (and more as they land).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// env is how commands read the environment; tests pass a map's lookup.
+type env = func(string) string
+
+// command is one subcommand. run gets the arguments after the command name.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error
+}
+
+// commands holds every subcommand; each lives in its own file and registers
+// itself in an init function.
+var commands = map[string]command{}
+
+func register(name, summary string, run func(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error) {
+	if _, dup := commands[name]; dup {
+		panic("sluice: command registered twice: " + name) // programming error, found at start
+	}
+	commands[name] = command{summary: summary, run: run}
+}
+
+// errUsage marks an error caused by how the command was called (exit 2).
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(1)
+	}
+}
+
+// run dispatches to a subcommand. It is main without the exits.
+func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		usage(stderr)
+		return fmt.Errorf("no command given: %w", errUsage)
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "--help", "-help":
+		if len(rest) > 0 {
+			if c, ok := commands[rest[0]]; ok {
+				return c.run(ctx, []string{"-h"}, getenv, stdout, stderr)
+			}
+		}
+		usage(stdout)
+		return nil
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "sluice %s\n", version)
+		return nil
+	}
+	c, ok := commands[name]
+	if !ok {
+		usage(stderr)
+		return fmt.Errorf("unknown command %q: %w", name, errUsage)
+	}
+	return c.run(ctx, rest, getenv, stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Sluice: a rate-limiting service and Go library.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: sluice <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(w, "  %-10s %s\n", "version", "print the version")
+	fmt.Fprintf(w, "  %-10s %s\n", "help", "show this help, or a command's flags: sluice help <command>")
+}

@@ -1,0 +1,116 @@
+package sluice
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Limiter is a keyed rate limiter over any Store: one Limit, many keys. It is
+// shaped after golang.org/x/time/rate.Limiter, but every call names a key and
+// the state lives in the Store, so many Limiters (or processes, with a shared
+// Redis) can enforce one limit together.
+//
+// A Limiter is safe for concurrent use. Create one with NewLimiter.
+type Limiter struct {
+	store Store
+	limit Limit
+	now   func() time.Time // for Wait's deadline arithmetic; tests replace it
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// NewLimiter returns a Limiter that applies limit in store.
+func NewLimiter(store Store, limit Limit) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("sluice: NewLimiter: nil store")
+	}
+	if err := limit.Validate(); err != nil {
+		return nil, fmt.Errorf("sluice: NewLimiter: %w", err)
+	}
+	return &Limiter{store: store, limit: limit, now: time.Now, sleep: sleepCtx}, nil
+}
+
+// Limit returns the limit the Limiter applies.
+func (l *Limiter) Limit() Limit { return l.limit }
+
+// Allow is AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN takes n units for key if they are available now and reports the
+// Result. It does not wait. For a LeakyBucket limit, an allowed Result may
+// carry a Delay the caller should wait before proceeding (WaitN does so).
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	ops := [1]Op{{Key: key, Limit: l.limit, Cost: n}}
+	var res [1]Result
+	if err := l.store.Take(ctx, ops[:], res[:]); err != nil {
+		return Result{}, err
+	}
+	return res[0], nil
+}
+
+// Wait is WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN blocks until n units for key are taken, or ctx is done. It returns
+// ErrCostExceedsLimit at once if n can never be admitted, and
+// ErrWouldExceedDeadline at once if the wait would outlast ctx's deadline. For
+// a LeakyBucket limit it also waits out the admitted Delay.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
+	for {
+		r, err := l.AllowN(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		wait := r.Delay
+		switch {
+		case r.Reason == ReasonCostTooHigh:
+			return fmt.Errorf("sluice: WaitN(%q, %d) with limit %v: %w", key, n, l.limit, ErrCostExceedsLimit)
+		case !r.Allowed:
+			wait = r.RetryAfter
+		}
+		if wait > 0 {
+			if dl, ok := ctx.Deadline(); ok && l.now().Add(wait).After(dl) {
+				return fmt.Errorf("sluice: WaitN(%q, %d): need %v: %w", key, n, wait, ErrWouldExceedDeadline)
+			}
+			if err := l.sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+		if r.Allowed {
+			return nil
+		}
+	}
+}
+
+// Acquire takes one concurrency slot for key (the Limit must be Concurrency).
+// When allowed, release must be called once the work is done; calling it more
+// than once is harmless. When denied, release is nil.
+func (l *Limiter) Acquire(ctx context.Context, key string) (release func(context.Context) error, r Result, err error) {
+	if l.limit.Algorithm != Concurrency {
+		return nil, Result{}, fmt.Errorf("sluice: Acquire needs a concurrency limit, have %v", l.limit.Algorithm)
+	}
+	r, err = l.AllowN(ctx, key, 1)
+	if err != nil || !r.Allowed {
+		return nil, r, err
+	}
+	lease := r.Lease
+	release = func(ctx context.Context) error {
+		ops := [1]Op{{Key: key, Limit: l.limit, Release: true, Lease: lease}}
+		var res [1]Result
+		return l.store.Take(ctx, ops[:], res[:])
+	}
+	return release, r, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,142 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-rl/sluice/algorithm"
+)
+
+// Op is one check-and-update of one key against one limit.
+type Op struct {
+	// Key names the counter. Stores keep one state per key; a key must always
+	// be used with the same Limit (the service puts the rule in the key).
+	Key string
+	// Limit is the limit to apply.
+	Limit Limit
+	// Cost is the number of units to take, ≥ 0. Zero looks without charging
+	// and is always allowed.
+	Cost int64
+	// Release, for Concurrency limits, frees the lease named Lease instead of
+	// acquiring. A release is always allowed; releasing a lease that has
+	// expired or was never granted does nothing.
+	Release bool
+	// Lease names the lease to release (from Result.Lease of the acquire).
+	Lease uint64
+}
+
+// Reason says why a Result is what it is.
+type Reason uint8
+
+const (
+	// ReasonAllowed: the op was admitted (or was a look or a release).
+	ReasonAllowed Reason = iota
+	// ReasonLimited: over the limit now; RetryAfter says when the same op
+	// would be admitted.
+	ReasonLimited
+	// ReasonCostTooHigh: the cost exceeds what the limit can ever admit
+	// (Limit.Capacity); waiting will not help and RetryAfter is zero.
+	ReasonCostTooHigh
+)
+
+// String names the reason.
+func (r Reason) String() string {
+	switch r {
+	case ReasonAllowed:
+		return "allowed"
+	case ReasonLimited:
+		return "limited"
+	case ReasonCostTooHigh:
+		return "cost_too_high"
+	}
+	return "unknown"
+}
+
+// Result is the outcome of one Op.
+type Result struct {
+	// Allowed reports whether the op was admitted. In a batch that was denied,
+	// an op that would have been allowed still reports true, but was not
+	// charged: its other fields describe its state as it stands.
+	Allowed bool
+	// Reason says why Allowed is false (or ReasonAllowed).
+	Reason Reason
+	// Limit is the capacity Remaining counts against: Burst for the bucket
+	// algorithms, Quota otherwise.
+	Limit int64
+	// Remaining is how many units could still be admitted now.
+	Remaining int64
+	// ResetAfter is how long until the full quota is back, with no more
+	// traffic.
+	ResetAfter time.Duration
+	// RetryAfter is how long until the same op would be allowed, with no other
+	// traffic: it is allowed after exactly this wait and denied one
+	// microsecond earlier. Zero when allowed and when the cost is too high.
+	RetryAfter time.Duration
+	// Delay is, for LeakyBucket, how long the admitted hit must wait before
+	// proceeding so that work leaves at the configured rate. Zero otherwise.
+	Delay time.Duration
+	// Lease, for an admitted Concurrency acquire, names the lease to release.
+	Lease uint64
+}
+
+// Store keeps rate-limit state and applies ops to it.
+//
+// Take applies ops and fills results[i] with the Result of ops[i];
+// len(results) must equal len(ops). Each op is atomic. A batch is
+// all-or-nothing: if any op is denied, no op of the batch is charged (a
+// request with several limits must not burn quota it was refused). Take
+// returns an error only when the store could not decide (bad input, a store
+// that is down, ctx done); then results are unspecified and nothing may be
+// assumed charged or not.
+//
+// Implementations are safe for concurrent use.
+type Store interface {
+	Take(ctx context.Context, ops []Op, results []Result) error
+}
+
+// Errors stores and the Limiter return.
+var (
+	// ErrCostExceedsLimit: the cost is more than the limit can ever admit.
+	ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit capacity")
+	// ErrResultsLength: Take was given a results slice of the wrong length.
+	ErrResultsLength = errors.New("sluice: len(results) != len(ops)")
+	// ErrWouldExceedDeadline: Wait would have to wait past ctx's deadline.
+	ErrWouldExceedDeadline = errors.New("sluice: wait would exceed context deadline")
+)
+
+// Check returns nil if a store can apply o, or an error naming the problem.
+// It does not allocate when o is valid, so stores call it on every op.
+func (o *Op) Check() error {
+	if o.Cost < 0 {
+		return fmt.Errorf("sluice: op %q: cost %d must not be negative", o.Key, o.Cost)
+	}
+	if o.Cost > MaxExact {
+		return fmt.Errorf("sluice: op %q: cost %d is above %d", o.Key, o.Cost, int64(MaxExact))
+	}
+	if !o.Limit.ok() {
+		err := o.Limit.Validate()
+		if err == nil { // ok and Validate disagree; keep the store safe anyway
+			err = errors.New("invalid limit")
+		}
+		return fmt.Errorf("sluice: op %q: limit %v: %w", o.Key, o.Limit, err)
+	}
+	if o.Release && o.Limit.Algorithm != Concurrency {
+		return fmt.Errorf("sluice: op %q: release is only for concurrency limits, not %v", o.Key, o.Limit.Algorithm)
+	}
+	return nil
+}
+
+// FromDecision converts an algorithm decision (microseconds) to a Result.
+func FromDecision(d algorithm.Decision) Result {
+	return Result{
+		Allowed:    d.Reason == algorithm.Allowed,
+		Reason:     Reason(d.Reason),
+		Limit:      d.Limit,
+		Remaining:  d.Remaining,
+		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
+		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
+		Delay:      time.Duration(d.Delay) * time.Microsecond,
+	}
+}
