@@ -1,0 +1,371 @@
+// Package redistest starts real redis-server processes for tests: a single
+// node (Start) or a three-master Redis Cluster (StartCluster), each on free
+// loopback ports in a temporary directory, without persistence, and stopped
+// when the test ends.
+//
+// Without redis-server (and, for clusters, redis-cli) on PATH the test is
+// skipped with a message saying what to install, except when the environment
+// variable CI is "true": then a missing binary fails the test, so that CI
+// never passes by skipping the real-Redis tests.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a server may take to answer PING.
+const startTimeout = 10 * time.Second
+
+// need returns the path of binary, or skips (fails when CI=true) the test.
+func need(t testing.TB, binary string) string {
+	t.Helper()
+	p, err := exec.LookPath(binary)
+	if err == nil {
+		return p
+	}
+	msg := fmt.Sprintf("redistest: %s not found on PATH; install it (apt-get install -y redis-server redis-tools) to run the real-Redis tests", binary)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + " (CI=true: failing instead of skipping)")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// Server is one redis-server process. Its methods are safe for concurrent
+// use; Kill, Pause, Resume and Restart fail the test on error.
+type Server struct {
+	t      testing.TB
+	bin    string
+	dir    string
+	port   int
+	extra  []string
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	paused bool
+}
+
+// Start starts a redis-server on a free loopback port in a temporary
+// directory, with persistence off (--save "" --appendonly no), and kills it
+// when the test ends. It returns once the server answers PING.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := need(t, "redis-server")
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t, false)}
+	t.Cleanup(s.stop)
+	s.start()
+	return s
+}
+
+// Addr returns the server's host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// URL returns redis://127.0.0.1:port/0.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+func (s *Server) start() {
+	s.t.Helper()
+	args := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--logfile", "redis.log",
+		"--protected-mode", "no",
+	}
+	args = append(args, s.extra...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("redistest: start %s: %v", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited, s.paused = cmd, exited, false
+	s.mu.Unlock()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		r, err := s.Do("PING")
+		if err == nil && r == "PONG" {
+			return
+		}
+		select {
+		case <-exited:
+			s.t.Fatalf("redistest: redis-server on port %d exited at start; log:\n%s", s.port, s.log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redistest: redis-server on port %d did not answer PING within %v (last: %v %v); log:\n%s", s.port, startTimeout, r, err, s.log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *Server) log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	return string(b)
+}
+
+// Kill stops the server with SIGKILL (as a crash would) and waits for it to
+// exit. Killing a stopped server does nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killLocked()
+}
+
+func (s *Server) killLocked() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	if s.paused {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	<-s.exited
+	s.cmd, s.paused = nil, false
+}
+
+// Pause freezes the server with SIGSTOP: connections stay open but nothing
+// answers, as with a hung Redis.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP, true) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT, false) }
+
+func (s *Server) signal(sig syscall.Signal, paused bool) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("redistest: %v: server on port %d is not running", sig, s.port)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: %v to redis-server: %v", sig, err)
+	}
+	s.paused = paused
+}
+
+// Restart kills the server if it runs and starts a new, empty one on the
+// same port.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.start()
+}
+
+func (s *Server) stop() { s.Kill() }
+
+// Do sends one command to the server on a new connection and returns its
+// reply: string for simple and bulk strings, int64 for integers, nil for a
+// null, []any for arrays; a Redis error reply is returned as an error. It
+// gives up after 2 seconds.
+func (s *Server) Do(args ...string) (any, error) {
+	return Do(s.Addr(), args...)
+}
+
+// Do sends one command to the Redis server at addr on a new connection and
+// returns its reply, as Server.Do does.
+func Do(addr string, args ...string) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		return nil, err
+	}
+	return readReply(bufio.NewReader(c))
+}
+
+// ReplyError is an error reply from Redis.
+type ReplyError string
+
+func (e ReplyError) Error() string { return "redis: " + string(e) }
+
+func readReply(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("redistest: empty reply line")
+	}
+	body := line[1:]
+	switch line[0] {
+	case '+':
+		return body, nil
+	case '-':
+		return nil, ReplyError(body)
+	case ':':
+		return strconv.ParseInt(body, 10, 64)
+	case '$':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, fmt.Errorf("redistest: bad bulk length %q", body)
+		}
+		if n < 0 {
+			return nil, nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, fmt.Errorf("redistest: bad array length %q", body)
+		}
+		if n < 0 {
+			return nil, nil
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("redistest: unexpected reply %q", line)
+}
+
+// Cluster is a three-master Redis Cluster without replicas.
+type Cluster struct {
+	// Servers are the masters, in the order given to redis-cli.
+	Servers []*Server
+}
+
+// StartCluster starts three redis-server processes with cluster mode on,
+// joins them with redis-cli --cluster create, waits until every node reports
+// cluster_state:ok, and stops them when the test ends.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	bin := need(t, "redis-server")
+	cli := need(t, "redis-cli")
+	c := &Cluster{}
+	for range 3 {
+		s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t, true),
+			extra: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}
+		t.Cleanup(s.stop)
+		s.start()
+		c.Servers = append(c.Servers, s)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command(cli, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for _, s := range c.Servers {
+		for {
+			r, err := s.Do("CLUSTER", "INFO")
+			info, _ := r.(string)
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster node %s not ok within %v: %v %v", s.Addr(), startTimeout, info, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// Addrs returns the masters' host:port addresses.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+// URL returns the cluster as one URL: the first node in the host and the
+// others as addr parameters, redis://127.0.0.1:p1?addr=127.0.0.1:p2&addr=….
+// store/redis accepts this form (and discovers the topology from any node).
+func (c *Cluster) URL() string {
+	a := c.Addrs()
+	var b strings.Builder
+	b.WriteString("redis://" + a[0])
+	for i, x := range a[1:] {
+		if i == 0 {
+			b.WriteString("?")
+		} else {
+			b.WriteString("&")
+		}
+		b.WriteString("addr=" + x)
+	}
+	return b.String()
+}
+
+// portMu keeps concurrent Start calls in one process from picking the same
+// port between choosing it and binding it.
+var (
+	portMu   sync.Mutex
+	lastPort = map[int]bool{}
+)
+
+// freePort returns a loopback port that is free now; with bus, port+10000
+// (the cluster bus) is free too.
+func freePort(t testing.TB, bus bool) int {
+	t.Helper()
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("redistest: find a free port: %v", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if lastPort[p] {
+			continue
+		}
+		if bus {
+			if p+10000 > 65535 {
+				continue
+			}
+			l2, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000)))
+			if err != nil {
+				continue
+			}
+			l2.Close()
+		}
+		lastPort[p] = true
+		return p
+	}
+	t.Fatal("redistest: no free port found")
+	return 0
+}

@@ -1,0 +1,59 @@
+package redistest
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServerLifecycle(t *testing.T) {
+	s := Start(t)
+	if got, err := s.Do("SET", "k", "v"); err != nil || got != "OK" {
+		t.Fatalf("SET = %v, %v; want OK, nil", got, err)
+	}
+	if got, err := s.Do("GET", "k"); err != nil || got != "v" {
+		t.Fatalf("GET = %v, %v; want v, nil", got, err)
+	}
+	if !strings.HasPrefix(s.URL(), "redis://127.0.0.1:") {
+		t.Fatalf("URL() = %q, want redis://127.0.0.1:port/0", s.URL())
+	}
+
+	s.Pause()
+	start := time.Now()
+	if _, err := Do(s.Addr(), "PING"); err == nil {
+		t.Fatal("PING to a paused server succeeded; want a timeout")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("PING to a paused server took %v, want ≤ 3s", d)
+	}
+	s.Resume()
+	if got, err := s.Do("PING"); err != nil || got != "PONG" {
+		t.Fatalf("PING after Resume = %v, %v; want PONG", got, err)
+	}
+
+	s.Kill()
+	if _, err := s.Do("PING"); err == nil {
+		t.Fatal("PING to a killed server succeeded")
+	}
+	s.Restart()
+	if got, err := s.Do("DBSIZE"); err != nil || got != int64(0) {
+		t.Fatalf("DBSIZE after Restart = %v, %v; want 0 (a fresh server)", got, err)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	c := StartCluster(t)
+	if n := len(c.Addrs()); n != 3 {
+		t.Fatalf("len(Addrs()) = %d, want 3", n)
+	}
+	r, err := c.Servers[0].Do("CLUSTER", "INFO")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := r.(string); !strings.Contains(info, "cluster_known_nodes:3") {
+		t.Fatalf("CLUSTER INFO = %q, want cluster_known_nodes:3", info)
+	}
+	if u := c.URL(); strings.Count(u, "addr=") != 2 {
+		t.Fatalf("URL() = %q, want two addr= parameters", u)
+	}
+}
