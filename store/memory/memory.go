@@ -1,0 +1,270 @@
+// Package memory is the in-process sluice.Store: sharded maps of per-key
+// state, zero allocations per decision on existing keys, idle keys forgotten,
+// and a cap on the number of live keys.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// Options configure a Store. The zero value is usable: every field has a
+// default.
+type Options struct {
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two. Default 256.
+	Shards int
+	// MaxKeys caps the number of live keys. When a shard is full, inserting a
+	// new key first evicts the sampled key closest to (or already back in)
+	// its fresh state, and counts the eviction in Stats. An evicted key that
+	// was mid-window starts fresh: it may get quota back early, which is why
+	// the cap should be sized for the expected key count with room to spare.
+	// Default 4,194,304 (about 400 MB of state at most); negative means no cap.
+	MaxKeys int
+	// Now, if set, is the clock (tests inject a fake one). Default: a coarse
+	// clock updated every ClockResolution by a background goroutine, because
+	// time.Now costs more than a whole decision.
+	Now func() time.Time
+	// ClockResolution is the coarse clock's tick. Default 1ms.
+	ClockResolution time.Duration
+	// SweepInterval is how often idle keys (back in their fresh state, so
+	// dropping them changes no decision) are deleted. Default 10s.
+	SweepInterval time.Duration
+}
+
+// Stats are counters of a Store.
+type Stats struct {
+	// Keys is the number of live keys.
+	Keys int
+	// Evictions counts keys dropped at the MaxKeys cap before they were fresh.
+	Evictions uint64
+	// Swept counts idle keys deleted because they were back in fresh state.
+	Swept uint64
+}
+
+// Store is the in-process store. It is safe for concurrent use. Close it to
+// stop its background goroutine (an unreachable Store stops it too).
+type Store struct {
+	*store
+}
+
+type store struct {
+	shards    []shard
+	mask      uint64
+	seed      maphash.Seed
+	now       func() int64 // µs since the epoch
+	coarse    atomic.Int64
+	lease     atomic.Uint64
+	evictions atomic.Uint64
+	swept     atomic.Uint64
+	shardCap  int
+	stop      chan struct{}
+	stopOnce  sync.Once
+	done      chan struct{}
+}
+
+// New returns a Store configured by opts.
+func New(opts Options) *Store {
+	n := opts.Shards
+	if n <= 0 {
+		n = 256
+	}
+	shards := 1
+	for shards < n {
+		shards <<= 1
+	}
+	maxKeys := opts.MaxKeys
+	if maxKeys == 0 {
+		maxKeys = 1 << 22
+	}
+	s := &store{
+		shards: make([]shard, shards),
+		mask:   uint64(shards - 1),
+		seed:   maphash.MakeSeed(),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	if maxKeys > 0 {
+		s.shardCap = max(1, (maxKeys+shards-1)/shards)
+	}
+	for i := range s.shards {
+		s.shards[i].init()
+	}
+	res := opts.ClockResolution
+	if res <= 0 {
+		res = time.Millisecond
+	}
+	sweep := opts.SweepInterval
+	if sweep <= 0 {
+		sweep = 10 * time.Second
+	}
+	if opts.Now != nil {
+		now := opts.Now
+		s.now = func() int64 { return now().UnixMicro() }
+		res = 0
+	} else {
+		s.coarse.Store(time.Now().UnixMicro())
+		s.now = s.coarse.Load
+	}
+	go s.background(res, sweep)
+	out := &Store{s}
+	runtime.AddCleanup(out, func(s *store) { s.close() }, s)
+	return out
+}
+
+// Close stops the background goroutine. The Store still answers afterwards,
+// but its default clock no longer advances, so close it only when done.
+func (s *Store) Close() error {
+	s.close()
+	return nil
+}
+
+func (s *store) close() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// background ticks the coarse clock (when res > 0) and sweeps idle keys.
+func (s *store) background(res, sweep time.Duration) {
+	defer close(s.done)
+	var tick <-chan time.Time
+	if res > 0 {
+		t := time.NewTicker(res)
+		defer t.Stop()
+		tick = t.C
+	}
+	sw := time.NewTicker(sweep)
+	defer sw.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case t := <-tick:
+			s.coarse.Store(t.UnixMicro())
+		case <-sw.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Sweep deletes every key that is back in its fresh state now. The Store
+// calls it every SweepInterval; tests call it directly.
+func (s *store) Sweep() {
+	now := s.now()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		s.swept.Add(uint64(sh.sweep(now)))
+		sh.mu.Unlock()
+	}
+}
+
+// Stats returns the Store's counters.
+func (s *store) Stats() Stats {
+	st := Stats{Evictions: s.evictions.Load(), Swept: s.swept.Load()}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Keys += sh.count
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+func (s *store) shardOf(key string) int {
+	return int(maphash.String(s.seed, key) & s.mask)
+}
+
+// Take implements sluice.Store.
+func (s *store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
+	if len(results) != len(ops) {
+		return fmt.Errorf("memory: %d ops, %d results: %w", len(ops), len(results), sluice.ErrResultsLength)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i := range ops {
+		if ops[i].Cost < 0 || ops[i].Cost > sluice.MaxExact || ops[i].Release {
+			if err := ops[i].Check(); err != nil {
+				return fmt.Errorf("memory: %w", err)
+			}
+		}
+	}
+	now := s.now()
+	if len(ops) == 1 {
+		sh := &s.shards[s.shardOf(ops[0].Key)]
+		sh.mu.Lock()
+		d, err := s.apply(sh, &ops[0], now, nil)
+		sh.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
+		results[0] = d
+		return nil
+	}
+	return s.takeBatch(ops, results, now)
+}
+
+// takeBatch applies several ops atomically: it locks every shard involved in
+// index order (so batches cannot deadlock), applies the ops in order, and if
+// any is denied undoes every charge and reports the allowed ones as looks.
+func (s *store) takeBatch(ops []sluice.Op, results []sluice.Result, now int64) error {
+	var idxBuf [16]int
+	idx := idxBuf[:0]
+	for i := range ops {
+		idx = append(idx, s.shardOf(ops[i].Key))
+	}
+	locked := slices.Clone(idx)
+	slices.Sort(locked)
+	locked = slices.Compact(locked)
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range locked {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	var undoBuf [16]undo
+	undos := undoBuf[:0]
+	denied := false
+	for i := range ops {
+		r, err := s.apply(&s.shards[idx[i]], &ops[i], now, &undos)
+		if err != nil {
+			for j := len(undos) - 1; j >= 0; j-- {
+				undos[j].revert()
+			}
+			return fmt.Errorf("memory: %w", err)
+		}
+		results[i] = r
+		denied = denied || !r.Allowed
+	}
+	if !denied {
+		return nil
+	}
+	for j := len(undos) - 1; j >= 0; j-- {
+		undos[j].revert()
+	}
+	for i := range ops {
+		if results[i].Allowed && !ops[i].Release {
+			look := ops[i]
+			look.Cost = 0
+			r, _ := s.apply(&s.shards[idx[i]], &look, now, nil)
+			results[i] = r
+		}
+	}
+	return nil
+}
+
+// cloneKey copies a key before it is kept in a map, so the store never pins a
+// caller's larger buffer.
+func cloneKey(k string) string { return strings.Clone(k) }

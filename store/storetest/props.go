@@ -1,0 +1,175 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// propLimits are the limits the property tests run each algorithm with:
+// small quotas, windows that do not divide evenly, a burst above the quota.
+func propLimits() []sluice.Limit {
+	return []sluice.Limit{
+		{Algorithm: sluice.TokenBucket, Quota: 7, Window: 3 * time.Second, Burst: 10},
+		{Algorithm: sluice.GCRA, Quota: 7, Window: 3 * time.Second, Burst: 10},
+		{Algorithm: sluice.LeakyBucket, Quota: 5, Window: 700 * time.Millisecond, Burst: 4},
+		{Algorithm: sluice.FixedWindow, Quota: 9, Window: 1500 * time.Millisecond},
+		{Algorithm: sluice.SlidingWindow, Quota: 9, Window: 1300 * time.Millisecond},
+		{Algorithm: sluice.SlidingLog, Quota: 6, Window: 900 * time.Millisecond},
+		{Algorithm: sluice.Concurrency, Quota: 4, Window: 2 * time.Second},
+	}
+}
+
+// runRetryAfter checks the contract of RetryAfter for every algorithm: with
+// no other traffic, the denied op is allowed after waiting exactly RetryAfter
+// and still denied one microsecond earlier. Three keys get the same random
+// history; at the first denial one probes RetryAfter−1µs and one RetryAfter.
+func runRetryAfter(t *testing.T, newStore NewStore) {
+	clock := NewClock()
+	s := newStore(t, clock)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, l := range propLimits() {
+		checked := 0
+		for trial := 0; trial < 60; trial++ {
+			keys := [3]string{}
+			for i := range keys {
+				keys[i] = fmt.Sprintf("retry:%v:%d:%d", l.Algorithm, trial, i)
+			}
+			for step := 0; step < 200; step++ {
+				clock.Advance(time.Duration(rng.Int64N(int64(l.Window)/3)) / time.Microsecond * time.Microsecond)
+				cost := 1 + rng.Int64N(l.Capacity())
+				var res [3]sluice.Result
+				for i, k := range keys {
+					r, err := take1(s, sluice.Op{Key: k, Limit: l, Cost: cost})
+					if err != nil {
+						t.Fatalf("%v: %v", l, err)
+					}
+					res[i] = r
+				}
+				if diff(res[0], res[1]) != "" || diff(res[0], res[2]) != "" {
+					t.Fatalf("%v: same history, different results: %+v %+v %+v", l, res[0], res[1], res[2])
+				}
+				if res[0].Allowed {
+					continue
+				}
+				wait := res[0].RetryAfter
+				if wait <= 0 {
+					t.Fatalf("%v: denied cost %d with RetryAfter %v, want > 0", l, cost, wait)
+				}
+				op := sluice.Op{Limit: l, Cost: cost}
+				clock.Advance(wait - time.Microsecond)
+				op.Key = keys[1]
+				if r, _ := take1(s, op); r.Allowed {
+					t.Errorf("%v: cost %d allowed after %v, RetryAfter said %v: %+v", l, cost, wait-time.Microsecond, wait, r)
+				}
+				clock.Advance(time.Microsecond)
+				op.Key = keys[2]
+				if r, _ := take1(s, op); !r.Allowed {
+					t.Errorf("%v: cost %d denied after exactly RetryAfter %v: %+v", l, cost, wait, r)
+				}
+				checked++
+				break
+			}
+		}
+		if checked < 30 {
+			t.Errorf("%v: only %d denials checked, want at least 30", l, checked)
+		}
+	}
+}
+
+// runConcurrency hammers one key of each exact algorithm from many
+// goroutines with the clock frozen: exactly the capacity is admitted. Then
+// the clock moves one window on and it happens again.
+func runConcurrency(t *testing.T, newStore NewStore) {
+	clock := NewClock()
+	s := newStore(t, clock)
+	const goroutines, perG = 32, 50
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.TokenBucket, Quota: 100, Window: time.Second},
+		{Algorithm: sluice.GCRA, Quota: 100, Window: time.Second, Burst: 150},
+		{Algorithm: sluice.LeakyBucket, Quota: 100, Window: time.Second},
+		{Algorithm: sluice.FixedWindow, Quota: 137, Window: time.Minute},
+		{Algorithm: sluice.SlidingWindow, Quota: 137, Window: time.Minute},
+		{Algorithm: sluice.SlidingLog, Quota: 137, Window: time.Minute},
+		{Algorithm: sluice.Concurrency, Quota: 64, Window: time.Minute},
+	} {
+		key := "hammer:" + l.Algorithm.String()
+		for round := 0; round < 2; round++ {
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			var failed atomic.Value
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < perG; i++ {
+						r, err := take1(s, sluice.Op{Key: key, Limit: l, Cost: 1})
+						if err != nil {
+							failed.Store(err)
+							return
+						}
+						if r.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := failed.Load(); err != nil {
+				t.Fatalf("%v: %v", l, err)
+			}
+			want := l.Capacity()
+			if got := admitted.Load(); got != want {
+				t.Errorf("%v round %d: %d goroutines × %d hits admitted %d, want exactly %d", l, round, goroutines, perG, got, want)
+			}
+			// Move on far enough that the key is fresh again: two windows
+			// for sliding_window, burst intervals for the buckets.
+			clock.Advance(2*l.Window + time.Duration(l.Capacity())*l.Window)
+		}
+	}
+}
+
+// runBatchConcurrency: many goroutines take batches of two limits that share
+// one key; the tighter limit denies some batches, and the looser limit's
+// count shows that denied batches charged nothing.
+func runBatchConcurrency(t *testing.T, newStore NewStore) {
+	clock := NewClock()
+	s := newStore(t, clock)
+	tight := sluice.Op{Key: "bc:tight", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 40, Window: time.Minute}, Cost: 1}
+	loose := sluice.Op{Key: "bc:loose", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Quota: 1000, Window: time.Minute}, Cost: 1}
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := make([]sluice.Result, 2)
+			for i := 0; i < 20; i++ {
+				if err := s.Take(context.Background(), []sluice.Op{loose, tight}, res); err != nil {
+					t.Error(err)
+					return
+				}
+				if res[0].Allowed && res[1].Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 40 {
+		t.Errorf("admitted %d batches, want 40", got)
+	}
+	r, err := take1(s, withCost(loose, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := 1000 - r.Remaining; got != 40 {
+		t.Errorf("loose limit charged %d times, want 40 (denied batches must charge nothing)", got)
+	}
+}

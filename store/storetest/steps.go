@@ -1,0 +1,230 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// Step is one row of a step table: at At (offset from Epoch), apply Cost to
+// Key (or release the lease granted at step ReleaseOf, 1-based; -1 releases a
+// lease that never existed) and expect Want. Want.Lease is compared only as
+// zero or non-zero, since stores choose lease numbers.
+type Step struct {
+	At        time.Duration
+	Key       string
+	Cost      int64
+	ReleaseOf int
+	Want      sluice.Result
+}
+
+// Table is a named step table for one limit.
+type Table struct {
+	Name  string
+	Limit sluice.Limit
+	Steps []Step
+}
+
+const us = time.Microsecond
+
+// ok, limited and tooHigh build expected Results; durations in microseconds.
+func ok(limit, remaining int64, reset int64) sluice.Result {
+	return sluice.Result{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: time.Duration(reset) * us}
+}
+
+func delayed(limit, remaining, reset, delay int64) sluice.Result {
+	r := ok(limit, remaining, reset)
+	r.Delay = time.Duration(delay) * us
+	return r
+}
+
+func leased(limit, remaining, reset int64) sluice.Result {
+	r := ok(limit, remaining, reset)
+	r.Lease = 1 // any non-zero lease
+	return r
+}
+
+func limited(limit, remaining, reset, retry int64) sluice.Result {
+	return sluice.Result{Reason: sluice.ReasonLimited, Limit: limit, Remaining: remaining,
+		ResetAfter: time.Duration(reset) * us, RetryAfter: time.Duration(retry) * us}
+}
+
+func tooHigh(limit, remaining, reset int64) sluice.Result {
+	return sluice.Result{Reason: sluice.ReasonCostTooHigh, Limit: limit, Remaining: remaining, ResetAfter: time.Duration(reset) * us}
+}
+
+const (
+	ms   = 1000
+	sec  = 1000 * ms
+	hour = 3600 * sec
+)
+
+func at(micros int64) time.Duration { return time.Duration(micros) * us }
+
+// bucketSteps is the table shared by token_bucket and gcra (they decide
+// identically): 3 per second, burst 3, so the interval is ⌈1e6/3⌉ = 333334µs
+// and the bucket holds 3 × 333334 = 1000002µs of work.
+func bucketSteps(delay bool) []Step {
+	d := func(r sluice.Result, us int64) sluice.Result {
+		if delay {
+			r.Delay = time.Duration(us) * time.Microsecond
+		}
+		return r
+	}
+	return []Step{
+		{At: at(0), Cost: 1, Want: ok(3, 2, 333334)},
+		{At: at(0), Cost: 0, Want: ok(3, 2, 333334)},                           // a look charges nothing
+		{At: at(0), Cost: 2, Want: d(ok(3, 0, 1000002), 333334)},               // cost 2 fills the bucket
+		{At: at(0), Cost: 1, Want: limited(3, 0, 1000002, 333334)},             // one interval to wait
+		{At: at(333333), Cost: 1, Want: limited(3, 0, 666669, 1)},              // 1µs early
+		{At: at(333334), Cost: 1, Want: d(ok(3, 0, 1000002), 666668)},          // exactly on time
+		{At: at(333334), Cost: 4, Want: tooHigh(3, 0, 1000002)},                // more than the burst, ever
+		{At: at(3 * hour), Cost: 1, Want: ok(3, 2, 333334)},                    // idle for hours: full again
+		{At: at(3 * hour), Cost: 1, Want: d(ok(3, 1, 666668), 333334)},         // clock standing still
+		{At: at(3 * hour), Cost: 1, Want: d(ok(3, 0, 1000002), 666668)},        //
+		{At: at(3 * hour), Cost: 1, Want: limited(3, 0, 1000002, 333334)},      //
+		{At: at(3*hour - sec), Cost: 1, Want: limited(3, 0, 2000002, 1333334)}, // clock 1s back: no extra quota
+		{At: at(3*hour + 1000002), Cost: 3, Want: ok(3, 0, 1000002)},           // back to full once the clock catches up
+	}
+}
+
+// Tables returns the hand-computed step tables for every algorithm. Each
+// expectation follows from the algorithm's definition in package algorithm;
+// the comments give the arithmetic where it is not obvious.
+func Tables() []Table {
+	three := func(a sluice.Algorithm) sluice.Limit {
+		return sluice.Limit{Algorithm: a, Quota: 3, Window: time.Second}
+	}
+	return []Table{
+		{Name: "token_bucket", Limit: three(sluice.TokenBucket), Steps: bucketSteps(false)},
+		{Name: "gcra", Limit: three(sluice.GCRA), Steps: bucketSteps(false)},
+		{Name: "leaky_bucket", Limit: three(sluice.LeakyBucket), Steps: bucketSteps(true)},
+		{Name: "token_bucket/burst", Limit: sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 1, Window: 100 * time.Millisecond, Burst: 5}, Steps: []Step{
+			// interval 100000µs, capacity 5 × 100000µs.
+			{At: at(0), Cost: 5, Want: ok(5, 0, 500000)},
+			{At: at(0), Cost: 1, Want: limited(5, 0, 500000, 100000)},
+			{At: at(250000), Cost: 2, Want: ok(5, 0, 450000)}, // 2.5 tokens back, 2 taken
+			{At: at(250000), Cost: 1, Want: limited(5, 0, 450000, 50000)},
+			{At: at(250000), Cost: 6, Want: tooHigh(5, 0, 450000)},
+		}},
+		{Name: "fixed_window", Limit: three(sluice.FixedWindow), Steps: []Step{
+			{At: at(0), Cost: 1, Want: ok(3, 2, sec)},
+			{At: at(0), Cost: 0, Want: ok(3, 2, sec)},
+			{At: at(500000), Cost: 2, Want: ok(3, 0, 500000)},
+			{At: at(999999), Cost: 1, Want: limited(3, 0, 1, 1)},
+			{At: at(sec), Cost: 1, Want: ok(3, 2, sec)}, // a new window
+			{At: at(sec), Cost: 4, Want: tooHigh(3, 2, sec)},
+			{At: at(999999), Cost: 3, Want: limited(3, 2, 1000001, 1000001)}, // clock back: the spent window is not reopened
+			{At: at(3 * hour), Cost: 3, Want: ok(3, 0, sec)},
+			{At: at(3*hour + 90*ms), Cost: 0, Want: ok(3, 0, 910000)},
+		}},
+		{Name: "fixed_window/90s", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 2, Window: 90 * time.Second}, Steps: []Step{
+			// Epoch is 2026-01-01T00:00:00Z = 1767225600s; 1767225600 mod 90 = 0.
+			{At: at(10 * sec), Cost: 2, Want: ok(2, 0, 80*sec)},
+			{At: at(89 * sec), Cost: 1, Want: limited(2, 0, sec, sec)},
+			{At: at(90 * sec), Cost: 1, Want: ok(2, 1, 90*sec)},
+		}},
+		{Name: "sliding_window", Limit: three(sluice.SlidingWindow), Steps: []Step{
+			{At: at(0), Cost: 1, Want: ok(3, 2, 2*sec)},
+			{At: at(0), Cost: 0, Want: ok(3, 2, 2*sec)},
+			{At: at(500000), Cost: 2, Want: ok(3, 0, 1500000)},
+			// Next window: ⌈3 × (1e6 − e)/1e6⌉ + 1 ≤ 3 first holds at e = 333334.
+			{At: at(999999), Cost: 1, Want: limited(3, 0, 1000001, 333335)},
+			{At: at(1333334), Cost: 1, Want: ok(3, 0, 1666666)},
+			{At: at(1333334), Cost: 4, Want: tooHigh(3, 0, 1666666)},
+			// ⌈3 × (1e6 − e)/1e6⌉ ≤ 1 first holds at e = 666667.
+			{At: at(1333334), Cost: 1, Want: limited(3, 0, 1666666, 333333)},
+			{At: at(1666667), Cost: 1, Want: ok(3, 0, 1333333)},
+			// Clock back to e = 0: estimate 3 + 2; allowed again at the next
+			// window's start, where the estimate is 2 + 1.
+			{At: at(sec), Cost: 1, Want: limited(3, 0, 2*sec, sec)},
+			{At: at(3 * hour), Cost: 3, Want: ok(3, 0, 2*sec)},
+		}},
+		{Name: "sliding_log", Limit: three(sluice.SlidingLog), Steps: []Step{
+			{At: at(0), Cost: 1, Want: ok(3, 2, sec)},
+			{At: at(0), Cost: 0, Want: ok(3, 2, sec)},
+			{At: at(500000), Cost: 2, Want: ok(3, 0, sec)},
+			{At: at(999999), Cost: 1, Want: limited(3, 0, 500001, 1)}, // the entry at 0 leaves at 1e6
+			{At: at(sec), Cost: 1, Want: ok(3, 0, sec)},
+			{At: at(sec), Cost: 4, Want: tooHigh(3, 0, sec)},
+			{At: at(sec), Cost: 2, Want: limited(3, 0, sec, 500000)},        // needs the 2 admitted at 0.5s to leave
+			{At: at(600000), Cost: 1, Want: limited(3, 0, 1400000, 900000)}, // clock back
+			{At: at(3 * hour), Cost: 3, Want: ok(3, 0, sec)},
+		}},
+		{Name: "concurrency", Limit: sluice.Limit{Algorithm: sluice.Concurrency, Quota: 2, Window: 10 * time.Second}, Steps: []Step{
+			{At: at(0), Cost: 1, Want: leased(2, 1, 10*sec)},
+			{At: at(sec), Cost: 1, Want: leased(2, 0, 10*sec)},
+			{At: at(2 * sec), Cost: 1, Want: limited(2, 0, 9*sec, 8*sec)}, // the first lease expires at 10s
+			{At: at(2 * sec), ReleaseOf: 1, Want: ok(2, 1, 9*sec)},
+			{At: at(2 * sec), Cost: 1, Want: leased(2, 0, 10*sec)},
+			{At: at(2 * sec), Cost: 3, Want: tooHigh(2, 0, 10*sec)},
+			{At: at(11 * sec), Cost: 1, Want: leased(2, 0, 10*sec)}, // the lease of 1s expired at 11s
+			{At: at(11 * sec), ReleaseOf: -1, Want: ok(2, 0, 10*sec)},
+			{At: at(12 * sec), Cost: 0, Want: ok(2, 1, 9*sec)},
+		}},
+		{Name: "quota_zero", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 0, Window: time.Second}, Steps: []Step{
+			{At: at(0), Cost: 1, Want: tooHigh(0, 0, 0)},
+			{At: at(0), Cost: 0, Want: ok(0, 0, 0)},
+		}},
+	}
+}
+
+func runSteps(t *testing.T, newStore NewStore) {
+	for _, tb := range Tables() {
+		t.Run(tb.Name, func(t *testing.T) {
+			clock := NewClock()
+			s := newStore(t, clock)
+			RunTable(t, s, clock, tb)
+		})
+	}
+}
+
+// RunTable replays one step table against s, moving clock to each step's time.
+func RunTable(t *testing.T, s sluice.Store, clock *Clock, tb Table) {
+	t.Helper()
+	leases := make([]uint64, len(tb.Steps)+1)
+	for i, st := range tb.Steps {
+		clock.Set(Epoch.Add(st.At))
+		key := st.Key
+		if key == "" {
+			key = "k"
+		}
+		op := sluice.Op{Key: tb.Name + ":" + key, Limit: tb.Limit, Cost: st.Cost}
+		switch {
+		case st.ReleaseOf > 0:
+			op.Release, op.Lease = true, leases[st.ReleaseOf]
+		case st.ReleaseOf < 0:
+			op.Release, op.Lease = true, 1<<63+12345
+		}
+		got, err := take1(s, op)
+		if err != nil {
+			t.Fatalf("step %d: Take(at %v, cost %d): %v", i+1, st.At, st.Cost, err)
+		}
+		leases[i+1] = got.Lease
+		if msg := diff(got, st.Want); msg != "" {
+			t.Errorf("step %d: Take(at %v, cost %d, release %d) = %+v\nwant %+v\n(%s)", i+1, st.At, st.Cost, st.ReleaseOf, got, st.Want, msg)
+		}
+	}
+}
+
+func take1(s sluice.Store, op sluice.Op) (sluice.Result, error) {
+	res := make([]sluice.Result, 1)
+	err := s.Take(context.Background(), []sluice.Op{op}, res)
+	return res[0], err
+}
+
+// diff compares got with want, treating Lease as "zero or not"; it returns ""
+// when they match.
+func diff(got, want sluice.Result) string {
+	if (got.Lease != 0) != (want.Lease != 0) {
+		return fmt.Sprintf("lease %d, want zero=%v", got.Lease, want.Lease == 0)
+	}
+	got.Lease, want.Lease = 0, 0
+	if got != want {
+		return "results differ"
+	}
+	return ""
+}

@@ -1,0 +1,27 @@
+// Package storetest is the conformance suite every sluice.Store must pass:
+// step tables for every algorithm, all-or-nothing batches, differential
+// traces, concurrency counts and fuzzable invariants, replayed against a
+// controllable clock.
+package storetest
+
+import (
+	"testing"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// NewStore returns a new, empty store whose time is read from clock.Now on
+// every Take. It registers its own cleanup with t.Cleanup. Two calls must
+// return stores that share no state.
+type NewStore func(t *testing.T, clock *Clock) sluice.Store
+
+// Run runs the whole conformance suite against stores made by newStore.
+func Run(t *testing.T, newStore NewStore) {
+	t.Helper()
+	t.Run("Steps", func(t *testing.T) { runSteps(t, newStore) })
+	t.Run("Batch", func(t *testing.T) { runBatch(t, newStore) })
+	t.Run("Errors", func(t *testing.T) { runErrors(t, newStore) })
+	t.Run("RetryAfter", func(t *testing.T) { runRetryAfter(t, newStore) })
+	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
+	t.Run("BatchConcurrency", func(t *testing.T) { runBatchConcurrency(t, newStore) })
+}
