@@ -1,0 +1,604 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// Options control how rule files are read.
+//
+// The zero value reads envoy rule files exactly as envoyproxy/ratelimit does
+// (fixed windows aligned to the Unix epoch).
+type Options struct {
+	// DefaultAlgorithm is the algorithm of every rate_limit that names none.
+	// Zero means sluice.FixedWindow, envoy's behaviour.
+	DefaultAlgorithm sluice.Algorithm
+}
+
+func (o Options) algorithm() sluice.Algorithm {
+	if o.DefaultAlgorithm == 0 {
+		return sluice.FixedWindow
+	}
+	return o.DefaultAlgorithm
+}
+
+// Units are envoy's rate-limit units and their windows. As in
+// envoyproxy/ratelimit, a month is 30 days and a year 365 days.
+var units = map[string]time.Duration{
+	"second": time.Second,
+	"minute": time.Minute,
+	"hour":   time.Hour,
+	"day":    24 * time.Hour,
+	"week":   7 * 24 * time.Hour,
+	"month":  30 * 24 * time.Hour,
+	"year":   365 * 24 * time.Hour,
+}
+
+// UnitWindow returns the window of an envoy unit name (case-insensitive):
+// second, minute, hour, day, week, month (30 days) or year (365 days).
+func UnitWindow(unit string) (time.Duration, bool) {
+	w, ok := units[strings.ToLower(unit)]
+	return w, ok
+}
+
+const unitList = "second, minute, hour, day, week, month, year"
+
+// maxNodes bounds the YAML nodes one file may expand to, aliases included,
+// so that a file of nested aliases cannot make a load take forever.
+const maxNodes = 200_000
+
+// parser reads one file into a domain tree, collecting problems as it goes.
+type parser struct {
+	file  string
+	opts  Options
+	probs Errors
+	nodes int
+}
+
+// dnode is one parsed descriptor.
+type dnode struct {
+	step     Step
+	line     int
+	field    string
+	rule     *Rule
+	children []*dnode
+}
+
+// domainTree is one parsed file.
+type domainTree struct {
+	file   string
+	domain string
+	line   int
+	top    []*dnode
+	rules  []*Rule
+}
+
+func (p *parser) add(line int, field, format string, args ...any) {
+	p.probs = append(p.probs, Problem{File: p.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// parse reads data as one rule file. It returns nil if the file is unusable
+// as a whole; problems are in p.probs either way.
+func (p *parser) parse(data []byte) (tree *domainTree) {
+	defer func() {
+		// yaml.v3 has panicked on hostile input in the past; a rule file
+		// must never take the process down.
+		if r := recover(); r != nil {
+			p.add(0, "", "YAML parser failed: %v", r)
+			tree = nil
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			p.add(0, "", "file is empty; want a mapping with domain and descriptors")
+		} else {
+			p.syntax(err)
+		}
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.add(extra.Line, "", "a second YAML document; a rule file holds one domain")
+	} else if !errors.Is(err, io.EOF) {
+		p.syntax(err)
+	}
+	if len(doc.Content) == 0 {
+		p.add(0, "", "file is empty; want a mapping with domain and descriptors")
+		return nil
+	}
+	return p.root(doc.Content[0])
+}
+
+func (p *parser) syntax(err error) {
+	msg := strings.TrimSpace(err.Error())
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		p.add(line, "", "YAML syntax: %s", m[2])
+		return
+	}
+	p.add(0, "", "YAML syntax: %s", strings.TrimPrefix(msg, "yaml: "))
+}
+
+// resolve follows aliases and counts nodes against the budget.
+func (p *parser) resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	p.nodes++
+	return n
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.ShortTag() == "!!null" {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "a document"
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// fields walks mapping n, reporting duplicate and unknown keys, and calls f
+// for each known key with its (alias-resolved) value. It reports false when n
+// is not a mapping.
+func (p *parser) fields(n *yaml.Node, path string, known []string, f func(key string, k, v *yaml.Node)) bool {
+	if n.Kind != yaml.MappingNode {
+		p.add(n.Line, path, "want a mapping, got %s", kindName(n))
+		return false
+	}
+	seen := make(map[string]int, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if p.nodes > maxNodes {
+			p.add(n.Line, path, "file expands to more than %d YAML nodes (aliases?)", maxNodes)
+			return false
+		}
+		k, v := p.resolve(n.Content[i]), p.resolve(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			p.add(k.Line, path, "want a key name, got %s", kindName(k))
+			continue
+		}
+		name := k.Value
+		if first, dup := seen[name]; dup {
+			p.add(k.Line, join(path, name), "key given twice (first at line %d)", first)
+			continue
+		}
+		seen[name] = k.Line
+		isKnown := false
+		for _, kn := range known {
+			if kn == name {
+				isKnown = true
+				break
+			}
+		}
+		if !isKnown {
+			p.add(k.Line, join(path, name), "unknown key (want one of %s)", strings.Join(known, ", "))
+			continue
+		}
+		f(name, k, v)
+	}
+	return true
+}
+
+// str reads a scalar as a string; null reads as "".
+func (p *parser) str(v *yaml.Node, field string) (string, bool) {
+	if v.Kind != yaml.ScalarNode {
+		p.add(v.Line, field, "want a string, got %s", kindName(v))
+		return "", false
+	}
+	if v.ShortTag() == "!!null" {
+		return "", true
+	}
+	return v.Value, true
+}
+
+func (p *parser) boolean(v *yaml.Node, field string) (bool, bool) {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!bool" {
+		var b bool
+		if err := v.Decode(&b); err == nil {
+			return b, true
+		}
+	}
+	p.add(v.Line, field, "want true or false, got %s", kindName(v))
+	return false, false
+}
+
+// integer reads a whole number in [0, max].
+func (p *parser) integer(v *yaml.Node, field string, max uint64) (uint64, bool) {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" {
+		var i int64
+		if err := v.Decode(&i); err == nil && i >= 0 && uint64(i) <= max {
+			return uint64(i), true
+		}
+	}
+	p.add(v.Line, field, "want a whole number from 0 to %d, got %s", max, kindName(v))
+	return 0, false
+}
+
+func (p *parser) root(n *yaml.Node) *domainTree {
+	n = p.resolve(n)
+	t := &domainTree{file: p.file, line: n.Line}
+	var descs *yaml.Node
+	haveDomain := false
+	ok := p.fields(n, "", []string{"domain", "descriptors"}, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "domain":
+			haveDomain = true
+			if s, ok := p.str(v, "domain"); ok {
+				if s == "" {
+					p.add(v.Line, "domain", "must not be empty")
+				}
+				t.domain, t.line = s, v.Line
+			}
+		case "descriptors":
+			descs = v
+		}
+	})
+	if !ok {
+		return nil
+	}
+	if !haveDomain {
+		p.add(n.Line, "domain", "required")
+	}
+	if descs != nil {
+		t.top = p.descriptors(descs, "descriptors", nil, t)
+	}
+	return t
+}
+
+// descriptors reads a list of descriptors below the given path of steps.
+func (p *parser) descriptors(n *yaml.Node, field string, parent []Step, t *domainTree) []*dnode {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.add(n.Line, field, "want a list of descriptors, got %s", kindName(n))
+		return nil
+	}
+	var out []*dnode
+	seen := map[string]int{} // "key\x00value" → line
+	for i, c := range n.Content {
+		c = p.resolve(c)
+		if p.nodes > maxNodes {
+			p.add(c.Line, field, "file expands to more than %d YAML nodes (aliases?)", maxNodes)
+			return out
+		}
+		d := p.descriptor(c, fmt.Sprintf("%s[%d]", field, i), parent, t)
+		if d == nil {
+			continue
+		}
+		id := d.step.Key + "\x00" + d.step.Value
+		if first, dup := seen[id]; dup {
+			what := d.step.Key
+			if d.step.Kind != MatchAny {
+				what += "=" + d.step.Value
+			}
+			p.add(d.line, d.field, "duplicate descriptor %s at this level (first at line %d)", what, first)
+			continue
+		}
+		seen[id] = d.line
+		out = append(out, d)
+	}
+	return out
+}
+
+var descriptorKeys = []string{
+	"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "descriptors",
+	"share_threshold", "value_to_metric", "quota_mode", "metadata",
+}
+
+func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domainTree) *dnode {
+	d := &dnode{line: n.Line, field: field}
+	var rl, children *yaml.Node
+	var rlField string
+	haveKey, valid := false, true
+	var shadow, detailed bool
+	ok := p.fields(n, field, descriptorKeys, func(key string, k, v *yaml.Node) {
+		f := join(field, key)
+		var good bool
+		switch key {
+		case "key":
+			haveKey = true
+			d.step.Key, good = p.str(v, f)
+			if good && d.step.Key == "" {
+				p.add(v.Line, f, "must not be empty")
+				good = false
+			}
+		case "value":
+			d.step.Value, good = p.str(v, f)
+		case "rate_limit":
+			rl, rlField, good = v, f, true
+		case "descriptors":
+			children, good = v, true
+		case "shadow_mode":
+			shadow, good = p.boolean(v, f)
+		case "detailed_metric":
+			detailed, good = p.boolean(v, f)
+		case "share_threshold":
+			d.step.Shared, good = p.boolean(v, f)
+		case "value_to_metric", "quota_mode":
+			// Accepted for compatibility; Sluice's metrics label by rule
+			// and has no quota mode, so they change nothing.
+			_, good = p.boolean(v, f)
+		case "metadata":
+			good = true // free-form in envoy; ignored
+		}
+		valid = valid && good
+	})
+	if !ok {
+		return nil
+	}
+	if !haveKey {
+		p.add(n.Line, join(field, "key"), "required")
+		valid = false
+	}
+	switch {
+	case d.step.Value == "":
+		d.step.Kind = MatchAny
+	case strings.Contains(d.step.Value, "*"):
+		d.step.Kind = MatchWildcard
+	default:
+		d.step.Kind = MatchExact
+	}
+	if d.step.Shared && d.step.Kind != MatchWildcard {
+		p.add(n.Line, join(field, "share_threshold"), "only a value with a * wildcard can share its counter")
+		valid = false
+	}
+	path := append(parent[:len(parent):len(parent)], d.step)
+	if rl != nil {
+		if r := p.rateLimit(rl, rlField, t); r != nil {
+			r.Path = path
+			r.ShadowMode = shadow
+			r.DetailedMetric = detailed
+			d.rule = r
+		} else {
+			valid = false
+		}
+	}
+	if children != nil {
+		d.children = p.descriptors(children, join(field, "descriptors"), path, t)
+	}
+	if !valid && d.step.Key == "" {
+		return nil
+	}
+	if d.rule != nil {
+		t.rules = append(t.rules, d.rule)
+	}
+	return d
+}
+
+var rateLimitKeys = []string{
+	"unit", "requests_per_unit", "unlimited", "name", "replaces",
+	"algorithm", "burst", "window", "failure_mode",
+}
+
+func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
+	r := &Rule{File: p.file, Line: n.Line}
+	valid := true
+	var unitNode, rpuNode, algNode, burstNode, windowNode *yaml.Node
+	var burst uint64
+	alg := p.opts.algorithm()
+	var window time.Duration
+	ok := p.fields(n, field, rateLimitKeys, func(key string, k, v *yaml.Node) {
+		f := join(field, key)
+		good := true
+		switch key {
+		case "unit":
+			unitNode = v
+			var s string
+			if s, good = p.str(v, f); good {
+				w, known := UnitWindow(s)
+				if !known {
+					p.add(v.Line, f, "unknown unit %q (want one of %s)", s, unitList)
+					good = false
+				}
+				r.Unit, window = strings.ToLower(s), w
+			}
+		case "requests_per_unit":
+			rpuNode = v
+			var u uint64
+			if u, good = p.integer(v, f, math.MaxUint32); good {
+				r.RequestsPerUnit = uint32(u)
+			}
+		case "unlimited":
+			r.Unlimited, good = p.boolean(v, f)
+		case "name":
+			r.Name, good = p.str(v, f)
+		case "replaces":
+			good = p.replaces(v, f, r)
+		case "algorithm":
+			algNode = v
+			var s string
+			if s, good = p.str(v, f); good {
+				a, err := sluice.ParseAlgorithm(s)
+				if err != nil {
+					p.add(v.Line, f, "%v", err)
+					good = false
+				}
+				alg = a
+			}
+		case "burst":
+			burstNode = v
+			burst, good = p.integer(v, f, sluice.MaxExact)
+		case "window":
+			windowNode = v
+			var s string
+			if s, good = p.str(v, f); good {
+				w, err := time.ParseDuration(s)
+				switch {
+				case err != nil:
+					p.add(v.Line, f, "want a duration such as 90s or 1h30m, got %q", s)
+					good = false
+				case w <= 0:
+					p.add(v.Line, f, "must be positive, got %q", s)
+					good = false
+				}
+				window = w
+			}
+		case "failure_mode":
+			var s string
+			if s, good = p.str(v, f); good {
+				switch strings.ToLower(s) {
+				case "open":
+					r.FailureMode = FailureOpen
+				case "closed":
+					r.FailureMode = FailureClosed
+				case "local":
+					r.FailureMode = FailureLocal
+				default:
+					p.add(v.Line, f, "unknown failure mode %q (want open, closed or local)", s)
+					good = false
+				}
+			}
+		}
+		valid = valid && good
+	})
+	if !ok || !valid {
+		return nil
+	}
+	if r.Unlimited {
+		for _, x := range []struct {
+			n    *yaml.Node
+			name string
+		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}} {
+			if x.n != nil {
+				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
+				valid = false
+			}
+		}
+		if !valid {
+			return nil
+		}
+		return r
+	}
+	switch {
+	case unitNode != nil && windowNode != nil:
+		p.add(windowNode.Line, join(field, "window"), "give unit or window, not both")
+		return nil
+	case unitNode == nil && windowNode == nil:
+		p.add(n.Line, join(field, "unit"), "required (or window, or unlimited: true)")
+		valid = false
+	}
+	if rpuNode == nil {
+		p.add(n.Line, join(field, "requests_per_unit"), "required (0 denies every request)")
+		valid = false
+	}
+	if burstNode != nil && !alg.HasBurst() {
+		p.add(burstNode.Line, join(field, "burst"), "%v has no burst; remove it or use token_bucket, gcra or leaky_bucket", alg)
+		valid = false
+	}
+	if !valid {
+		return nil
+	}
+	r.Limit = sluice.Limit{Algorithm: alg, Quota: int64(r.RequestsPerUnit), Window: window, Burst: int64(burst)}
+	if err := r.Limit.Validate(); err != nil {
+		p.limitProblems(err, n, field, map[string]*yaml.Node{
+			"window": firstNode(windowNode, unitNode), "quota": rpuNode, "burst": burstNode, "algorithm": algNode,
+		})
+		return nil
+	}
+	return r
+}
+
+func firstNode(ns ...*yaml.Node) *yaml.Node {
+	for _, n := range ns {
+		if n != nil {
+			return n
+		}
+	}
+	return nil
+}
+
+// limitProblems turns sluice.Limit.Validate's errors ("window: …") into
+// problems on the field that caused them.
+func (p *parser) limitProblems(err error, rl *yaml.Node, field string, nodes map[string]*yaml.Node) {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	fieldOf := map[string]string{"window": "window", "quota": "requests_per_unit", "burst": "burst", "algorithm": "algorithm"}
+	for _, e := range errs {
+		msg := e.Error()
+		name, rest, found := strings.Cut(msg, ": ")
+		n, known := nodes[name]
+		if !found || !known {
+			p.add(rl.Line, field, "%s", msg)
+			continue
+		}
+		f := fieldOf[name]
+		if name == "window" && n != nil && n.Kind == yaml.ScalarNode && n.Value != "" {
+			if _, isUnit := UnitWindow(n.Value); isUnit {
+				f = "unit"
+			}
+		}
+		line := rl.Line
+		if n != nil {
+			line = n.Line
+		}
+		p.add(line, join(field, f), "%s", rest)
+	}
+}
+
+func (p *parser) replaces(v *yaml.Node, field string, r *Rule) bool {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		return true
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.add(v.Line, field, "want a list of {name: …}, got %s", kindName(v))
+		return false
+	}
+	good := true
+	for i, c := range v.Content {
+		c = p.resolve(c)
+		f := fmt.Sprintf("%s[%d]", field, i)
+		haveName := false
+		ok := p.fields(c, f, []string{"name"}, func(_ string, _, nv *yaml.Node) {
+			haveName = true
+			s, ok := p.str(nv, join(f, "name"))
+			switch {
+			case !ok:
+				good = false
+			case s == "":
+				p.add(nv.Line, join(f, "name"), "must not be empty")
+				good = false
+			default:
+				r.Replaces = append(r.Replaces, s)
+			}
+		})
+		if !ok {
+			good = false
+			continue
+		}
+		if !haveName {
+			p.add(c.Line, join(f, "name"), "required")
+			good = false
+		}
+	}
+	return good
+}

@@ -1,0 +1,119 @@
+// Package rules reads rate-limit rule files — envoyproxy/ratelimit's YAML,
+// unchanged, plus Sluice's extensions inside rate_limit (algorithm, burst,
+// window, failure_mode) — validates them with file:line:field errors, and
+// compiles a directory of them into an immutable Snapshot that matches request
+// descriptors to rules.
+package rules
+
+import (
+	"github.com/sluice-rl/sluice"
+)
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// FailureMode says what a check does with a limit whose store is failing.
+type FailureMode uint8
+
+const (
+	// FailureDefault: the rule names none; the service's default applies.
+	FailureDefault FailureMode = iota
+	// FailureOpen allows the request and counts the bypass.
+	FailureOpen
+	// FailureClosed denies the request.
+	FailureClosed
+	// FailureLocal falls back to an in-process limiter at the limit divided by
+	// the expected number of replicas.
+	FailureLocal
+)
+
+// String returns the rule-file spelling ("open", "closed", "local", "").
+func (m FailureMode) String() string {
+	switch m {
+	case FailureOpen:
+		return "open"
+	case FailureClosed:
+		return "closed"
+	case FailureLocal:
+		return "local"
+	}
+	return ""
+}
+
+// Rule is one compiled rate_limit: where it is, what it limits, and how.
+// Rules are immutable once in a Snapshot; share them freely.
+type Rule struct {
+	// Domain is the rule file's domain.
+	Domain string
+	// ID identifies the rule within its domain, stable across reloads while
+	// the rule's place in the descriptor tree is unchanged: the path of
+	// key[=value] steps from the top, joined by "." (for example
+	// "tenant=acme.user"). The service puts it in store keys and, bounded,
+	// in metric labels.
+	ID string
+	// Name is rate_limit.name, possibly empty.
+	Name string
+	// Limit is the limit to enforce (zero when Unlimited).
+	Limit sluice.Limit
+	// Unit and RequestsPerUnit are the envoy spelling of the limit, as the
+	// file gave it, for RateLimitResponse.current_limit. Unit is "" when the
+	// rule used Sluice's window extension instead of unit.
+	Unit            string
+	RequestsPerUnit uint32
+	// Unlimited: requests matching this rule are never limited.
+	Unlimited bool
+	// ShadowMode: the rule counts, but a denial is reported as allowed.
+	ShadowMode bool
+	// DetailedMetric: metrics may carry the descriptor values of this rule.
+	DetailedMetric bool
+	// FailureMode is what to do when the store fails for this rule.
+	FailureMode FailureMode
+	// Replaces names the rules (by Name) this rule overrides when both match
+	// one request.
+	Replaces []string
+	// File and Line locate the rule's rate_limit in its source.
+	File string
+	Line int
+	// Path is the chain of descriptors from the top of the domain to this
+	// rule, one Step per request entry the rule matches: a request reaches
+	// the rule only with exactly len(Path) entries whose keys are
+	// Path[i].Key, in order.
+	Path []Step
+}
+
+// MatchKind says how one level of a rule's path matches a request entry.
+type MatchKind uint8
+
+const (
+	// MatchExact: the descriptor names a value; the entry's value equals it.
+	MatchExact MatchKind = iota + 1
+	// MatchWildcard: the descriptor's value contains '*', each matching any
+	// run of characters (including none).
+	MatchWildcard
+	// MatchAny: the descriptor names only a key; any value matches.
+	MatchAny
+)
+
+// Step is one level of a rule's path.
+type Step struct {
+	Key string
+	// Value is the descriptor's value: the exact value, the wildcard
+	// pattern, or "" for MatchAny.
+	Value string
+	Kind  MatchKind
+	// Shared (envoy's share_threshold, wildcards only): every value matching
+	// the pattern shares one counter instead of one counter per value.
+	Shared bool
+}
+
+// Counted reports the value a store key should carry for entry value v at
+// this step: the pattern when the step is Shared, else v.
+func (s *Step) Counted(v string) string {
+	if s.Shared {
+		return s.Value
+	}
+	return v
+}

@@ -1,0 +1,306 @@
+package rules
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Snapshot is a compiled, immutable set of rules: every domain of one
+// directory (or one file), ready to match request descriptors.
+//
+// A Snapshot never changes once built, so it is safe for concurrent use
+// without locks; reloading builds a new one. The zero value and nil are empty
+// snapshots that match nothing.
+type Snapshot struct {
+	domains map[string]*level
+	rules   []*Rule // sorted by domain, then ID
+	names   []string
+	byName  map[string]map[string]*Rule
+}
+
+// level is one level of a domain's descriptor tree, indexed for matching.
+type level struct {
+	keys map[string]*group
+}
+
+// group holds the descriptors of one key at one level.
+type group struct {
+	exact map[string]*mnode
+	wild  []*mnode // in file order; the first that matches wins
+	any   *mnode
+}
+
+type mnode struct {
+	pattern string
+	rule    *Rule
+	next    *level
+}
+
+// Match returns the rule for a request descriptor's entries in domain, or nil
+// if none applies. It follows envoyproxy/ratelimit: level by level along the
+// entries, it prefers an exact key and value, then a wildcard value (the
+// first in file order that matches), then the bare key; it does not back
+// track; and a rule applies only when it sits at the level of the last entry.
+//
+// Match does not allocate.
+func (s *Snapshot) Match(domain string, entries []Entry) *Rule {
+	if s == nil || len(entries) == 0 {
+		return nil
+	}
+	lv := s.domains[domain]
+	for i := range entries {
+		if lv == nil {
+			return nil
+		}
+		g := lv.keys[entries[i].Key]
+		if g == nil {
+			return nil
+		}
+		n := g.exact[entries[i].Value]
+		if n == nil {
+			for _, w := range g.wild {
+				if globMatch(w.pattern, entries[i].Value) {
+					n = w
+					break
+				}
+			}
+		}
+		if n == nil {
+			n = g.any
+		}
+		if n == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			return n.rule
+		}
+		lv = n.next
+	}
+	return nil
+}
+
+// globMatch reports whether s matches pattern, where each '*' in pattern
+// matches any run of bytes, including none. It runs in O(len(pattern) ×
+// len(s)) at worst, without allocating.
+func globMatch(pattern, s string) bool {
+	px, sx := 0, 0
+	starPx, starSx := -1, 0
+	for sx < len(s) {
+		switch {
+		case px < len(pattern) && pattern[px] == '*':
+			starPx, starSx = px, sx
+			px++
+		case px < len(pattern) && pattern[px] == s[sx]:
+			px++
+			sx++
+		case starPx >= 0:
+			px = starPx + 1
+			starSx++
+			sx = starSx
+		default:
+			return false
+		}
+	}
+	for px < len(pattern) && pattern[px] == '*' {
+		px++
+	}
+	return px == len(pattern)
+}
+
+// Rules returns every rule, sorted by domain and then ID. The slice is the
+// caller's; the rules are shared and must not be modified.
+func (s *Snapshot) Rules() []*Rule {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s.rules)
+}
+
+// Domains returns the domains, sorted.
+func (s *Snapshot) Domains() []string {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s.names)
+}
+
+// HasDomain reports whether a rule file declared domain. It does not
+// allocate.
+func (s *Snapshot) HasDomain(domain string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.domains[domain]
+	return ok
+}
+
+// RuleByName returns the rule of domain whose rate_limit.name is name (the
+// first by ID when several share it), or nil.
+func (s *Snapshot) RuleByName(domain, name string) *Rule {
+	if s == nil || name == "" {
+		return nil
+	}
+	return s.byName[domain][name]
+}
+
+// Parse reads one rule file's contents. file names it in problems. The
+// returned error, if any, is an Errors listing every problem found.
+func Parse(file string, data []byte, opts Options) (*Snapshot, error) {
+	p := &parser{file: file, opts: opts}
+	t := p.parse(data)
+	var trees []*domainTree
+	if t != nil {
+		trees = append(trees, t)
+	}
+	return compile(trees, p.probs)
+}
+
+// LoadDir reads every *.yaml and *.yml file in dir (not in subdirectories;
+// names starting with "." are skipped, which also skips the "..data" and
+// timestamped directories of a Kubernetes ConfigMap mount while following its
+// file symlinks) and compiles them into one Snapshot. Each file holds one
+// domain; a domain may not appear in two files. The returned error, if any,
+// is an Errors listing every problem in every file, or an error saying dir
+// could not be read.
+func LoadDir(dir string, opts Options) (*Snapshot, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	var trees []*domainTree
+	var probs Errors
+	for _, e := range ents {
+		name := e.Name()
+		ext := strings.ToLower(filepath.Ext(name))
+		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		st, err := os.Stat(path) // follows symlinks
+		if err != nil {
+			probs = append(probs, Problem{File: path, Msg: err.Error()})
+			continue
+		}
+		if !st.Mode().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			probs = append(probs, Problem{File: path, Msg: err.Error()})
+			continue
+		}
+		p := &parser{file: path, opts: opts}
+		if t := p.parse(data); t != nil {
+			trees = append(trees, t)
+		}
+		probs = append(probs, p.probs...)
+	}
+	return compile(trees, probs)
+}
+
+// compile builds a Snapshot from parsed files, adding the problems only the
+// whole set reveals: duplicate domains, colliding rule IDs, replaces that name
+// no rule.
+func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
+	s := &Snapshot{domains: map[string]*level{}, byName: map[string]map[string]*Rule{}}
+	first := map[string]*domainTree{}
+	for _, t := range trees {
+		if t.domain == "" {
+			continue // reported already
+		}
+		if f, dup := first[t.domain]; dup {
+			probs = append(probs, Problem{File: t.file, Line: t.line, Field: "domain",
+				Msg: fmt.Sprintf("domain %q is already defined in %s:%d", t.domain, f.file, f.line)})
+			continue
+		}
+		first[t.domain] = t
+		ids := map[string]*Rule{}
+		for _, r := range t.rules {
+			r.Domain = t.domain
+			r.ID = ruleID(r.Path)
+			if o, dup := ids[r.ID]; dup {
+				probs = append(probs, Problem{File: t.file, Line: r.Line, Field: "rate_limit",
+					Msg: fmt.Sprintf("rule ID %q is also the ID of the rule at line %d; rename a key or value", r.ID, o.Line)})
+				continue
+			}
+			ids[r.ID] = r
+		}
+		names := map[string]*Rule{}
+		for _, r := range t.rules {
+			if r.Name == "" {
+				continue
+			}
+			if o, ok := names[r.Name]; !ok || r.ID < o.ID {
+				names[r.Name] = r
+			}
+		}
+		for _, r := range t.rules {
+			for _, n := range r.Replaces {
+				if _, ok := names[n]; !ok {
+					probs = append(probs, Problem{File: t.file, Line: r.Line, Field: "rate_limit.replaces",
+						Msg: fmt.Sprintf("no rule in domain %q is named %q", t.domain, n)})
+				}
+			}
+		}
+		s.byName[t.domain] = names
+		s.domains[t.domain] = buildLevel(t.top)
+		s.names = append(s.names, t.domain)
+		s.rules = append(s.rules, t.rules...)
+	}
+	if len(probs) > 0 {
+		probs.sort()
+		return nil, probs
+	}
+	slices.Sort(s.names)
+	slices.SortFunc(s.rules, func(a, b *Rule) int {
+		if c := cmp.Compare(a.Domain, b.Domain); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return s, nil
+}
+
+// ruleID joins a path's steps as key or key=value with ".".
+func ruleID(path []Step) string {
+	var b strings.Builder
+	for i, st := range path {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(st.Key)
+		if st.Kind != MatchAny {
+			b.WriteByte('=')
+			b.WriteString(st.Value)
+		}
+	}
+	return b.String()
+}
+
+func buildLevel(ds []*dnode) *level {
+	if len(ds) == 0 {
+		return nil
+	}
+	lv := &level{keys: map[string]*group{}}
+	for _, d := range ds {
+		g := lv.keys[d.step.Key]
+		if g == nil {
+			g = &group{exact: map[string]*mnode{}}
+			lv.keys[d.step.Key] = g
+		}
+		n := &mnode{pattern: d.step.Value, rule: d.rule, next: buildLevel(d.children)}
+		switch d.step.Kind {
+		case MatchExact:
+			g.exact[d.step.Value] = n
+		case MatchWildcard:
+			g.wild = append(g.wild, n)
+		case MatchAny:
+			g.any = n
+		}
+	}
+	return lv
+}
