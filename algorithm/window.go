@@ -65,7 +65,7 @@ func SlidingWindow(s WindowState, now, cost int64, p Params) (WindowState, Decis
 	switch {
 	case cost > p.Quota:
 		d.Reason = CostTooHigh
-	case est+cost > p.Quota:
+	case cost > 0 && est+cost > p.Quota:
 		d.Reason = Limited
 		d.RetryAfter = slidingRetry(s, e, cost, p)
 	default:

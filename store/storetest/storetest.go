@@ -24,4 +24,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("RetryAfter", func(t *testing.T) { runRetryAfter(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
 	t.Run("BatchConcurrency", func(t *testing.T) { runBatchConcurrency(t, newStore) })
+	t.Run("Differential", func(t *testing.T) { runDifferential(t, newStore) })
+	t.Run("BoundaryBurst", func(t *testing.T) { runBoundaryBurst(t, newStore) })
+	t.Run("BucketsAgree", func(t *testing.T) { runBucketsAgree(t, newStore) })
 }

@@ -1,0 +1,132 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+func take(t *testing.T, s sluice.Store, key string, l sluice.Limit, cost int64) sluice.Result {
+	t.Helper()
+	res := make([]sluice.Result, 1)
+	if err := s.Take(context.Background(), []sluice.Op{{Key: key, Limit: l, Cost: cost}}, res); err != nil {
+		t.Fatalf("Take(%q): %v", key, err)
+	}
+	return res[0]
+}
+
+// Idle keys are forgotten once they are back in their fresh state, and only
+// then.
+func TestSweepForgetsOnlyFreshKeys(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.Options{Now: clock.Now, SweepInterval: time.Hour})
+	defer s.Close()
+	for _, a := range sluice.Algorithms() {
+		l := sluice.Limit{Algorithm: a, Quota: 5, Window: time.Second}
+		take(t, s, "busy:"+a.String(), l, 1)
+	}
+	if got := s.Stats().Keys; got != 7 {
+		t.Fatalf("Keys = %d after one hit per algorithm, want 7", got)
+	}
+	clock.Advance(100 * time.Millisecond) // the buckets refill one hit in 200ms
+	s.Sweep()
+	if got := s.Stats().Keys; got != 7 {
+		t.Errorf("Keys = %d after 0.1s (no key fresh yet), want 7", got)
+	}
+	clock.Advance(2 * time.Second) // sliding_window needs two windows
+	s.Sweep()
+	if got := s.Stats(); got.Keys != 0 || got.Swept != 7 {
+		t.Errorf("Stats = %+v after every key is fresh, want 0 keys and 7 swept", got)
+	}
+	// A key dropped while fresh decides as if it had been kept.
+	l := sluice.Limit{Algorithm: sluice.GCRA, Quota: 5, Window: time.Second}
+	if r := take(t, s, "busy:gcra", l, 1); r.Remaining != 4 {
+		t.Errorf("Remaining after the sweep = %d, want 4", r.Remaining)
+	}
+}
+
+// At the key cap, a flood of new keys evicts idle keys first, then the keys
+// closest to fresh, and counts each eviction; the store never grows past
+// its cap.
+func TestMaxKeys(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.Options{Now: clock.Now, Shards: 1, MaxKeys: 100, SweepInterval: time.Hour})
+	defer s.Close()
+	long := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Hour}
+	short := sluice.Limit{Algorithm: sluice.GCRA, Quota: 1, Window: time.Second}
+	for i := 0; i < 50; i++ {
+		take(t, s, fmt.Sprint("mid-window-", i), long, 1) // mid-window for an hour
+	}
+	for i := 0; i < 50; i++ {
+		take(t, s, fmt.Sprint("soon-fresh-", i), short, 1) // fresh after 1s
+	}
+	clock.Advance(2 * time.Second)
+	for i := 0; i < 50; i++ {
+		take(t, s, fmt.Sprint("flood-", i), short, 1)
+	}
+	st := s.Stats()
+	if st.Keys > 100 {
+		t.Errorf("Keys = %d, want ≤ 100", st.Keys)
+	}
+	// The idle keys went first: every mid-window key still denies.
+	kept := 0
+	for i := 0; i < 50; i++ {
+		if r := take(t, s, fmt.Sprint("mid-window-", i), long, 0); r.Remaining == 0 {
+			kept++
+		}
+	}
+	t.Logf("after 50 new keys at the cap: %+v; mid-window keys kept: %d of 50", st, kept)
+	if kept < 45 {
+		t.Errorf("only %d of 50 mid-window keys kept while 50 idle keys were there to evict", kept)
+	}
+	if st.Evictions > 25 { // sampling may miss the last few idle keys
+		t.Errorf("Evictions = %d, want few: idle keys should have gone first", st.Evictions)
+	}
+}
+
+// Deciding on an existing key allocates nothing.
+func TestZeroAllocs(t *testing.T) {
+	s := memory.New(memory.Options{})
+	defer s.Close()
+	ctx := context.Background()
+	for _, a := range sluice.Algorithms() {
+		ops := []sluice.Op{{Key: "alloc:" + a.String(), Limit: sluice.Limit{Algorithm: a, Quota: 1_000_000, Window: time.Hour}, Cost: 1}}
+		if a == sluice.SlidingLog || a == sluice.Concurrency {
+			ops[0].Limit.Quota = 100_000 // log state is capped
+		}
+		res := make([]sluice.Result, 1)
+		_ = s.Take(ctx, ops, res) // create the key
+		n := testing.AllocsPerRun(100, func() { _ = s.Take(ctx, ops, res) })
+		want := 0.0
+		if a == sluice.SlidingLog || a == sluice.Concurrency {
+			want = 1 // the log grows by an entry (amortized); still no per-lookup allocation
+		}
+		if n > want {
+			t.Errorf("%v: %.1f allocs per Take, want ≤ %.0f", a, n, want)
+		}
+	}
+}
+
+// The default clock is coarse but moves.
+func TestCoarseClockAdvances(t *testing.T) {
+	s := memory.New(memory.Options{ClockResolution: time.Millisecond})
+	defer s.Close()
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: 20 * time.Millisecond}
+	first := take(t, s, "clock", l, 1)
+	if !first.Allowed {
+		t.Fatalf("first hit denied: %+v", first)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if r := take(t, s, "clock", l, 1); r.Allowed {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("a 20ms window never reopened in 2s: the coarse clock does not advance")
+}

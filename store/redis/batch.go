@@ -1,0 +1,295 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// Group modes of the driver script (scripts/driver.lua).
+const (
+	modeDecide = "0" // decide, all-or-nothing
+	modeUndo   = "1" // decide, and report how to undo (part of a cross-slot Take)
+	modeRefund = "2" // take back a group decided with modeUndo, then look
+)
+
+// opFields is the number of ARGV entries per op: limit, cost, lease.
+const opFields = 3
+
+// request is one group: the ops of a Take in one batch target.
+type request struct {
+	mode     string
+	now      string
+	idx      []int // indices into the Take's ops; nil means all, in order
+	keys     []string
+	args     []string // group header and op fields, ready to append to ARGV
+	leases   []uint64 // lease ID offered to each acquire, else 0
+	deadline time.Time
+
+	// Filled in by the batcher before done is closed.
+	nowOut int64
+	res    []int64  // 5 per op
+	undo   []string // modeUndo: (op, old, new) triples
+	err    error
+	done   chan struct{}
+}
+
+func (r *request) n() int { return len(r.keys) }
+
+func (r *request) op(k int) int {
+	if r.idx == nil {
+		return k
+	}
+	return r.idx[k]
+}
+
+// newRequest builds the group of ops[idx] (all ops when idx is nil).
+func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *request {
+	n := len(ops)
+	if idx != nil {
+		n = len(idx)
+	}
+	r := &request{mode: mode, now: now, idx: idx, done: make(chan struct{}),
+		keys: make([]string, n), args: make([]string, 3, 3+n*opFields)}
+	r.args[0], r.args[1], r.args[2] = strconv.Itoa(n), mode, now
+	for k := range n {
+		op := &ops[r.op(k)]
+		r.keys[k] = redisKey(s.prefix, op.Key)
+		cost := strconv.FormatInt(op.Cost, 10)
+		lease := ""
+		switch {
+		case op.Release:
+			cost, lease = "r", strconv.FormatUint(op.Lease, 10)
+		case op.Limit.Algorithm == sluice.Concurrency && op.Cost > 0:
+			if r.leases == nil {
+				r.leases = make([]uint64, n)
+			}
+			r.leases[k] = s.newLease()
+			lease = strconv.FormatUint(r.leases[k], 10)
+		}
+		r.args = append(r.args, s.limitSpec(op.Limit), cost, lease)
+	}
+	return r
+}
+
+// newRefund builds the group that takes back what r (a modeUndo group that
+// was allowed) charged, at the same instant.
+func (s *Store) newRefund(ops []sluice.Op, r *request) *request {
+	f := &request{mode: modeRefund, now: strconv.FormatInt(r.nowOut, 10), idx: r.idx,
+		keys: r.keys, done: make(chan struct{})}
+	f.args = make([]string, 0, len(r.args)+1+len(r.undo))
+	f.args = append(f.args, r.args...)
+	f.args[1], f.args[2] = modeRefund, f.now
+	f.args = append(f.args, strconv.Itoa(len(r.undo)/3))
+	f.args = append(f.args, r.undo...)
+	return f
+}
+
+// wait blocks until r is decided or ctx is done.
+func (r *request) wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("redis: no reply in time: %w", ctx.Err())
+		}
+		return fmt.Errorf("redis: %w", ctx.Err())
+	}
+}
+
+func (r *request) denied() bool {
+	for k := range r.n() {
+		if r.res[5*k] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// charged reports whether the group holds a charge to refund.
+func (r *request) charged(ops []sluice.Op) bool {
+	for k := range r.n() {
+		if op := &ops[r.op(k)]; !op.Release && op.Cost > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// results stores the group's results. committed says whether the charges
+// stand (then acquires get their lease). A refund group leaves the results
+// of releases, decided by the charging group, as they are.
+func (r *request) results(ops []sluice.Op, _ []int, out []sluice.Result, committed bool) {
+	for k := range r.n() {
+		i := r.op(k)
+		op := &ops[i]
+		if r.mode == modeRefund && op.Release {
+			continue
+		}
+		v := r.res[5*k : 5*k+5]
+		res := sluice.Result{
+			Allowed:    v[0] == 0,
+			Reason:     sluice.Reason(v[0]),
+			Limit:      op.Limit.Capacity(),
+			Remaining:  v[1],
+			ResetAfter: time.Duration(v[2]) * time.Microsecond,
+			RetryAfter: time.Duration(v[3]) * time.Microsecond,
+			Delay:      time.Duration(v[4]) * time.Microsecond,
+		}
+		if committed && res.Allowed && r.leases != nil && r.leases[k] != 0 {
+			res.Lease = r.leases[k]
+		}
+		out[i] = res
+	}
+}
+
+// batcher coalesces the groups bound for one batch target into script calls.
+type batcher struct {
+	s        *Store
+	mu       sync.Mutex
+	queue    []*request
+	inflight int
+}
+
+// submit queues r; if a call may start, it starts one in a new goroutine.
+func (b *batcher) submit(r *request) {
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	if b.inflight >= b.s.maxInFlight {
+		b.mu.Unlock()
+		return // a call in flight takes the queue when it returns
+	}
+	batch := b.takeLocked()
+	b.inflight++
+	b.mu.Unlock()
+	go b.run(batch)
+}
+
+// takeLocked removes up to MaxBatch ops' worth of groups (at least one)
+// from the queue. Requires b.mu.
+func (b *batcher) takeLocked() []*request {
+	ops, k := 0, 0
+	for k < len(b.queue) && (k == 0 || ops+b.queue[k].n() <= b.s.maxBatch) {
+		ops += b.queue[k].n()
+		k++
+	}
+	batch := make([]*request, k)
+	copy(batch, b.queue)
+	rest := copy(b.queue, b.queue[k:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+// run executes batches until the queue is empty.
+func (b *batcher) run(batch []*request) {
+	for {
+		b.s.exec(batch)
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.inflight--
+			b.mu.Unlock()
+			return
+		}
+		batch = b.takeLocked()
+		b.mu.Unlock()
+	}
+}
+
+// exec runs one script call for batch and completes its requests.
+func (s *Store) exec(batch []*request) {
+	var deadline time.Time
+	nkeys, nargs := 0, 2
+	for _, r := range batch {
+		nkeys += r.n()
+		nargs += len(r.args)
+		if r.deadline.After(deadline) {
+			deadline = r.deadline
+		}
+	}
+	if deadline.IsZero() {
+		deadline = time.Now().Add(s.timeout)
+	}
+	keys := make([]string, 0, nkeys)
+	args := make([]string, 0, nargs)
+	args = append(args, s.minTTL, strconv.Itoa(len(batch)))
+	for _, r := range batch {
+		keys = append(keys, r.keys...)
+		args = append(args, r.args...)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	vals, err := s.script.Exec(ctx, s.client, keys, args).ToArray()
+	cancel()
+	if err == nil {
+		err = parseReply(vals, batch)
+	}
+	if err != nil {
+		if s.closed.Load() {
+			err = errors.Join(ErrClosed, err)
+		}
+		err = fmt.Errorf("redis: script call (%d groups, %d ops): %w", len(batch), nkeys, err)
+		for _, r := range batch {
+			r.err = err
+		}
+	}
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+// parseReply distributes the script's flat reply over the groups.
+func parseReply(vals []rueidis.RedisMessage, batch []*request) error {
+	pos := 0
+	next := func() (int64, error) {
+		if pos >= len(vals) {
+			return 0, errors.New("reply too short")
+		}
+		v, err := vals[pos].AsInt64()
+		pos++
+		return v, err
+	}
+	for _, r := range batch {
+		var err error
+		if r.nowOut, err = next(); err != nil {
+			return fmt.Errorf("reply: %w", err)
+		}
+		r.res = make([]int64, 5*r.n())
+		for i := range r.res {
+			if r.res[i], err = next(); err != nil {
+				return fmt.Errorf("reply: %w", err)
+			}
+		}
+		if r.mode != modeUndo {
+			continue
+		}
+		k, err := next()
+		if err != nil || k < 0 || pos+3*int(k) > len(vals) {
+			return fmt.Errorf("reply: bad undo count %d: %v", k, err)
+		}
+		r.undo = make([]string, 3*k)
+		for i := range r.undo {
+			if vals[pos].IsNil() {
+				r.undo[i] = ""
+			} else if r.undo[i], err = vals[pos].ToString(); err != nil {
+				if v, ierr := vals[pos].AsInt64(); ierr == nil {
+					r.undo[i] = strconv.FormatInt(v, 10)
+				} else {
+					return fmt.Errorf("reply: undo: %w", err)
+				}
+			}
+			pos++
+		}
+	}
+	if pos != len(vals) {
+		return fmt.Errorf("reply has %d values, want %d", len(vals), pos)
+	}
+	return nil
+}

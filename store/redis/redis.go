@@ -1,0 +1,395 @@
+// Package redis is the sluice.Store over Redis: the seven algorithms as Lua
+// scripts (scripts/*.lua, embedded), run atomically in Redis, so that many
+// service instances enforce one limit together.
+//
+// # Batching
+//
+// One Take is one group of ops decided by one script call per hash slot.
+// Concurrent Takes are coalesced: each batch target (the server, or in a
+// cluster each slot) keeps at most Options.MaxInFlight script calls in flight,
+// and Takes arriving meanwhile queue and leave together in the next call (up
+// to Options.MaxBatch ops), so under load one EVALSHA decides dozens of
+// Takes. Calls to different slots of one node share a connection and are
+// pipelined by the client. An idle store adds no delay: a lone Take is sent at
+// once.
+//
+// # Keys and hash slots
+//
+// The Redis key of an op is Options.Prefix followed by the op's key; a key
+// that has no hash tag of its own is wrapped in one ("{key}"), so each key is
+// its own slot. Ops of one Take whose keys share a slot run in one script and
+// are all-or-nothing exactly as in store/memory. To make a request's keys
+// share a slot, give them the same tag, e.g. "{tenant-42}:per_user:alice" and
+// "{tenant-42}:per_tenant".
+//
+// Ops in different slots (only possible with Redis Cluster) are decided per
+// slot, in parallel, each slot atomically; if any slot denies, the charges
+// made in the other slots are refunded by a second script call and their ops
+// report looks, so the Results are those of an all-or-nothing batch. Between
+// the charge and the refund (one round trip) another request may see those
+// slots' keys charged and be denied although the batch that charged them is
+// finally refused: a race that can only deny too much, never admit too much.
+// If another request changed a bucket or window key in that window the
+// refund of that key is skipped, for the same reason.
+//
+// # Time
+//
+// With Options.Now nil the scripts read Redis TIME, one clock for the
+// fleet. Key TTLs are set in the script, to when the key's state is back to
+// a fresh key's, so every key expires once its traffic stops.
+//
+// # Failure
+//
+// Every Take waits at most Options.Timeout (and its context): a down or
+// hung Redis gives an error, never a hang, and the client reconnects by
+// itself when Redis is back.
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-rl/sluice"
+)
+
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+// scriptOrder is the order in which the files are concatenated into the one
+// script the store runs: helpers, the algorithms, then the batch driver.
+var scriptOrder = []string{
+	"lib.lua", "gcra.lua", "leaky_bucket.lua", "token_bucket.lua",
+	"fixed_window.lua", "sliding_window.lua", "sliding_log.lua",
+	"concurrency.lua", "driver.lua",
+}
+
+// compose concatenates the named script files.
+func compose(names ...string) string {
+	var b strings.Builder
+	for _, n := range names {
+		src, err := scriptFS.ReadFile("scripts/" + n)
+		if err != nil {
+			panic("redis: embedded script missing: " + n) // a build defect, caught by any test
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+var batchScript = compose(scriptOrder...)
+
+// Defaults of Options.
+const (
+	DefaultPrefix      = "sluice:"
+	DefaultTimeout     = 50 * time.Millisecond
+	DefaultMaxBatch    = 128
+	DefaultMaxInFlight = 4
+)
+
+// Options configure a Store. Only URL is required.
+type Options struct {
+	// URL names the Redis deployment: single node, Sentinel or Cluster. See
+	// ParseURL for the forms.
+	URL string
+	// Prefix starts every key the store writes. Default DefaultPrefix. It
+	// must not contain '{' or '}' (they would change the hash slot).
+	Prefix string
+	// Timeout bounds every Take, on top of its context. Default
+	// DefaultTimeout (50ms).
+	Timeout time.Duration
+	// Now, if set, is the clock: its time is passed to the scripts (tests use
+	// a fake clock). Nil means the scripts read Redis TIME.
+	Now func() time.Time
+	// MinTTL is the least TTL a key gets. Default 0 with the Redis clock:
+	// TTLs are exactly the time until a key's state is fresh again. With Now
+	// set it defaults to one hour, because a fake clock says nothing about
+	// Redis's own expiry clock.
+	MinTTL time.Duration
+	// MaxBatch is the most ops one script call decides. Default 128.
+	MaxBatch int
+	// MaxInFlight is how many script calls each batch target (the server, or
+	// a cluster slot) may have in flight at once; more Takes wait for the next
+	// call. Default 4.
+	MaxInFlight int
+}
+
+// Store is the Redis store. It is safe for concurrent use. Create it with
+// New and Close it when done.
+type Store struct {
+	client      rueidis.Client
+	script      *rueidis.Lua
+	cluster     bool
+	prefix      string
+	timeout     time.Duration
+	now         func() time.Time
+	minTTL      string
+	maxBatch    int
+	maxInFlight int
+	closed      atomic.Bool
+
+	one   batcher // single node, Sentinel
+	slots []atomic.Pointer[batcher]
+
+	limitMu sync.RWMutex
+	limits  map[sluice.Limit]string
+
+	leaseMu sync.Mutex
+	leases  *mrand.ChaCha8
+}
+
+// ErrClosed is returned by Take after Close.
+var ErrClosed = errors.New("redis: store closed")
+
+// New connects to the Redis named by opts.URL and returns a Store. It fails
+// if the URL or options are invalid or Redis cannot be reached.
+func New(opts Options) (*Store, error) {
+	if opts.URL == "" {
+		return nil, errors.New("redis: Options.URL is required")
+	}
+	copt, err := clientOption(opts.URL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redis: prefix %q must not contain '{' or '}'", opts.Prefix)
+	}
+	if opts.Timeout < 0 || opts.MinTTL < 0 || opts.MaxBatch < 0 || opts.MaxInFlight < 0 {
+		return nil, fmt.Errorf("redis: negative option (timeout %v, min TTL %v, max batch %d, max in flight %d)", opts.Timeout, opts.MinTTL, opts.MaxBatch, opts.MaxInFlight)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.MinTTL == 0 && opts.Now != nil {
+		opts.MinTTL = time.Hour
+	}
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.MaxInFlight == 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	copt.DisableCache = true // no client-side caching: every decision is a write
+	copt.DisableRetry = true // a retried script would charge twice
+	if copt.Dialer.Timeout == 0 {
+		copt.Dialer.Timeout = max(opts.Timeout, 500*time.Millisecond)
+	}
+	if copt.ConnWriteTimeout == 0 {
+		// A hung server (SIGSTOP, a stuck failover) closes the connection
+		// after this long, so the client redials instead of waiting on it.
+		copt.ConnWriteTimeout = max(10*opts.Timeout, time.Second)
+	}
+	client, err := rueidis.NewClient(copt)
+	if err != nil {
+		return nil, fmt.Errorf("redis: connect to %s: %w", redact(opts.URL), err)
+	}
+	var seed [32]byte
+	_, _ = rand.Read(seed[:])
+	s := &Store{
+		client:      client,
+		script:      rueidis.NewLuaScript(batchScript),
+		cluster:     client.Mode() == rueidis.ClientModeCluster,
+		prefix:      opts.Prefix,
+		timeout:     opts.Timeout,
+		now:         opts.Now,
+		minTTL:      strconv.FormatInt(opts.MinTTL.Milliseconds(), 10),
+		maxBatch:    opts.MaxBatch,
+		maxInFlight: opts.MaxInFlight,
+		limits:      map[sluice.Limit]string{},
+		leases:      mrand.NewChaCha8(seed),
+	}
+	s.one.s = s
+	if s.cluster {
+		s.slots = make([]atomic.Pointer[batcher], numSlots)
+	}
+	return s, nil
+}
+
+// Close closes the connections. Takes in flight fail; later Takes return
+// ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.CompareAndSwap(false, true) {
+		s.client.Close()
+	}
+	return nil
+}
+
+// Cluster reports whether the store talks to a Redis Cluster.
+func (s *Store) Cluster() bool { return s.cluster }
+
+// limitSpec returns the script's encoding of a valid limit,
+// "alg:quota:window:burst:interval" (algorithm.Params), cached.
+func (s *Store) limitSpec(l sluice.Limit) string {
+	s.limitMu.RLock()
+	spec, ok := s.limits[l]
+	s.limitMu.RUnlock()
+	if ok {
+		return spec
+	}
+	p := l.Params()
+	spec = fmt.Sprintf("%d:%d:%d:%d:%d", l.Algorithm, p.Quota, p.Window, p.Burst, p.Interval)
+	s.limitMu.Lock()
+	if len(s.limits) > 4096 { // limits come from rules; a flood of distinct ones only costs the cache
+		clear(s.limits)
+	}
+	s.limits[l] = spec
+	s.limitMu.Unlock()
+	return spec
+}
+
+// newLease returns a random nonzero lease ID.
+func (s *Store) newLease() uint64 {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	for {
+		if v := s.leases.Uint64(); v != 0 {
+			return v
+		}
+	}
+}
+
+// Take implements sluice.Store. See the package documentation for how a
+// Take is batched and what is atomic.
+func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
+	if len(results) != len(ops) {
+		return fmt.Errorf("redis: %d ops, %d results: %w", len(ops), len(results), sluice.ErrResultsLength)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	for i := range ops {
+		if err := ops[i].Check(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var now string
+	if s.now != nil {
+		now = strconv.FormatInt(s.now().UnixMicro(), 10)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+
+	if !s.cluster {
+		r := s.newRequest(ops, nil, now, modeDecide)
+		if err := s.do(ctx, &s.one, r); err != nil {
+			return err
+		}
+		r.results(ops, nil, results, true)
+		return nil
+	}
+	first := slotOf(redisKey(s.prefix, ops[0].Key))
+	same := true
+	for i := 1; i < len(ops) && same; i++ {
+		same = slotOf(redisKey(s.prefix, ops[i].Key)) == first
+	}
+	if same {
+		r := s.newRequest(ops, nil, now, modeDecide)
+		if err := s.do(ctx, s.slotBatcher(first), r); err != nil {
+			return err
+		}
+		r.results(ops, nil, results, true)
+		return nil
+	}
+	return s.takeSlots(ctx, ops, results, now)
+}
+
+// takeSlots decides a Take whose ops span hash slots: one group per slot,
+// all in parallel, then refunds if any slot denied.
+func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
+	bySlot := map[int][]int{}
+	var order []int
+	for i := range ops {
+		sl := slotOf(redisKey(s.prefix, ops[i].Key))
+		if _, ok := bySlot[sl]; !ok {
+			order = append(order, sl)
+		}
+		bySlot[sl] = append(bySlot[sl], i)
+	}
+	reqs := make([]*request, len(order))
+	for k, sl := range order {
+		reqs[k] = s.newRequest(ops, bySlot[sl], now, modeUndo)
+		if err := s.submit(ctx, s.slotBatcher(sl), reqs[k]); err != nil {
+			return err
+		}
+	}
+	for _, r := range reqs {
+		if err := r.wait(ctx); err != nil {
+			return err
+		}
+	}
+	denied := false
+	for _, r := range reqs {
+		denied = denied || r.denied()
+	}
+	var refunds []*request
+	for k, r := range reqs {
+		if denied && !r.denied() && r.charged(ops) {
+			f := s.newRefund(ops, r)
+			if err := s.submit(ctx, s.slotBatcher(order[k]), f); err != nil {
+				return err
+			}
+			refunds = append(refunds, f)
+		}
+	}
+	for _, f := range refunds {
+		if err := f.wait(ctx); err != nil {
+			return fmt.Errorf("redis: refund after a denied cross-slot batch (charges may remain): %w", err)
+		}
+	}
+	for _, r := range reqs {
+		r.results(ops, nil, results, !denied)
+	}
+	for _, f := range refunds {
+		f.results(ops, nil, results, false)
+	}
+	return nil
+}
+
+func (s *Store) slotBatcher(slot int) *batcher {
+	p := &s.slots[slot]
+	if b := p.Load(); b != nil {
+		return b
+	}
+	b := &batcher{s: s}
+	if p.CompareAndSwap(nil, b) {
+		return b
+	}
+	return p.Load()
+}
+
+// do submits r and waits for it.
+func (s *Store) do(ctx context.Context, b *batcher, r *request) error {
+	if err := s.submit(ctx, b, r); err != nil {
+		return err
+	}
+	return r.wait(ctx)
+}
+
+func (s *Store) submit(ctx context.Context, b *batcher, r *request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.deadline, _ = ctx.Deadline()
+	b.submit(r)
+	return nil
+}

@@ -1,0 +1,238 @@
+-- driver.lua: decides a batch of groups in one call. Each group is one
+-- Take (or the part of one Take in this hash slot): its ops are applied in
+-- order, each seeing the state the earlier ones left, and the group is
+-- all-or-nothing: if any op is denied, no charge is kept, releases are, and
+-- every op that was allowed reports a cost-0 look at its uncharged state.
+--
+-- ARGV: minTTL (ms), G, then G groups of
+--   n, mode, now, then n ops of (limit, cost, lease)
+-- where mode is 0 (decide), 1 (decide and report how to undo: the store
+-- uses it when a Take spans hash slots) or 2 (refund a group decided with
+-- mode 1; followed by k and k undo triples); now is µs, or "" for Redis TIME;
+-- limit is "alg:quota:window:burst:interval" (algorithm.Params); cost is an
+-- integer or "r" for a concurrency release; lease is a decimal ID or "".
+-- KEYS: one per op, in order.
+--
+-- Reply, per group: now, then reason, remaining, resetAfter, retryAfter,
+-- delay for each op; for mode 1 then k and k triples (op, old, new) naming
+-- the string states it changed ("" = no key).
+
+local min_ttl = tonumber(ARGV[1])
+local limits = {}
+local clock
+
+local function limit(spec)
+  local p = limits[spec]
+  if p then
+    return p
+  end
+  local a, q, w, b, i = string.match(spec, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  if not a or not A[tonumber(a)] then
+    return error('sluice: bad limit ' .. spec)
+  end
+  p = {alg = tonumber(a), quota = tonumber(q), window = tonumber(w), burst = tonumber(b), interval = tonumber(i)}
+  limits[spec] = p
+  return p
+end
+
+local function time_now()
+  if not clock then
+    local t = call('TIME')
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock
+end
+
+local function ttl_ms(fresh)
+  return str(max(cdiv(fresh, 1000), min_ttl))
+end
+
+-- Group is the state of one group's keys, loaded once per pass.
+local function new_cache(kbase, ops)
+  local cache, order = {}, {}
+  return function(j)
+    local key = KEYS[kbase + j]
+    local c = cache[key]
+    if c then
+      return c
+    end
+    local p = ops[j].p
+    local alg = A[p.alg]
+    c = {key = key, alg = alg, p = p, j = j}
+    if alg.log then
+      c.st = log_load(key, alg.conc)
+    else
+      c.raw = call('GET', key)
+      c.st = alg.load(c.raw)
+    end
+    cache[key] = c
+    order[#order + 1] = c
+    return c
+  end, order
+end
+
+local function save(order, now)
+  for _, c in ipairs(order) do
+    local st, alg = c.st, c.alg
+    if alg.log then
+      if #st.cmds > 0 or c.dirty then
+        if log_save(c.key, st) then
+          local f = alg.fresh(st, now, c.p)
+          if f > 0 then
+            call('PEXPIRE', c.key, ttl_ms(f))
+          else
+            call('DEL', c.key)
+          end
+        end
+      end
+    elseif c.restore then
+      local f = 0
+      if c.restore ~= '' then
+        f = alg.fresh(alg.load(c.restore), now, c.p)
+      end
+      if f > 0 then
+        call('SET', c.key, c.restore, 'PX', ttl_ms(f))
+      else
+        call('DEL', c.key)
+      end
+    elseif c.dirty then
+      local f = alg.fresh(st, now, c.p)
+      if f > 0 then
+        c.new = alg.encode(st)
+        call('SET', c.key, c.new, 'PX', ttl_ms(f))
+      else
+        call('DEL', c.key)
+      end
+    end
+  end
+end
+
+local function step(c, op, now, cost)
+  if op.rel then
+    return conc_release(c.st, now, c.p, op.lease), false
+  end
+  return c.alg.step(c.st, now, cost, c.p, op.lease)
+end
+
+local out = {}
+local function emit(d)
+  for i = 1, 5 do
+    out[#out + 1] = d[i]
+  end
+end
+
+local groups = tonumber(ARGV[2])
+local ai, kbase = 3, 0
+for _ = 1, groups do
+  local n, mode, now = tonumber(ARGV[ai]), ARGV[ai + 1], ARGV[ai + 2]
+  ai = ai + 3
+  if now == '' then
+    now = time_now()
+  else
+    now = tonumber(now)
+  end
+  local ops = {}
+  for j = 1, n do
+    local cost, lease = ARGV[ai + 1], ARGV[ai + 2]
+    local op = {p = limit(ARGV[ai]), lease = lease}
+    if lease == '' then
+      op.lease = nil
+    end
+    if cost == 'r' then
+      op.rel, op.cost = true, 0
+    else
+      op.cost = tonumber(cost)
+    end
+    ops[j] = op
+    ai = ai + 3
+  end
+  out[#out + 1] = now
+  local res = {}
+  if mode == '2' then
+    local get, order = new_cache(kbase, ops)
+    local k = tonumber(ARGV[ai])
+    ai = ai + 1
+    for _ = 1, k do
+      local c = get(tonumber(ARGV[ai]))
+      if c.raw == ARGV[ai + 2] then
+        c.restore = ARGV[ai + 1]
+        c.st = c.alg.load(c.restore ~= '' and c.restore)
+      end
+      ai = ai + 3
+    end
+    for j = 1, n do
+      local op = ops[j]
+      if not op.rel and op.cost > 0 and op.p.alg >= 6 then
+        local c = get(j)
+        if op.p.alg == 6 then
+          log_unadd(c.st, now, op.cost, nil)
+        else
+          log_unadd(c.st, now + op.p.window, op.cost, op.lease)
+        end
+      end
+    end
+    for j = 1, n do
+      emit((step(get(j), ops[j], now, 0)))
+    end
+    save(order, now)
+  else
+    local get, order = new_cache(kbase, ops)
+    local denied = false
+    for j = 1, n do
+      local c = get(j)
+      local d, charged = step(c, ops[j], now, ops[j].cost)
+      if charged or ops[j].rel then
+        c.dirty = true
+      end
+      if d[1] ~= ALLOWED then
+        denied = true
+      end
+      res[j] = d
+    end
+    if denied then
+      -- Nothing was written yet: start again from the stored state, keep
+      -- the releases, and look instead of charging.
+      get, order = new_cache(kbase, ops)
+      for j = 1, n do
+        if ops[j].rel then
+          local c = get(j)
+          step(c, ops[j], now, 0)
+          c.dirty = true
+        end
+      end
+      for j = 1, n do
+        local op = ops[j]
+        if not op.rel then
+          local c = get(j)
+          if res[j][1] == ALLOWED then
+            res[j] = step(c, op, now, 0)
+          elseif c.alg.log then
+            step(c, op, now, 0)
+          end
+        end
+      end
+    end
+    save(order, now)
+    for j = 1, n do
+      emit(res[j])
+    end
+    if mode == '1' then
+      local undo = {}
+      if not denied then
+        for _, c in ipairs(order) do
+          if not c.alg.log and c.dirty then
+            undo[#undo + 1] = c.j
+            undo[#undo + 1] = c.raw or ''
+            undo[#undo + 1] = c.new or ''
+          end
+        end
+      end
+      out[#out + 1] = #undo / 3
+      for _, v in ipairs(undo) do
+        out[#out + 1] = v
+      end
+    end
+  end
+  kbase = kbase + n
+end
+return out

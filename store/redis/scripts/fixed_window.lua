@@ -1,0 +1,50 @@
+-- fixed_window.lua: algorithm.FixedWindow. State "id:cur" (window index,
+-- count admitted in it).
+
+A[4] = {
+  load = function(raw)
+    if raw then
+      local id, cur = string.match(raw, '^(%-?%d+):(%d+)$')
+      if id then
+        return {id = tonumber(id), cur = tonumber(cur), prev = 0}
+      end
+    end
+    return {id = 0, cur = 0, prev = 0}
+  end,
+  encode = function(s)
+    return str(s.id) .. ':' .. str(s.cur)
+  end,
+  fresh = function(s, now, p)
+    if s.cur > 0 then
+      return (s.id + 1) * p.window - now
+    end
+    return 0
+  end,
+  step = function(s, now, cost, p)
+    local id = max(fdiv(now, p.window), s.id)
+    local cur = s.cur
+    if id ~= s.id then
+      cur = 0
+    end
+    local stop = (id + 1) * p.window - now
+    local d = {ALLOWED, 0, 0, 0, 0}
+    local charged = false
+    if cost > p.quota then
+      d[1] = TOO_HIGH
+    elseif cur + cost > p.quota then
+      d[1] = LIMITED
+      d[4] = stop
+    else
+      cur = cur + cost
+      charged = cost > 0
+    end
+    d[2] = p.quota - cur
+    if cur > 0 then
+      d[3] = stop
+    end
+    if charged then
+      s.id, s.cur = id, cur
+    end
+    return d, charged
+  end,
+}

@@ -1,0 +1,60 @@
+-- gcra.lua: the generic cell rate algorithm and the shared bucket arithmetic
+-- (algorithm/bucket.go). State: the TAT, one integer string, µs.
+
+-- bucket_remaining is bucketRemaining: whole units that fit now.
+local function bucket_remaining(tat, now, p)
+  if p.interval == 0 then
+    return 0
+  end
+  local r = fdiv(p.burst * p.interval - (tat - now), p.interval)
+  return min(max(r, 0), p.burst)
+end
+
+-- bucket_decide is bucketDecide. It returns the TAT to store if charged and
+-- the decision d = {reason, remaining, reset, retry, delay}.
+local function bucket_decide(tat, now, cost, p)
+  local cap = p.burst * p.interval
+  local base = max(tat, now)
+  if cost == 0 or cost > p.burst then
+    local reason = ALLOWED
+    if cost > p.burst then
+      reason = TOO_HIGH
+    end
+    return tat, {reason, bucket_remaining(base, now, p), base - now, 0, 0}
+  end
+  local newtat = base + cost * p.interval
+  local over = newtat - now - cap
+  if over > 0 then
+    return tat, {LIMITED, bucket_remaining(base, now, p), base - now, over, 0}
+  end
+  return newtat, {ALLOWED, bucket_remaining(newtat, now, p), newtat - now, 0, 0}
+end
+
+local tat_kind = {
+  -- load turns the stored string (or nil) into state.
+  load = function(raw)
+    return {tat = tonumber(raw) or 0}
+  end,
+  encode = function(s)
+    return str(s.tat)
+  end,
+  -- fresh is how long until the state is back to a fresh key's.
+  fresh = function(s, now, p)
+    return s.tat - now
+  end,
+}
+
+A[2] = {
+  load = tat_kind.load,
+  encode = tat_kind.encode,
+  fresh = tat_kind.fresh,
+  -- step applies cost; it returns the decision and whether state changed.
+  step = function(s, now, cost, p)
+    local tat, d = bucket_decide(s.tat, now, cost, p)
+    if d[1] == ALLOWED and cost > 0 then
+      s.tat = tat
+      return d, true
+    end
+    return d, false
+  end,
+}

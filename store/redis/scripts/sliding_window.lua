@@ -1,0 +1,94 @@
+-- sliding_window.lua: algorithm.SlidingWindow. State "id:cur:prev".
+-- weighted and first_fit do the same double operations in the same order as
+-- the Go code, so both round identically.
+
+local function weighted(prev, e, w)
+  if prev == 0 then
+    return 0
+  end
+  return ceil(prev * (w - e) / w)
+end
+
+local function first_fit(prev, r, lo, w)
+  local x = w - floor(r * w / prev)
+  x = min(max(x, lo), w - 1)
+  while x > lo and weighted(prev, x - 1, w) <= r do
+    x = x - 1
+  end
+  while weighted(prev, x, w) > r do
+    x = x + 1
+  end
+  return x
+end
+
+local function sliding_retry(cur, prev, e, cost, p)
+  local w = p.window
+  local r = p.quota - cur - cost
+  if r >= 1 and prev > 0 then
+    return first_fit(prev, r, e, w) - e
+  end
+  if cur == 0 then
+    return w - e
+  end
+  r = p.quota - cost
+  if r >= 1 then
+    return w + first_fit(cur, r, 0, w) - e
+  end
+  return 2 * w - e
+end
+
+A[5] = {
+  load = function(raw)
+    if raw then
+      local id, cur, prev = string.match(raw, '^(%-?%d+):(%d+):(%d+)$')
+      if id then
+        return {id = tonumber(id), cur = tonumber(cur), prev = tonumber(prev)}
+      end
+    end
+    return {id = 0, cur = 0, prev = 0}
+  end,
+  encode = function(s)
+    return str(s.id) .. ':' .. str(s.cur) .. ':' .. str(s.prev)
+  end,
+  fresh = function(s, now, p)
+    if s.cur > 0 then
+      return (s.id + 2) * p.window - now
+    elseif s.prev > 0 then
+      return (s.id + 1) * p.window - now
+    end
+    return 0
+  end,
+  step = function(s, now, cost, p)
+    local id = max(fdiv(now, p.window), s.id)
+    local cur, prev = s.cur, s.prev
+    if id == s.id + 1 then
+      cur, prev = 0, s.cur
+    elseif id ~= s.id then
+      cur, prev = 0, 0
+    end
+    local e = max(now - id * p.window, 0)
+    local est = weighted(prev, e, p.window) + cur
+    local d = {ALLOWED, 0, 0, 0, 0}
+    local charged = false
+    if cost > p.quota then
+      d[1] = TOO_HIGH
+    elseif est + cost > p.quota then
+      d[1] = LIMITED
+      d[4] = sliding_retry(cur, prev, e, cost, p)
+    else
+      cur = cur + cost
+      est = est + cost
+      charged = cost > 0
+    end
+    d[2] = max(p.quota - est, 0)
+    if cur > 0 then
+      d[3] = (id + 2) * p.window - now
+    elseif prev > 0 then
+      d[3] = (id + 1) * p.window - now
+    end
+    if charged then
+      s.id, s.cur, s.prev = id, cur, prev
+    end
+    return d, charged
+  end,
+}

@@ -1,0 +1,43 @@
+-- token_bucket.lua: algorithm.TokenBucket. State "missing:last" (tokens
+-- taken and not yet refilled; µs up to which refill has been credited).
+
+A[1] = {
+  load = function(raw)
+    if raw then
+      local m, l = string.match(raw, '^(%d+):(%-?%d+)$')
+      if m then
+        return {m = tonumber(m), l = tonumber(l)}
+      end
+    end
+    return {m = 0, l = 0}
+  end,
+  encode = function(s)
+    return str(s.m) .. ':' .. str(s.l)
+  end,
+  fresh = function(s, now, p)
+    return s.l + s.m * p.interval - now
+  end,
+  step = function(s, now, cost, p)
+    local m, l = s.m, s.l
+    if m > 0 and p.interval > 0 and now - l > 0 then
+      local n = fdiv(now - l, p.interval)
+      if n > 0 then
+        if n >= m then
+          m = 0
+        else
+          m = m - n
+          l = l + n * p.interval
+        end
+      end
+    end
+    if m == 0 then
+      l = max(l, now)
+    end
+    local _, d = bucket_decide(l + m * p.interval, now, cost, p)
+    if d[1] == ALLOWED and cost > 0 then
+      s.m, s.l = m + cost, l
+      return d, true
+    end
+    return d, false
+  end,
+}

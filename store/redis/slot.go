@@ -1,0 +1,59 @@
+package redis
+
+// Keys and hash slots. Redis Cluster maps a key to one of 16384 slots by
+// CRC16 of its hash tag: the part between the first '{' and the next '}' if
+// that part is non-empty, else the whole key.
+
+const numSlots = 16384
+
+// hashTag returns the part of key Redis hashes, and whether key has a tag.
+func hashTag(key string) (string, bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j == i+1 {
+						return key, false
+					}
+					return key[i+1 : j], true
+				}
+			}
+			return key, false
+		}
+	}
+	return key, false
+}
+
+// slotOf returns the cluster slot of a Redis key.
+func slotOf(key string) int {
+	tag, _ := hashTag(key)
+	return int(crc16(tag) % numSlots)
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the checksum
+// Redis Cluster uses for slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// redisKey returns the Redis key for an op key: prefix + key when key has a
+// hash tag of its own, else prefix + "{" + key + "}", so that by default each
+// key is its own slot and a caller who wants several keys in one slot (one
+// atomic script call) gives them the same {tag}.
+func redisKey(prefix, key string) string {
+	if _, ok := hashTag(key); ok {
+		return prefix + key
+	}
+	return prefix + "{" + key + "}"
+}
