@@ -203,12 +203,11 @@ func (s *store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	if len(ops) == 1 {
 		sh := &s.shards[s.shardOf(ops[0].Key)]
 		sh.mu.Lock()
-		d, err := s.apply(sh, &ops[0], now, nil)
+		err := s.apply(sh, &ops[0], now, nil, &results[0])
 		sh.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("memory: %w", err)
 		}
-		results[0] = d
 		return nil
 	}
 	return s.takeBatch(ops, results, now)
@@ -238,15 +237,14 @@ func (s *store) takeBatch(ops []sluice.Op, results []sluice.Result, now int64) e
 	undos := undoBuf[:0]
 	denied := false
 	for i := range ops {
-		r, err := s.apply(&s.shards[idx[i]], &ops[i], now, &undos)
+		err := s.apply(&s.shards[idx[i]], &ops[i], now, &undos, &results[i])
 		if err != nil {
 			for j := len(undos) - 1; j >= 0; j-- {
 				undos[j].revert()
 			}
 			return fmt.Errorf("memory: %w", err)
 		}
-		results[i] = r
-		denied = denied || !r.Allowed
+		denied = denied || !results[i].Allowed
 	}
 	if !denied {
 		return nil
@@ -258,8 +256,7 @@ func (s *store) takeBatch(ops []sluice.Op, results []sluice.Result, now int64) e
 		if results[i].Allowed && !ops[i].Release {
 			look := ops[i]
 			look.Cost = 0
-			r, _ := s.apply(&s.shards[idx[i]], &look, now, nil)
-			results[i] = r
+			_ = s.apply(&s.shards[idx[i]], &look, now, nil, &results[i]) // valid: applied above
 		}
 	}
 	return nil

@@ -149,19 +149,19 @@ func (sh *shard) remove(alg sluice.Algorithm, key string) {
 
 // apply performs one op on its shard. When undos is non-nil (a batch), every
 // committed charge is recorded there. Requires sh.mu.
-func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo) (sluice.Result, error) {
+func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo, out *sluice.Result) error {
 	p, err := sh.params(&op.Limit)
 	if err != nil {
-		return sluice.Result{}, err
+		return err
 	}
 	alg, cost := op.Limit.Algorithm, op.Cost
 	var d algorithm.Decision
 	var lease uint64
 	switch alg {
 	case sluice.GCRA, sluice.LeakyBucket:
-		m, step := sh.gcra, algorithm.GCRA
+		m := sh.gcra
 		if alg == sluice.LeakyBucket {
-			m, step = sh.leaky, algorithm.LeakyBucket
+			m = sh.leaky
 		}
 		st := m[op.Key]
 		var old tatState
@@ -169,7 +169,11 @@ func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo) (sluic
 			old = *st
 		}
 		var tat int64
-		tat, d = step(old.tat, now, cost, p)
+		if alg == sluice.GCRA {
+			tat, d = algorithm.GCRA(old.tat, now, cost, p)
+		} else {
+			tat, d = algorithm.LeakyBucket(old.tat, now, cost, p)
+		}
 		if d.OK() && cost > 0 {
 			isNew := st == nil
 			if isNew {
@@ -197,9 +201,9 @@ func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo) (sluic
 			record(undos, undo{sh: sh, alg: alg, key: op.Key, isNew: isNew, token: old})
 		}
 	case sluice.FixedWindow, sluice.SlidingWindow:
-		m, step := sh.fixed, algorithm.FixedWindow
+		m := sh.fixed
 		if alg == sluice.SlidingWindow {
-			m, step = sh.slide, algorithm.SlidingWindow
+			m = sh.slide
 		}
 		st := m[op.Key]
 		var old windowState
@@ -207,7 +211,11 @@ func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo) (sluic
 			old = *st
 		}
 		var ns algorithm.WindowState
-		ns, d = step(old.s, now, cost, p)
+		if alg == sluice.FixedWindow {
+			ns, d = algorithm.FixedWindow(old.s, now, cost, p)
+		} else {
+			ns, d = algorithm.SlidingWindow(old.s, now, cost, p)
+		}
 		if d.OK() && cost > 0 {
 			isNew := st == nil
 			if isNew {
@@ -258,9 +266,9 @@ func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo) (sluic
 			lease = 0
 		}
 	}
-	r := sluice.FromDecision(d)
-	r.Lease = lease
-	return r, nil
+	*out = sluice.FromDecision(d)
+	out.Lease = lease
+	return nil
 }
 
 func record(undos *[]undo, u undo) {

@@ -127,7 +127,7 @@ func (r *request) charged(ops []sluice.Op) bool {
 // results stores the group's results. committed says whether the charges
 // stand (then acquires get their lease). A refund group leaves the results
 // of releases, decided by the charging group, as they are.
-func (r *request) results(ops []sluice.Op, _ []int, out []sluice.Result, committed bool) {
+func (r *request) results(ops []sluice.Op, out []sluice.Result, committed bool) {
 	for k := range r.n() {
 		i := r.op(k)
 		op := &ops[i]

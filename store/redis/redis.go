@@ -294,7 +294,7 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		if err := s.do(ctx, &s.one, r); err != nil {
 			return err
 		}
-		r.results(ops, nil, results, true)
+		r.results(ops, results, true)
 		return nil
 	}
 	first := slotOf(redisKey(s.prefix, ops[0].Key))
@@ -307,7 +307,7 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		if err := s.do(ctx, s.slotBatcher(first), r); err != nil {
 			return err
 		}
-		r.results(ops, nil, results, true)
+		r.results(ops, results, true)
 		return nil
 	}
 	return s.takeSlots(ctx, ops, results, now)
@@ -357,10 +357,10 @@ func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice
 		}
 	}
 	for _, r := range reqs {
-		r.results(ops, nil, results, !denied)
+		r.results(ops, results, !denied)
 	}
 	for _, f := range refunds {
-		f.results(ops, nil, results, false)
+		f.results(ops, results, false)
 	}
 	return nil
 }

@@ -1,0 +1,137 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+// newTestStore returns a store on url with a fresh random prefix and the
+// fake clock c.
+func newTestStore(t testing.TB, url string, c *storetest.Clock) *Store {
+	t.Helper()
+	opts := Options{URL: url, Prefix: fmt.Sprintf("t%x:", rand.Uint64()), Timeout: 2 * time.Second}
+	if c != nil {
+		opts.Now = c.Now
+	}
+	s, err := New(opts)
+	if err != nil {
+		t.Fatalf("New(%q) = %v", url, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// diffLimits are the limits the differential traces use, one per algorithm
+// and a few shapes each.
+func diffLimits() []sluice.Limit {
+	var ls []sluice.Limit
+	for _, a := range sluice.Algorithms() {
+		ls = append(ls,
+			sluice.Limit{Algorithm: a, Quota: 3, Window: 10 * time.Millisecond},
+			sluice.Limit{Algorithm: a, Quota: 7, Window: 999 * time.Microsecond * 7},
+		)
+		if a.HasBurst() {
+			ls = append(ls, sluice.Limit{Algorithm: a, Quota: 5, Window: 30 * time.Millisecond, Burst: 9})
+		}
+	}
+	return ls
+}
+
+// runDiff replays a random trace against a memory store and st (both on
+// clock c) and fails at the first Result that differs.
+func runDiff(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint64, steps int, keys []string) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 0))
+	mem := memory.New(memory.Options{Now: c.Now})
+	defer mem.Close()
+	limits := diffLimits()
+	keyLimit := map[string]sluice.Limit{}
+	for i, k := range keys {
+		keyLimit[k] = limits[i%len(limits)]
+	}
+	type pair struct {
+		key    string
+		mem, r uint64
+	}
+	var leases []pair
+	ctx := context.Background()
+	for step := range steps {
+		switch x := rng.IntN(10); {
+		case x < 6:
+			c.Advance(time.Duration(rng.IntN(4000)) * time.Microsecond)
+		case x < 7:
+			c.Advance(time.Duration(rng.IntN(40)) * time.Millisecond)
+		case x < 8 && step%17 == 0:
+			c.Advance(-time.Duration(rng.IntN(3000)) * time.Microsecond)
+		}
+		n := 1 + rng.IntN(3)
+		memOps := make([]sluice.Op, n)
+		rOps := make([]sluice.Op, n)
+		for i := range n {
+			k := keys[rng.IntN(len(keys))]
+			l := keyLimit[k]
+			op := sluice.Op{Key: k, Limit: l, Cost: int64(rng.IntN(4))}
+			if rng.IntN(8) == 0 {
+				op.Cost = l.Capacity() + 1
+			}
+			memOps[i], rOps[i] = op, op
+			if l.Algorithm == sluice.Concurrency && len(leases) > 0 && rng.IntN(3) == 0 {
+				j := rng.IntN(len(leases))
+				p := leases[j]
+				if p.key == k {
+					memOps[i] = sluice.Op{Key: k, Limit: l, Release: true, Lease: p.mem}
+					rOps[i] = sluice.Op{Key: k, Limit: l, Release: true, Lease: p.r}
+					leases = append(leases[:j], leases[j+1:]...)
+				}
+			}
+		}
+		want := make([]sluice.Result, n)
+		got := make([]sluice.Result, n)
+		if err := mem.Take(ctx, memOps, want); err != nil {
+			t.Fatalf("step %d: memory Take: %v", step, err)
+		}
+		if err := st.Take(ctx, rOps, got); err != nil {
+			t.Fatalf("step %d: redis Take(%+v): %v", step, rOps, err)
+		}
+		for i := range n {
+			w, g := want[i], got[i]
+			if (w.Lease != 0) != (g.Lease != 0) {
+				t.Fatalf("step %d (seed %d) op %d %+v: lease %d, memory lease %d", step, seed, i, rOps[i], g.Lease, w.Lease)
+			}
+			if w.Lease != 0 {
+				leases = append(leases, pair{rOps[i].Key, w.Lease, g.Lease})
+			}
+			w.Lease, g.Lease = 0, 0
+			if w != g {
+				t.Fatalf("step %d (seed %d, now %v) ops %+v\nop %d: got  %+v\n      want %+v (memory store)", step, seed, c.Now().UnixMicro(), rOps, i, g, w)
+			}
+		}
+	}
+}
+
+func diffKeys(n int, tag string) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = fmt.Sprintf("%sk%d", tag, i)
+	}
+	return ks
+}
+
+func TestDifferentialSingle(t *testing.T) {
+	srv := redistest.Start(t)
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			c := storetest.NewClock()
+			st := newTestStore(t, srv.URL(), c)
+			runDiff(t, st, c, seed, 1500, diffKeys(len(diffLimits()), ""))
+		})
+	}
+}
