@@ -170,7 +170,7 @@ func runBucketsAgree(t *testing.T, newStore NewStore) {
 		tb.Algorithm, gc.Algorithm = sluice.TokenBucket, sluice.GCRA
 		var at time.Duration
 		for i := 0; i < 3000; i++ {
-			step := time.Duration(rng.Int64N(int64(2*l.Window/time.Duration(l.Quota)))).Truncate(time.Microsecond)
+			step := time.Duration(rng.Int64N(int64(2 * l.Window / time.Duration(l.Quota)))).Truncate(time.Microsecond)
 			if rng.IntN(20) == 0 {
 				step = -step // the clock steps back now and then
 			}
