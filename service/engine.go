@@ -1,0 +1,668 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// ErrInvalidRequest marks a request the engine refuses to decide: an empty
+// domain, no descriptors, a descriptor without entries, an entry with an
+// empty key, an unknown override unit, or a hit count above sluice.MaxExact.
+// Servers map it to InvalidArgument (gRPC) or 400 (HTTP); test with
+// errors.Is.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// RuleSource supplies the rules in force. *rules.Watcher satisfies it.
+// Current must be safe for concurrent use and should not return nil (nil is
+// treated as a snapshot without rules).
+type RuleSource interface {
+	Current() *rules.Snapshot
+}
+
+// StaticRules is a RuleSource that always returns the same snapshot.
+type StaticRules struct{ Snapshot *rules.Snapshot }
+
+// Current returns s.Snapshot.
+func (s StaticRules) Current() *rules.Snapshot { return s.Snapshot }
+
+// Engine decides check requests. Create it with New; it is safe for
+// concurrent use.
+//
+// One Check makes at most one call to the store for all of a request's
+// descriptors (two in one rare case: when only shadow-mode limits denied,
+// the batch is taken again without them so the enforced limits are charged;
+// see Check). Store failures are never returned: each limit's failure mode
+// decides, and a circuit breaker keeps checks from waiting on a store that
+// keeps failing.
+type Engine struct {
+	cfg     Config
+	src     RuleSource
+	store   sluice.Store
+	m       *Metrics
+	logger  *slog.Logger
+	breaker *gobreaker.CircuitBreaker[struct{}]
+
+	mu    sync.Mutex // serializes cache rebuilds
+	cache atomic.Pointer[compiled]
+
+	lastLog    atomic.Int64 // unix nanoseconds of the last store-failure log
+	suppressed atomic.Int64 // store failures not logged since
+}
+
+// compiled is what the engine derives once per snapshot.
+type compiled struct {
+	snap  *rules.Snapshot
+	rules map[*rules.Rule]*ruleInfo
+}
+
+// ruleInfo is the per-rule data the hot path needs ready-made.
+type ruleInfo struct {
+	middle   string       // key part after the hash tag
+	local    sluice.Limit // limit for the local fallback
+	mode     rules.FailureMode
+	current  CurrentLimit
+	outcomes [numOutcomes]prometheus.Counter
+	near     prometheus.Counter
+}
+
+// New returns an Engine deciding with the rules of src and the state in
+// store. m may be nil (metrics are kept but not registered anywhere); logger
+// may be nil (no logging). cfg must be valid (Config.Validate).
+func New(cfg Config, src RuleSource, store sluice.Store, m *Metrics, logger *slog.Logger) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if src == nil {
+		return nil, errors.New("service: New: nil rule source")
+	}
+	if store == nil {
+		return nil, errors.New("service: New: nil store")
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	e := &Engine{cfg: cfg, src: src, store: store, m: m, logger: logger}
+	threshold := cfg.Breaker.ConsecutiveFailures
+	e.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "store",
+		MaxRequests: cfg.Breaker.HalfOpenProbes,
+		Timeout:     cfg.Breaker.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= threshold },
+		// A caller that gave up says nothing about the store's health.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			m.breaker.Set(float64(breakerGauge(to)))
+			logger.Warn("store circuit breaker changed state", "from", from.String(), "to", to.String())
+		},
+	})
+	m.breaker.Set(0)
+	e.rulesFor(src.Current()) // metric series of every rule exist from the start
+	return e, nil
+}
+
+func breakerGauge(s gobreaker.State) int {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return 1
+	case gobreaker.StateOpen:
+		return 2
+	}
+	return 0
+}
+
+// BreakerState returns the store circuit breaker's state: "closed",
+// "half-open" or "open".
+func (e *Engine) BreakerState() string { return e.breaker.State().String() }
+
+// Ready reports whether the engine can decide with the store: rules are
+// loaded and the store answers a look (cost 0) at a reserved key. Use it for
+// readiness probes. It bypasses the circuit breaker, so it tells the store's
+// own state.
+func (e *Engine) Ready(ctx context.Context) error {
+	if e.src.Current() == nil {
+		return errors.New("service: no rules loaded")
+	}
+	ops := []sluice.Op{{Key: "{sluice}|ready", Limit: sluice.PerSecond(sluice.FixedWindow, 1)}}
+	res := make([]sluice.Result, 1)
+	if err := e.store.Take(ctx, ops, res); err != nil {
+		return fmt.Errorf("service: store not answering: %w", err)
+	}
+	return nil
+}
+
+// rulesFor returns the per-rule data of snapshot s, building it on the first
+// check after a reload.
+func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
+	if c := e.cache.Load(); c != nil && c.snap == s {
+		return c
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.cache.Load()
+	if old != nil && old.snap == s {
+		return old
+	}
+	c := &compiled{snap: s, rules: map[*rules.Rule]*ruleInfo{}}
+	live := map[[2]string]bool{}
+	for _, r := range s.Rules() {
+		info := &ruleInfo{mode: r.FailureMode}
+		if info.mode == rules.FailureDefault {
+			info.mode = e.cfg.DefaultFailureMode
+		}
+		if !r.Unlimited {
+			info.middle = ruleMiddle(r)
+			info.local = scaleLimit(r.Limit, e.cfg.ExpectedReplicas)
+		}
+		info.current = CurrentLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Limit.Window}
+		for o := range info.outcomes {
+			info.outcomes[o] = e.m.decisions.WithLabelValues(r.Domain, r.ID, outcomeNames[o])
+		}
+		info.near = e.m.nearLimit.WithLabelValues(r.Domain, r.ID)
+		c.rules[r] = info
+		live[[2]string{r.Domain, r.ID}] = true
+	}
+	if old != nil { // drop the series of rules that are gone
+		for r := range old.rules {
+			if !live[[2]string{r.Domain, r.ID}] {
+				for _, o := range outcomeNames {
+					e.m.decisions.DeleteLabelValues(r.Domain, r.ID, o)
+				}
+				e.m.nearLimit.DeleteLabelValues(r.Domain, r.ID)
+			}
+		}
+	}
+	e.cache.Store(c)
+	return c
+}
+
+// scaleLimit divides a limit's quota and burst by the replica count, rounding
+// up and keeping at least 1 of a non-zero figure. If the result would not be
+// a valid limit, the limit is kept as it is.
+func scaleLimit(l sluice.Limit, replicas int) sluice.Limit {
+	if replicas <= 1 {
+		return l
+	}
+	div := func(x int64) int64 {
+		if x == 0 {
+			return 0
+		}
+		return max(1, (x+int64(replicas)-1)/int64(replicas))
+	}
+	s := l
+	s.Quota, s.Burst = div(l.Quota), div(l.Burst)
+	if s.Validate() != nil {
+		return l
+	}
+	return s
+}
+
+// plan is one descriptor's part of a check.
+type plan struct {
+	desc    int         // index into the request's descriptors
+	info    *ruleInfo   // nil for an override
+	rule    *rules.Rule // nil for an override
+	mode    rules.FailureMode
+	shadow  bool
+	local   sluice.Limit
+	op      int  // index into ops, -1 when the rule is unlimited
+	ks, ke  int  // the op's key is scratch.key[ks:ke]
+	dropped bool // replaced by another matched rule
+	// shadowHit: a shadow-mode limit denied in an earlier pass and was
+	// retried as a look; shadowRes is the denial it reported.
+	shadowHit bool
+	shadowRes sluice.Result
+}
+
+// scratch holds a check's working memory, reused through a pool.
+type scratch struct {
+	plans   []plan
+	ops     []sluice.Op
+	results []sluice.Result
+	local   []sluice.Op
+	lres    []sluice.Result
+	key     []byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func (s *scratch) release() {
+	clear(s.ops) // drop references to keys
+	clear(s.local)
+	for i := range s.plans {
+		s.plans[i] = plan{}
+	}
+	s.plans, s.ops, s.results, s.local, s.lres, s.key =
+		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0]
+	scratchPool.Put(s)
+}
+
+// Check decides a request.
+//
+// Every descriptor is matched against the rules of req.Domain (a limit given
+// in the descriptor replaces the rules, as in envoy, for domains that have a
+// rule file); the limits of all matched descriptors are applied in one store
+// call, all-or-nothing, so a denied request charges none of its limits.
+// Statuses come back in request order; any OVER_LIMIT status makes the
+// overall code OVER_LIMIT. A rule in shadow mode is charged and counted but
+// reports OK. A rule whose name another matched rule replaces is left out. An
+// unlimited rule is always OK. A descriptor's cost is its own Hits if set
+// (zero looks without charging), else req.Hits, else 1.
+//
+// When only shadow-mode limits deny, the batch is taken a second time with
+// those limits as looks, so the enforced limits are charged: shadow mode
+// must not change what is admitted.
+//
+// When the store fails, each limit's failure mode decides: open allows,
+// closed denies, local asks the in-process fallback store at the limit
+// divided by ExpectedReplicas. Check returns an error only for an invalid
+// request, wrapping ErrInvalidRequest.
+func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
+	start := time.Now()
+	if err := validate(&req); err != nil {
+		return Response{}, err
+	}
+	snap := e.src.Current()
+	c := e.rulesFor(snap)
+	n := len(req.Descriptors)
+	resp := Response{OverallCode: CodeOK, Statuses: make([]Status, n)}
+	var currents []CurrentLimit // allocated once, when the first limit matches
+
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+
+	knownDomain := snap.HasDomain(req.Domain)
+	replacing := false
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		st := &resp.Statuses[i]
+		st.Code = CodeOK
+		if !knownDomain {
+			continue
+		}
+		cost := req.Hits
+		if cost == 0 {
+			cost = 1
+		}
+		if d.Hits != nil {
+			cost = *d.Hits
+		}
+		if d.Limit != nil {
+			window, _ := rules.UnitWindow(d.Limit.Unit) // validated
+			lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: int64(d.Limit.RequestsPerUnit), Window: window}
+			if currents == nil {
+				currents = make([]CurrentLimit, n)
+			}
+			currents[i] = CurrentLimit{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: strings.ToLower(d.Limit.Unit), Window: window}
+			st.CurrentLimit = &currents[i]
+			ks := len(sc.key)
+			sc.key = appendKey(sc.key, req.Domain, d.Entries, nil, string(overrideMiddle(lim)))
+			sc.plans = append(sc.plans, plan{desc: i, mode: e.cfg.DefaultFailureMode, local: scaleLimit(lim, e.cfg.ExpectedReplicas),
+				op: len(sc.ops), ks: ks, ke: len(sc.key)})
+			sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: int64(cost)})
+			continue
+		}
+		r := snap.Match(req.Domain, d.Entries)
+		if r == nil {
+			continue
+		}
+		info := c.rules[r]
+		st.Rule = r
+		if len(r.Replaces) > 0 {
+			replacing = true
+		}
+		if r.Unlimited {
+			st.Unlimited = true
+			sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, op: -1})
+			continue
+		}
+		if currents == nil {
+			currents = make([]CurrentLimit, n)
+		}
+		currents[i] = info.current
+		st.CurrentLimit = &currents[i]
+		ks := len(sc.key)
+		sc.key = appendKey(sc.key, req.Domain, d.Entries, r.Path, info.middle)
+		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode, local: info.local,
+			op: len(sc.ops), ks: ks, ke: len(sc.key)})
+		sc.ops = append(sc.ops, sluice.Op{Limit: r.Limit, Cost: int64(cost)})
+	}
+	if replacing {
+		e.applyReplaces(sc, &resp)
+	}
+	if len(sc.ops) > 0 {
+		// One allocation for every key of the request.
+		keys := string(sc.key)
+		for i := range sc.plans {
+			if p := &sc.plans[i]; p.op >= 0 {
+				sc.ops[p.op].Key = keys[p.ks:p.ke]
+			}
+		}
+		e.decide(ctx, sc, &resp)
+	}
+	e.record(sc, &req, &resp)
+	e.m.duration.Observe(time.Since(start).Seconds())
+	return resp, nil
+}
+
+// applyReplaces drops the limits whose names other matched rules replace.
+func (e *Engine) applyReplaces(sc *scratch, resp *Response) {
+	kept := sc.ops[:0]
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.rule != nil && p.rule.Name != "" && replaced(p.rule, sc.plans) {
+			p.dropped = true
+			resp.Statuses[p.desc] = Status{Code: CodeOK}
+			continue
+		}
+		if p.op >= 0 {
+			p.op, kept = len(kept), append(kept, sc.ops[p.op])
+		}
+	}
+	for i := range sc.plans {
+		if p := &sc.plans[i]; p.dropped {
+			p.op = -1
+		}
+	}
+	sc.ops = kept
+}
+
+// replaced reports whether a matched rule other than r itself names r in its
+// replaces.
+func replaced(r *rules.Rule, plans []plan) bool {
+	for i := range plans {
+		o := plans[i].rule
+		if o == nil || o == r {
+			continue
+		}
+		for _, n := range o.Replaces {
+			if n == r.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// decide takes the ops from the store, or applies the failure policy, and
+// fills the statuses of the planned descriptors.
+func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) {
+	sc.results = growResults(sc.results, len(sc.ops))
+	err := e.take(ctx, sc.ops, sc.results)
+	for pass := 0; err == nil && pass < 2; pass++ {
+		// Only shadow limits denied? Then take again with them as looks.
+		enforcedDenied, shadowDenied := false, false
+		for i := range sc.plans {
+			p := &sc.plans[i]
+			if p.op < 0 || p.dropped || sc.results[p.op].Allowed {
+				continue
+			}
+			if p.shadow {
+				shadowDenied = true
+			} else {
+				enforcedDenied = true
+			}
+		}
+		if enforcedDenied || !shadowDenied {
+			break
+		}
+		for i := range sc.plans {
+			p := &sc.plans[i]
+			if p.op >= 0 && !p.dropped && p.shadow && !sc.results[p.op].Allowed {
+				p.shadowHit, p.shadowRes = true, sc.results[p.op]
+				sc.ops[p.op].Cost = 0
+			}
+		}
+		err = e.take(ctx, sc.ops, sc.results)
+	}
+	if err != nil {
+		e.fail(ctx, sc, resp, err)
+		return
+	}
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.op < 0 || p.dropped {
+			continue
+		}
+		r := sc.results[p.op]
+		if p.shadowHit {
+			r = p.shadowRes
+		}
+		st := &resp.Statuses[p.desc]
+		st.Result = r
+		if !r.Allowed {
+			st.Code = CodeOverLimit
+		}
+	}
+}
+
+func growResults(r []sluice.Result, n int) []sluice.Result {
+	if cap(r) < n {
+		return make([]sluice.Result, n)
+	}
+	r = r[:n]
+	clear(r)
+	return r
+}
+
+// take calls the store through the circuit breaker.
+func (e *Engine) take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
+	_, err := e.breaker.Execute(func() (struct{}, error) {
+		if e.cfg.StoreTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, e.cfg.StoreTimeout)
+			defer cancel()
+		}
+		return struct{}{}, e.store.Take(ctx, ops, results)
+	})
+	return err
+}
+
+// fail applies each limit's failure mode after the store failed with err.
+func (e *Engine) fail(ctx context.Context, sc *scratch, resp *Response, err error) {
+	reason := "error"
+	switch {
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+		reason = "breaker_open"
+	case errors.Is(err, context.DeadlineExceeded):
+		reason = "timeout"
+	}
+	e.m.storeErrors.WithLabelValues(reason).Inc()
+	e.logFailure(reason, err)
+
+	// Closed limits deny first; if one does, the request is denied, so the
+	// local fallback only looks and charges nothing.
+	closedDenies := false
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		p.shadowHit = false
+		if p.op < 0 || p.dropped {
+			continue
+		}
+		st := &resp.Statuses[p.desc]
+		st.Result = sluice.Result{}
+		mode := p.mode
+		if mode == rules.FailureLocal && e.cfg.Fallback == nil {
+			mode = rules.FailureOpen
+		}
+		switch mode {
+		case rules.FailureClosed:
+			st.Degraded = OutcomeFailedClosed
+			st.Code = CodeOverLimit
+			if !p.shadow {
+				closedDenies = true
+			}
+		case rules.FailureLocal:
+			st.Degraded = "local"
+			sc.local = append(sc.local, sluice.Op{Key: sc.ops[p.op].Key, Limit: p.local, Cost: sc.ops[p.op].Cost})
+		default:
+			st.Degraded = OutcomeFailedOpen
+			st.Code = CodeOK
+		}
+	}
+	if len(sc.local) == 0 {
+		return
+	}
+	if closedDenies {
+		for i := range sc.local {
+			sc.local[i].Cost = 0
+		}
+	}
+	sc.lres = growResults(sc.lres, len(sc.local))
+	lerr := e.cfg.Fallback.Take(ctx, sc.local, sc.lres)
+	j := 0
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		st := &resp.Statuses[p.desc]
+		if p.op < 0 || p.dropped || st.Degraded != "local" {
+			continue
+		}
+		if lerr != nil {
+			// The in-process store cannot normally fail; if it does, allow.
+			st.Degraded, st.Code = OutcomeFailedOpen, CodeOK
+		} else {
+			st.Result = sc.lres[j]
+			if !st.Result.Allowed {
+				st.Code = CodeOverLimit
+			}
+		}
+		j++
+	}
+	if lerr != nil {
+		e.logger.Error("local fallback store failed; allowing", "err", lerr)
+	}
+}
+
+// logFailure logs store failures, at most one line a second.
+func (e *Engine) logFailure(reason string, err error) {
+	now := time.Now().UnixNano()
+	last := e.lastLog.Load()
+	if now-last < int64(time.Second) || !e.lastLog.CompareAndSwap(last, now) {
+		e.suppressed.Add(1)
+		return
+	}
+	e.logger.Warn("store failed; applying failure policy", "reason", reason, "err", err,
+		"suppressed", e.suppressed.Swap(0), "breaker", e.breaker.State().String())
+}
+
+// record applies shadow mode to the statuses, sets the overall code, and
+// counts the decisions.
+func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.dropped {
+			continue
+		}
+		st := &resp.Statuses[p.desc]
+		var out int
+		switch {
+		case p.op < 0: // unlimited
+			out = outAllowed
+		case st.Code == CodeOverLimit && p.shadow:
+			st.Code, st.Shadowed = CodeOK, true
+			out = outShadowDenied
+		case st.Degraded == OutcomeFailedOpen:
+			out = outFailedOpen
+		case st.Degraded == OutcomeFailedClosed:
+			out = outFailedClosed
+		case st.Degraded == "local" && st.Code == CodeOverLimit:
+			out = outLocalDenied
+		case st.Degraded == "local":
+			out = outLocalAllowed
+		case st.Code == CodeOverLimit:
+			out = outDenied
+		default:
+			out = outAllowed
+		}
+		if p.shadowHit {
+			st.Code, st.Shadowed = CodeOK, true
+			out = outShadowDenied
+		}
+		if st.Code == CodeOverLimit {
+			resp.OverallCode = CodeOverLimit
+		}
+		near := out == outAllowed && p.op >= 0 && st.Result.Limit > 0 &&
+			float64(st.Result.Limit-st.Result.Remaining) > e.cfg.NearLimitRatio*float64(st.Result.Limit)
+		switch {
+		case p.info == nil: // override: never per-value labels
+			e.m.decisions.WithLabelValues(req.Domain, "override", outcomeNames[out]).Inc()
+			if near {
+				e.m.nearLimit.WithLabelValues(req.Domain, "override").Inc()
+			}
+		case p.rule.DetailedMetric:
+			label := detailedLabel(req.Descriptors[p.desc].Entries)
+			e.m.decisions.WithLabelValues(req.Domain, label, outcomeNames[out]).Inc()
+			if near {
+				e.m.nearLimit.WithLabelValues(req.Domain, label).Inc()
+			}
+		default:
+			p.info.outcomes[out].Inc()
+			if near {
+				p.info.near.Inc()
+			}
+		}
+	}
+}
+
+// detailedLabel is the rule label of a detailed_metric rule: the request's
+// entries as key=value joined with ".".
+func detailedLabel(entries []rules.Entry) string {
+	var b strings.Builder
+	for i, en := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(en.Key)
+		b.WriteByte('=')
+		b.WriteString(en.Value)
+	}
+	return b.String()
+}
+
+// validate checks a request's shape.
+func validate(req *Request) error {
+	if req.Domain == "" {
+		return fmt.Errorf("service: %w: empty domain", ErrInvalidRequest)
+	}
+	if len(req.Descriptors) == 0 {
+		return fmt.Errorf("service: %w: no descriptors", ErrInvalidRequest)
+	}
+	if req.Hits > sluice.MaxExact {
+		return fmt.Errorf("service: %w: hits %d above %d", ErrInvalidRequest, req.Hits, uint64(sluice.MaxExact))
+	}
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		if len(d.Entries) == 0 {
+			return fmt.Errorf("service: %w: descriptor %d has no entries", ErrInvalidRequest, i)
+		}
+		for j := range d.Entries {
+			if d.Entries[j].Key == "" {
+				return fmt.Errorf("service: %w: descriptor %d: entry %d has an empty key", ErrInvalidRequest, i, j)
+			}
+		}
+		if d.Hits != nil && *d.Hits > sluice.MaxExact {
+			return fmt.Errorf("service: %w: descriptor %d: hits %d above %d", ErrInvalidRequest, i, *d.Hits, uint64(sluice.MaxExact))
+		}
+		if d.Limit != nil {
+			if _, ok := rules.UnitWindow(d.Limit.Unit); !ok {
+				return fmt.Errorf("service: %w: descriptor %d: limit unit %q (want second, minute, hour, day, week, month or year)", ErrInvalidRequest, i, d.Limit.Unit)
+			}
+		}
+	}
+	return nil
+}

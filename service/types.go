@@ -1,0 +1,102 @@
+// Package service is Sluice's transport-free decision engine: it matches a
+// request's descriptors to rules, applies every limit in one store call,
+// combines the answers, honours shadow mode and per-limit failure modes, and
+// records metrics.
+package service
+
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// Request asks whether a request may proceed. It mirrors envoy's
+// RateLimitRequest without its protobuf types.
+type Request struct {
+	// Domain selects the rule file. Required.
+	Domain string
+	// Descriptors each describe one thing to limit. At least one is required.
+	Descriptors []Descriptor
+	// Hits is what each descriptor costs unless it says otherwise; 0 means 1.
+	Hits uint64
+}
+
+// Descriptor is one list of entries to match against the rules.
+type Descriptor struct {
+	// Entries are matched level by level; at least one, each with a key.
+	Entries []rules.Entry
+	// Limit, when set, replaces the rule files' limit for this descriptor.
+	Limit *LimitOverride
+	// Hits, when set, overrides Request.Hits for this descriptor; 0 checks
+	// without charging.
+	Hits *uint64
+}
+
+// LimitOverride is a limit given in the request itself (envoy's
+// RateLimitDescriptor.limit).
+type LimitOverride struct {
+	RequestsPerUnit uint32
+	// Unit is an envoy unit name: second, minute, hour, day, week, month,
+	// year.
+	Unit string
+}
+
+// Code is the decision for one descriptor or a whole request.
+type Code uint8
+
+const (
+	// CodeOK: allowed.
+	CodeOK Code = iota + 1
+	// CodeOverLimit: denied.
+	CodeOverLimit
+)
+
+// String returns "OK" or "OVER_LIMIT".
+func (c Code) String() string {
+	switch c {
+	case CodeOK:
+		return "OK"
+	case CodeOverLimit:
+		return "OVER_LIMIT"
+	}
+	return "UNKNOWN"
+}
+
+// CurrentLimit is the limit that applied to a descriptor, in envoy's terms.
+type CurrentLimit struct {
+	Name            string
+	RequestsPerUnit uint32
+	// Unit is the envoy unit name, or "" when the rule used a window that no
+	// envoy unit expresses (see Window).
+	Unit   string
+	Window time.Duration
+}
+
+// Status is the decision for one request descriptor.
+type Status struct {
+	Code Code
+	// Rule is the rule that matched, nil when none did (or for an override).
+	Rule *rules.Rule
+	// CurrentLimit is nil when no rule matched.
+	CurrentLimit *CurrentLimit
+	// Unlimited: the matching rule is unlimited (LimitRemaining is max uint32
+	// on the envoy wire).
+	Unlimited bool
+	// Result is the store's answer for this descriptor's limit (zero when no
+	// rule matched, unlimited, or the store failed).
+	Result sluice.Result
+	// Shadowed: the limit denied but the rule is in shadow mode, so Code is OK.
+	Shadowed bool
+	// Degraded says how the failure policy decided, "" when the store
+	// answered: "failed_open", "failed_closed", "local".
+	Degraded string
+}
+
+// Response is the decision for a whole request.
+type Response struct {
+	// OverallCode is CodeOverLimit if any status is, else CodeOK.
+	OverallCode Code
+	// Statuses has one entry per request descriptor, in request order.
+	Statuses []Status
+}
