@@ -135,3 +135,23 @@ func TestDifferentialSingle(t *testing.T) {
 		})
 	}
 }
+
+func TestDifferentialCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	for _, tc := range []struct {
+		name string
+		tag  string
+	}{
+		{"cross-slot", ""},     // each key its own slot: refunds on denial
+		{"one-slot", "{acme}"}, // shared hash tag: one script call per Take
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := storetest.NewClock()
+			st := newTestStore(t, cl.URL(), c)
+			if !st.Cluster() {
+				t.Fatal("store on a cluster URL is not in cluster mode")
+			}
+			runDiff(t, st, c, 7, 1500, diffKeys(len(diffLimits()), tc.tag))
+		})
+	}
+}

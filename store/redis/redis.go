@@ -294,7 +294,7 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		if err := s.do(ctx, &s.one, r); err != nil {
 			return err
 		}
-		r.results(ops, results, true)
+		r.results(ops, results, !r.denied())
 		return nil
 	}
 	first := slotOf(redisKey(s.prefix, ops[0].Key))
@@ -307,7 +307,7 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		if err := s.do(ctx, s.slotBatcher(first), r); err != nil {
 			return err
 		}
-		r.results(ops, results, true)
+		r.results(ops, results, !r.denied())
 		return nil
 	}
 	return s.takeSlots(ctx, ops, results, now)
