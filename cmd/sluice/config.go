@@ -1,0 +1,226 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// serveConfig is everything `sluice serve` can be told. Start from
+// defaultServeConfig; bind sets it from flags and SLUICE_* variables;
+// Validate reports every bad field.
+type serveConfig struct {
+	Rules   rulesConfig
+	Listen  listenConfig
+	Store   storeConfig
+	Service engineConfig
+	Log     logConfig
+	// ShutdownTimeout bounds the drain of in-flight calls on SIGINT/SIGTERM;
+	// what is still running after it is cut off.
+	ShutdownTimeout time.Duration
+}
+
+type rulesConfig struct {
+	// Dir is the directory of rule files, watched for changes.
+	Dir string
+	// DefaultAlgorithm applies to rate_limits that name none.
+	DefaultAlgorithm string
+}
+
+type listenConfig struct {
+	// GRPC serves envoy's rate limit service, health and reflection.
+	GRPC string
+	// HTTP serves /v1/check, /json, health, /metrics and /debug/rules.
+	HTTP string
+	// Debug serves pprof (and /metrics, /debug/rules); "" turns it off.
+	Debug string
+	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
+	// responses (envoy response_headers_to_add; HTTP headers).
+	ResponseHeaders bool
+}
+
+type storeConfig struct {
+	// Kind is "memory" or "redis".
+	Kind  string
+	Redis redisConfig
+}
+
+type redisConfig struct {
+	// URL: redis://[user:pass@]host:port/db, rediss://…, a Sentinel URL
+	// (redis-sentinel://host:port,host:port/master) or a cluster URL
+	// (redis-cluster://host:port,host:port); see store/redis.ParseURL.
+	URL string
+	// Prefix is put before every key Sluice writes; "" means the URL's
+	// prefix parameter, else the store's default.
+	Prefix string
+	// Timeout bounds one store call; 0 means the URL's timeout parameter,
+	// else the store's default (50ms).
+	Timeout time.Duration
+}
+
+type engineConfig struct {
+	// ExpectedReplicas divides limits for failure_mode local.
+	ExpectedReplicas int
+	// DefaultFailureMode applies to rules that name none.
+	DefaultFailureMode string
+}
+
+type logConfig struct {
+	// Format is "text" or "json".
+	Format string
+	// Level is debug, info, warn or error.
+	Level string
+}
+
+// defaultServeConfig runs on a fresh clone: memory store, the example rules,
+// loopback listeners.
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		Rules:  rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String()},
+		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070"},
+		Store: storeConfig{Kind: "memory", Redis: redisConfig{
+			URL: "redis://127.0.0.1:6379/0",
+		}},
+		Service:         engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open"},
+		Log:             logConfig{Format: "text", Level: "info"},
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// flags binds every field to a flag of fs. Each flag also reads the
+// variable SLUICE_<NAME> (upper case, - as _) when not given on the command
+// line.
+func (c *serveConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Rules.Dir, "rules", c.Rules.Dir, "directory of rule files (watched for changes)")
+	fs.StringVar(&c.Rules.DefaultAlgorithm, "default-algorithm", c.Rules.DefaultAlgorithm, "algorithm of rules that name none: "+algorithmList())
+	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "gRPC listen address (envoy RLS v3, health, reflection)")
+	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
+	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" turns it off`)
+	fs.BoolVar(&c.Listen.ResponseHeaders, "response-headers", c.Listen.ResponseHeaders, "add RateLimit, RateLimit-Policy and Retry-After headers to answers")
+	fs.StringVar(&c.Store.Kind, "store", c.Store.Kind, "where counters live: memory or redis")
+	fs.StringVar(&c.Store.Redis.URL, "redis-url", c.Store.Redis.URL, "Redis URL: redis://host:port/db, redis-sentinel://h:p,h:p/master, redis-cluster://h:p,h:p")
+	fs.StringVar(&c.Store.Redis.Prefix, "redis-prefix", c.Store.Redis.Prefix, "prefix of every Redis key (default: the store's, sluice:)")
+	fs.DurationVar(&c.Store.Redis.Timeout, "redis-timeout", c.Store.Redis.Timeout, "timeout of one Redis call (0: the store's default, 50ms)")
+	fs.IntVar(&c.Service.ExpectedReplicas, "expected-replicas", c.Service.ExpectedReplicas, "replicas sharing the store; failure_mode local enforces limit ÷ this")
+	fs.StringVar(&c.Service.DefaultFailureMode, "default-failure-mode", c.Service.DefaultFailureMode, "failure mode of rules that name none: open, closed or local")
+	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
+	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")
+}
+
+func algorithmList() string {
+	var names []string
+	for _, a := range sluice.Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// envName is the environment variable that sets a flag.
+func envName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags parses args into fs, then applies SLUICE_* variables to every
+// flag the command line did not set: a flag wins over the environment.
+func parseFlags(fs *flag.FlagSet, args []string, getenv env) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		name := envName(f.Name)
+		if v := getenv(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Validate reports every invalid field, one error each.
+func (c serveConfig) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Rules.Dir == "" {
+		bad("--rules: empty; give a directory of rule files")
+	} else if fi, err := os.Stat(c.Rules.Dir); err != nil {
+		bad("--rules: %v", err)
+	} else if !fi.IsDir() {
+		bad("--rules: %s is not a directory", c.Rules.Dir)
+	}
+	if _, err := sluice.ParseAlgorithm(c.Rules.DefaultAlgorithm); err != nil {
+		bad("--default-algorithm: %v", err)
+	}
+	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", c.Listen.GRPC}, {"--http-addr", c.Listen.HTTP}, {"--debug-addr", c.Listen.Debug}} {
+		if a.addr == "" && a.flag == "--debug-addr" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			bad("%s: %q is not host:port: %v", a.flag, a.addr, err)
+		}
+	}
+	switch c.Store.Kind {
+	case "memory":
+	case "redis":
+		if c.Store.Redis.URL == "" {
+			bad("--redis-url: empty, but --store is redis")
+		}
+		if c.Store.Redis.Timeout < 0 {
+			bad("--redis-timeout: %v, want a positive duration (or 0 for the default)", c.Store.Redis.Timeout)
+		}
+	default:
+		bad("--store: %q, want memory or redis", c.Store.Kind)
+	}
+	if c.Service.ExpectedReplicas < 1 {
+		bad("--expected-replicas: %d, want at least 1", c.Service.ExpectedReplicas)
+	}
+	if _, err := service.ParseFailureMode(c.Service.DefaultFailureMode); err != nil {
+		bad("--default-failure-mode: %v", err)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("--log-format: %q, want text or json", c.Log.Format)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.Log.Level)); err != nil {
+		bad("--log-level: %q, want debug, info, warn or error", c.Log.Level)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("--shutdown-timeout: %v, want a positive duration", c.ShutdownTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// logger builds the server's logger on w.
+func (c serveConfig) logger(w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Log.Level)) // validated
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

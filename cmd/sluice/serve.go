@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/server/api"
+	"github.com/sluice-rl/sluice/server/rls"
+	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis"
+)
+
+func init() {
+	register("serve", "run the rate-limit service (envoy RLS over gRPC, HTTP API)", runServe)
+}
+
+func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
+	cfg := defaultServeConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.flags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sluice serve [flags]")
+		fmt.Fprintln(stderr, "\nEvery flag can also be set with SLUICE_<FLAG> (upper case, - as _); a flag wins.")
+		fmt.Fprintln(stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q: %w", fs.Args(), errUsage)
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	s, err := newServer(cfg, cfg.logger(stderr), deps{})
+	if err != nil {
+		return err
+	}
+	return s.run(ctx)
+}
+
+// server is one running `sluice serve`: rules, store, engine and the three
+// listeners. Build it with newServer (which binds the listeners, so
+// addresses ending in :0 are known at once) and serve with run.
+type server struct {
+	cfg     serveConfig
+	log     *slog.Logger
+	watcher *rules.Watcher
+	store   sluice.Store
+	closers []io.Closer
+	engine  *service.Engine
+	rls     *rls.Server
+	grpc    *grpc.Server
+	http    *http.Server
+	debug   *http.Server
+
+	grpcLn, httpLn, debugLn net.Listener
+	draining                atomic.Bool
+}
+
+// deps are what newServer takes besides configuration; the zero value is
+// production.
+type deps struct {
+	// now, if set, is the stores' clock (tests pass a fake one; the Redis
+	// store then sends it to its scripts instead of reading Redis TIME).
+	now func() time.Time
+}
+
+// newServer assembles the service from cfg (already validated) and binds its
+// listeners. On error, everything it opened is closed again.
+func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error) {
+	s := &server{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	alg, err := sluice.ParseAlgorithm(cfg.Rules.DefaultAlgorithm)
+	if err != nil {
+		return nil, fmt.Errorf("serve: --default-algorithm: %w", err)
+	}
+	s.watcher, err = rules.NewWatcher(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
+	if err != nil {
+		return nil, fmt.Errorf("serve: rules: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := service.NewMetrics(reg)
+	s.watcher.OnReload = metrics.ObserveReload
+
+	ecfg := service.DefaultConfig()
+	ecfg.ExpectedReplicas = cfg.Service.ExpectedReplicas
+	if ecfg.DefaultFailureMode, err = service.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
+		return nil, fmt.Errorf("serve: --default-failure-mode: %w", err)
+	}
+	switch cfg.Store.Kind {
+	case "redis":
+		ropts, err := redis.ParseURL(cfg.Store.Redis.URL)
+		if err != nil {
+			return nil, fmt.Errorf("serve: --redis-url: %w", err)
+		}
+		if cfg.Store.Redis.Prefix != "" {
+			ropts.Prefix = cfg.Store.Redis.Prefix
+		}
+		if cfg.Store.Redis.Timeout > 0 {
+			ropts.Timeout = cfg.Store.Redis.Timeout
+		}
+		ropts.Now = d.now
+		rs, err := redis.New(ropts)
+		if err != nil {
+			return nil, fmt.Errorf("serve: store: %w", err)
+		}
+		s.store = rs
+		s.closers = append(s.closers, rs)
+		fallback := memory.New(memory.Options{Now: d.now})
+		s.closers = append(s.closers, fallback)
+		ecfg.Fallback = fallback
+	default:
+		ms := memory.New(memory.Options{Now: d.now})
+		s.store = ms
+		s.closers = append(s.closers, ms)
+	}
+	s.engine, err = service.New(ecfg, s.watcher, s.store, metrics, log.With("component", "engine"))
+	if err != nil {
+		return nil, fmt.Errorf("serve: engine: %w", err)
+	}
+
+	s.rls = rls.New(s.engine, rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders})
+	s.grpc = grpc.NewServer()
+	s.rls.Register(s.grpc)
+
+	aopts := api.Options{
+		Checker:         s.engine,
+		Ready:           s.ready,
+		Metrics:         promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Rules:           s.watcher,
+		Logger:          log.With("component", "http"),
+		ResponseHeaders: cfg.Listen.ResponseHeaders,
+	}
+	h, err := api.New(aopts)
+	if err != nil {
+		return nil, fmt.Errorf("serve: http: %w", err)
+	}
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if cfg.Listen.Debug != "" {
+		dh, err := api.NewDebug(aopts)
+		if err != nil {
+			return nil, fmt.Errorf("serve: debug: %w", err)
+		}
+		s.debug = &http.Server{Handler: dh, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	}
+
+	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
+		return nil, fmt.Errorf("serve: --grpc-addr: %w", err)
+	}
+	if s.httpLn, err = net.Listen("tcp", cfg.Listen.HTTP); err != nil {
+		return nil, fmt.Errorf("serve: --http-addr: %w", err)
+	}
+	if s.debug != nil {
+		if s.debugLn, err = net.Listen("tcp", cfg.Listen.Debug); err != nil {
+			return nil, fmt.Errorf("serve: --debug-addr: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// ready is /readyz: not while draining; otherwise the engine's readiness
+// (rules loaded, store answering).
+func (s *server) ready(ctx context.Context) error {
+	if s.draining.Load() {
+		return errors.New("shutting down")
+	}
+	return s.engine.Ready(ctx)
+}
+
+// grpcAddr, httpAddr and debugAddr are the bound addresses.
+func (s *server) grpcAddr() string { return s.grpcLn.Addr().String() }
+func (s *server) httpAddr() string { return s.httpLn.Addr().String() }
+
+// run serves until ctx is done, then shuts down gracefully: readiness and
+// gRPC health turn NOT_SERVING, listeners stop accepting, in-flight calls
+// drain (up to ShutdownTimeout), and the store is closed. It returns nil
+// after a clean shutdown, or the first serving error.
+func (s *server) run(ctx context.Context) error {
+	defer s.close()
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	errc := make(chan error, 4)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.watcher.Run(watchCtx); err != nil {
+			s.log.Error("rule watcher stopped; rules will not reload", "err", err)
+		}
+	}()
+	go func() {
+		if err := s.grpc.Serve(s.grpcLn); err != nil {
+			errc <- fmt.Errorf("serve: grpc: %w", err)
+		}
+	}()
+	go func() {
+		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve: http: %w", err)
+		}
+	}()
+	if s.debug != nil {
+		go func() {
+			if err := s.debug.Serve(s.debugLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve: debug: %w", err)
+			}
+		}()
+	}
+	attrs := []any{"grpc", s.grpcAddr(), "http", s.httpAddr(), "store", s.cfg.Store.Kind, "rules", s.cfg.Rules.Dir}
+	if s.debugLn != nil {
+		attrs = append(attrs, "debug", s.debugLn.Addr().String())
+	}
+	s.log.Info("sluice serving", attrs...)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down: draining in-flight calls", "timeout", s.cfg.ShutdownTimeout)
+	case serveErr = <-errc:
+		s.log.Error("server failed; shutting down", "err", serveErr)
+	}
+	s.shutdown()
+	stopWatch()
+	wg.Wait()
+	if serveErr == nil {
+		s.log.Info("shut down cleanly")
+	}
+	return serveErr
+}
+
+// shutdown stops accepting and drains in-flight calls within the timeout.
+func (s *server) shutdown() {
+	s.draining.Store(true)
+	s.rls.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.log.Warn("gRPC drain timed out; closing remaining calls")
+			s.grpc.Stop()
+			<-done
+		}
+	}()
+	for _, hs := range []*http.Server{s.http, s.debug} {
+		if hs == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hs.Shutdown(ctx); err != nil {
+				s.log.Warn("HTTP drain timed out; closing remaining connections", "err", err)
+				_ = hs.Close()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// close releases what newServer opened; it is safe on a partial server.
+func (s *server) close() {
+	for _, ln := range []net.Listener{s.grpcLn, s.httpLn, s.debugLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		_ = s.closers[i].Close()
+	}
+	s.closers = nil
+}

@@ -1,0 +1,357 @@
+// Package api is Sluice's HTTP interface: POST /v1/check (Sluice's own JSON),
+// POST /json (envoyproxy/ratelimit's protojson endpoint), /healthz, /readyz
+// (and envoy's /healthcheck), /metrics and /debug/rules; and, on a separate
+// debug listener only, pprof. Decisions come from the engine (package
+// service); this package decodes, validates and encodes.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/server/rls"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// Checker decides rate-limit requests. *service.Engine implements it.
+type Checker interface {
+	Check(ctx context.Context, req service.Request) (service.Response, error)
+}
+
+// RuleSource is where /debug/rules reads the rules in force. *rules.Watcher
+// implements it.
+type RuleSource interface {
+	// Current returns the snapshot in force.
+	Current() *rules.Snapshot
+	// LastError returns why the last reload failed, or nil.
+	LastError() error
+}
+
+// DefaultMaxBodyBytes is the largest request body accepted when
+// Options.MaxBodyBytes is zero.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Options configure the handlers. Checker is required; every other field is
+// optional and its zero value is documented.
+type Options struct {
+	// Checker decides /v1/check and /json. Required.
+	Checker Checker
+	// Ready reports whether the service can decide (rules loaded, store
+	// answering); /readyz and /healthcheck answer 503 with its error. Nil
+	// means always ready.
+	Ready func(ctx context.Context) error
+	// Metrics serves /metrics (promhttp); nil leaves /metrics out.
+	Metrics http.Handler
+	// Rules feeds /debug/rules; nil leaves it out.
+	Rules RuleSource
+	// Logger receives engine errors (not the client's mistakes). Nil
+	// discards.
+	Logger *slog.Logger
+	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
+	// /v1/check and /json answers.
+	ResponseHeaders bool
+}
+
+// handler holds the options every endpoint shares.
+type handler struct {
+	opts Options
+	log  *slog.Logger
+}
+
+func newHandler(opts Options) (*handler, error) {
+	if opts.Checker == nil {
+		return nil, errors.New("api: Options.Checker is required")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &handler{opts: opts, log: log}, nil
+}
+
+// New returns the public HTTP handler: /v1/check, /json, /healthz, /readyz,
+// /healthcheck, and /metrics and /debug/rules when configured. It is safe
+// for concurrent use.
+func New(opts Options) (http.Handler, error) {
+	h, err := newHandler(opts)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", h.check)
+	mux.HandleFunc("POST /json", h.json)
+	mux.HandleFunc("GET /healthz", h.healthz)
+	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.HandleFunc("GET /healthcheck", h.readyz)
+	h.admin(mux)
+	mux.HandleFunc("/", h.notFound)
+	return mux, nil
+}
+
+// NewDebug returns the handler for the debug listener: pprof under
+// /debug/pprof/, plus /metrics and /debug/rules when configured. Serve it
+// only on a loopback or otherwise private address.
+func NewDebug(opts Options) (http.Handler, error) {
+	if opts.Checker == nil {
+		opts.Checker = noChecker{}
+	}
+	h, err := newHandler(opts)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /healthz", h.healthz)
+	h.admin(mux)
+	mux.HandleFunc("/", h.notFound)
+	return mux, nil
+}
+
+type noChecker struct{}
+
+func (noChecker) Check(context.Context, service.Request) (service.Response, error) {
+	return service.Response{}, errors.New("api: no checker on the debug listener")
+}
+
+func (h *handler) admin(mux *http.ServeMux) {
+	if h.opts.Metrics != nil {
+		mux.Handle("GET /metrics", h.opts.Metrics)
+	}
+	if h.opts.Rules != nil {
+		mux.HandleFunc("GET /debug/rules", h.debugRules)
+	}
+}
+
+// problem writes an RFC 9457 problem+json body.
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", http.StatusText(status), status, detail}))
+}
+
+func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
+	problem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
+}
+
+// body reads the request body within the size limit, or writes the error
+// response and returns false.
+func (h *handler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	// The Content-Type is not checked: curl -d sends form encoding, and the
+	// body must parse as JSON either way.
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: larger than %d bytes", tooBig.Limit))
+		} else {
+			problem(w, http.StatusBadRequest, "body: "+err.Error())
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+// decide asks the engine, or writes the error response and returns false.
+func (h *handler) decide(w http.ResponseWriter, r *http.Request, req service.Request) (service.Response, bool) {
+	resp, err := h.opts.Checker.Check(r.Context(), req)
+	if err == nil {
+		return resp, true
+	}
+	switch {
+	case errors.Is(err, service.ErrInvalidRequest):
+		problem(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		problem(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		h.log.ErrorContext(r.Context(), "check failed", "err", err)
+		problem(w, http.StatusInternalServerError, err.Error())
+	}
+	return service.Response{}, false
+}
+
+func (h *handler) headers(w http.ResponseWriter, resp service.Response) {
+	if !h.opts.ResponseHeaders {
+		return
+	}
+	for _, hd := range rls.Headers(resp) {
+		w.Header().Set(hd.Key, hd.Value)
+	}
+}
+
+// check serves POST /v1/check: 200 with a CheckResponse for any decision
+// (allowed or not: the call itself succeeded), 400 with problem+json for a
+// malformed request.
+func (h *handler) check(w http.ResponseWriter, r *http.Request) {
+	b, ok := h.body(w, r)
+	if !ok {
+		return
+	}
+	req, err := DecodeCheckRequest(strings.NewReader(string(b)))
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	resp, ok := h.decide(w, r, req)
+	if !ok {
+		return
+	}
+	h.headers(w, resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(marshal(EncodeCheckResponse(resp)))
+}
+
+// DecodeEnvoyJSON decodes the body of POST /json, a protojson
+// RateLimitRequest, and converts it as the gRPC server does. Errors name the
+// problem; unknown fields are errors. It never panics.
+func DecodeEnvoyJSON(b []byte) (service.Request, error) {
+	var pr rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(b, &pr); err != nil {
+		return service.Request{}, fmt.Errorf("body: %w", err)
+	}
+	return rls.FromProto(&pr)
+}
+
+// json serves POST /json as envoyproxy/ratelimit does: 200 and the protojson
+// RateLimitResponse when allowed, 429 with it when over limit, 400 for bad
+// input.
+func (h *handler) json(w http.ResponseWriter, r *http.Request) {
+	b, ok := h.body(w, r)
+	if !ok {
+		return
+	}
+	req, err := DecodeEnvoyJSON(b)
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	resp, ok := h.decide(w, r, req)
+	if !ok {
+		return
+	}
+	out, err := protojson.Marshal(rls.ToProto(resp, rls.ResponseOptions{}))
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "encoding response: "+err.Error())
+		return
+	}
+	h.headers(w, resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if resp.OverallCode == service.CodeOverLimit {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	_, _ = w.Write(append(out, '\n'))
+}
+
+func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// readyTimeout bounds one readiness probe.
+const readyTimeout = 2 * time.Second
+
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.opts.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		err := h.opts.Ready(ctx)
+		cancel()
+		if err != nil {
+			problem(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// ruleJSON is one rule in /debug/rules.
+type ruleJSON struct {
+	Domain          string   `json:"domain"`
+	ID              string   `json:"id"`
+	Name            string   `json:"name,omitempty"`
+	Unlimited       bool     `json:"unlimited,omitempty"`
+	Algorithm       string   `json:"algorithm,omitempty"`
+	Quota           int64    `json:"quota"`
+	Window          string   `json:"window,omitempty"`
+	Burst           int64    `json:"burst,omitempty"`
+	Unit            string   `json:"unit,omitempty"`
+	RequestsPerUnit uint32   `json:"requests_per_unit,omitempty"`
+	ShadowMode      bool     `json:"shadow_mode,omitempty"`
+	DetailedMetric  bool     `json:"detailed_metric,omitempty"`
+	FailureMode     string   `json:"failure_mode,omitempty"`
+	Replaces        []string `json:"replaces,omitempty"`
+	Source          string   `json:"source"`
+}
+
+// debugRules serves the rules in force and the last reload error.
+func (h *handler) debugRules(w http.ResponseWriter, _ *http.Request) {
+	src := h.opts.Rules
+	var out struct {
+		LastReload  *time.Time `json:"last_reload,omitempty"`
+		ReloadError string     `json:"reload_error,omitempty"`
+		Problems    []string   `json:"problems,omitempty"`
+		Rules       []ruleJSON `json:"rules"`
+	}
+	if lr, ok := src.(interface{ LastReload() time.Time }); ok {
+		t := lr.LastReload().UTC()
+		out.LastReload = &t
+	}
+	if err := src.LastError(); err != nil {
+		out.ReloadError = "the last reload failed; the rules below are the last good ones"
+		var probs rules.Errors
+		if errors.As(err, &probs) {
+			for _, p := range probs {
+				out.Problems = append(out.Problems, p.Error())
+			}
+		} else {
+			out.Problems = []string{err.Error()}
+		}
+	}
+	out.Rules = []ruleJSON{}
+	for _, r := range src.Current().Rules() {
+		rj := ruleJSON{
+			Domain: r.Domain, ID: r.ID, Name: r.Name, Unlimited: r.Unlimited,
+			Unit: r.Unit, RequestsPerUnit: r.RequestsPerUnit, ShadowMode: r.ShadowMode,
+			DetailedMetric: r.DetailedMetric, FailureMode: r.FailureMode.String(), Replaces: r.Replaces,
+			Source: fmt.Sprintf("%s:%d", r.File, r.Line),
+		}
+		if !r.Unlimited {
+			rj.Algorithm = r.Limit.Algorithm.String()
+			rj.Quota = r.Limit.Quota
+			rj.Window = r.Limit.Window.String()
+			rj.Burst = r.Limit.Burst
+		}
+		out.Rules = append(out.Rules, rj)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(marshal(out))
+}

@@ -1,0 +1,254 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// CheckRequest is the body of POST /v1/check.
+//
+//	{"domain": "edge",
+//	 "descriptors": [{"entries": [{"key": "remote_address", "value": "1.2.3.4"}]}],
+//	 "hits": 1}
+type CheckRequest struct {
+	// Domain selects the rule file. Required.
+	Domain string `json:"domain"`
+	// Descriptors are the things to limit, each matched on its own. At
+	// least one.
+	Descriptors []CheckDescriptor `json:"descriptors"`
+	// Hits is what each descriptor costs unless it says otherwise; absent or
+	// 0 means 1.
+	Hits uint64 `json:"hits,omitempty"`
+}
+
+// CheckDescriptor is one descriptor of a CheckRequest.
+type CheckDescriptor struct {
+	// Entries are matched level by level against the rules. At least one,
+	// each with a non-empty key.
+	Entries []Entry `json:"entries"`
+	// Hits, when present, overrides CheckRequest.Hits for this descriptor;
+	// 0 checks without charging.
+	Hits *uint64 `json:"hits,omitempty"`
+	// Limit, when present, is used instead of the rule files' limit.
+	Limit *LimitOverride `json:"limit,omitempty"`
+}
+
+// Entry is one key/value pair.
+type Entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// LimitOverride is a limit given in the request (envoy's descriptor limit).
+type LimitOverride struct {
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	// Unit: second, minute, hour, day, week, month or year.
+	Unit string `json:"unit"`
+}
+
+// CheckResponse is the body of a 200 answer to POST /v1/check.
+type CheckResponse struct {
+	// Allowed is false when any descriptor is over its limit.
+	Allowed bool `json:"allowed"`
+	// Code is "OK" or "OVER_LIMIT".
+	Code string `json:"code"`
+	// Statuses has one entry per request descriptor, in request order.
+	Statuses []CheckStatus `json:"statuses"`
+}
+
+// CheckStatus is the decision for one descriptor. Durations are whole
+// milliseconds, rounded up.
+type CheckStatus struct {
+	// Code is "OK" or "OVER_LIMIT".
+	Code string `json:"code"`
+	// Rule is the ID of the rule that matched ("tenant=acme.user"); absent
+	// when none did or the limit came from the request.
+	Rule string `json:"rule,omitempty"`
+	// Limit is the limit that applied; absent when no rule matched.
+	Limit *LimitJSON `json:"limit,omitempty"`
+	// Unlimited: the matching rule is unlimited.
+	Unlimited bool `json:"unlimited,omitempty"`
+	// Remaining is how many more hits the limit admits now.
+	Remaining int64 `json:"remaining"`
+	// ResetAfterMs: time until the full quota is back.
+	ResetAfterMs int64 `json:"reset_after_ms"`
+	// RetryAfterMs: time until the same request would be allowed (over limit
+	// only).
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
+	// DelayMs: for leaky_bucket, how long the caller should wait before
+	// proceeding.
+	DelayMs int64 `json:"delay_ms,omitempty"`
+	// Shadowed: the limit denied, but its rule is in shadow mode.
+	Shadowed bool `json:"shadowed,omitempty"`
+	// Degraded says how the failure policy decided when the store failed:
+	// "failed_open", "failed_closed" or "local".
+	Degraded string `json:"degraded,omitempty"`
+}
+
+// LimitJSON describes a limit.
+type LimitJSON struct {
+	Name            string `json:"name,omitempty"`
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	// Unit is the envoy unit, absent when the rule used a window.
+	Unit string `json:"unit,omitempty"`
+	// WindowMs is the limit's window.
+	WindowMs int64 `json:"window_ms"`
+	// Algorithm is the algorithm deciding it (when a rule matched).
+	Algorithm string `json:"algorithm,omitempty"`
+}
+
+// DecodeCheckRequest reads one CheckRequest from r strictly: unknown fields,
+// trailing data and wrong types are errors, and the request must satisfy
+// what CheckRequest documents. The error says which field is wrong, in the
+// style "descriptors[0].entries[1].key: empty". It never panics.
+func DecodeCheckRequest(r io.Reader) (service.Request, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var req CheckRequest
+	if err := dec.Decode(&req); err != nil {
+		return service.Request{}, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return service.Request{}, errors.New("body: want exactly one JSON object, found more after it")
+	}
+	return req.toService()
+}
+
+func (r *CheckRequest) toService() (service.Request, error) {
+	if r.Domain == "" {
+		return service.Request{}, errors.New("domain: empty")
+	}
+	if len(r.Descriptors) == 0 {
+		return service.Request{}, errors.New("descriptors: none given")
+	}
+	out := service.Request{Domain: r.Domain, Hits: r.Hits, Descriptors: make([]service.Descriptor, len(r.Descriptors))}
+	for i, d := range r.Descriptors {
+		if len(d.Entries) == 0 {
+			return service.Request{}, fmt.Errorf("descriptors[%d].entries: none given", i)
+		}
+		sd := service.Descriptor{Entries: make([]rules.Entry, len(d.Entries)), Hits: d.Hits}
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return service.Request{}, fmt.Errorf("descriptors[%d].entries[%d].key: empty", i, j)
+			}
+			sd.Entries[j] = rules.Entry{Key: e.Key, Value: e.Value}
+		}
+		if d.Limit != nil {
+			if _, ok := rules.UnitWindow(d.Limit.Unit); !ok {
+				return service.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %q is not one of second, minute, hour, day, week, month, year", i, d.Limit.Unit)
+			}
+			sd.Limit = &service.LimitOverride{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: strings.ToLower(d.Limit.Unit)}
+		}
+		out.Descriptors[i] = sd
+	}
+	return out, nil
+}
+
+// jsonError turns encoding/json's errors into messages that name the field
+// or the byte offset.
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return errors.New("body: empty, want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("body: truncated JSON")
+	case errors.As(err, &syn):
+		return fmt.Errorf("body: invalid JSON at byte %d: %s", syn.Offset, syn.Error())
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return fmt.Errorf("%s: got JSON %s, want %s", field, typ.Value, typeName(typ.Type.String()))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return fmt.Errorf("body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return fmt.Errorf("body: %w", err)
+}
+
+func typeName(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "*uint"):
+		return "a non-negative integer in range"
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	}
+	return "an object"
+}
+
+// EncodeCheckResponse renders a service.Response as a CheckResponse.
+func EncodeCheckResponse(resp service.Response) CheckResponse {
+	out := CheckResponse{
+		Allowed:  resp.OverallCode != service.CodeOverLimit,
+		Code:     codeString(resp.OverallCode),
+		Statuses: make([]CheckStatus, len(resp.Statuses)),
+	}
+	for i := range resp.Statuses {
+		s := &resp.Statuses[i]
+		cs := CheckStatus{
+			Code:      codeString(s.Code),
+			Unlimited: s.Unlimited,
+			Shadowed:  s.Shadowed,
+			Degraded:  s.Degraded,
+		}
+		if s.Code == service.CodeOverLimit {
+			out.Allowed = false
+			out.Code = codeString(service.CodeOverLimit)
+		}
+		if s.Rule != nil {
+			cs.Rule = s.Rule.ID
+		}
+		if cl := s.CurrentLimit; cl != nil && !s.Unlimited {
+			lj := &LimitJSON{Name: cl.Name, RequestsPerUnit: cl.RequestsPerUnit, Unit: cl.Unit, WindowMs: ms(cl.Window)}
+			if s.Rule != nil && s.Rule.Limit.Algorithm.Valid() {
+				lj.Algorithm = s.Rule.Limit.Algorithm.String()
+			}
+			cs.Limit = lj
+			cs.Remaining = max(s.Result.Remaining, 0)
+			cs.ResetAfterMs = ms(s.Result.ResetAfter)
+			cs.RetryAfterMs = ms(s.Result.RetryAfter)
+			cs.DelayMs = ms(s.Result.Delay)
+		}
+		out.Statuses[i] = cs
+	}
+	return out
+}
+
+func codeString(c service.Code) string {
+	if c == service.CodeOverLimit {
+		return "OVER_LIMIT"
+	}
+	return "OK"
+}
+
+// ms is d in whole milliseconds, rounded up.
+func ms(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// marshal encodes v as JSON followed by a newline.
+func marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Only our own types are encoded here; they always encode.
+		return []byte(`{"error":"encoding failed"}` + "\n")
+	}
+	return b.Bytes()
+}

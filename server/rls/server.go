@@ -1,0 +1,105 @@
+// Package rls serves Envoy's rate limit service, v3
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), over gRPC,
+// as a drop-in for envoyproxy/ratelimit: it converts the protobuf request into
+// a service.Request, asks the engine, and renders the answer the way
+// envoyproxy/ratelimit does. It also registers gRPC health and reflection.
+// Policy lives in package service; this package only translates.
+package rls
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/service"
+)
+
+// Checker decides rate-limit requests. *service.Engine implements it.
+type Checker interface {
+	Check(ctx context.Context, req service.Request) (service.Response, error)
+}
+
+// Options configure a Server. The zero value is valid: no extra response
+// headers, logs discarded.
+type Options struct {
+	// Logger receives errors the engine returns (not bad requests, which are
+	// the client's). Nil discards them.
+	Logger *slog.Logger
+	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
+	// response_headers_to_add (see Headers).
+	ResponseHeaders bool
+}
+
+// ServiceName is the gRPC service name Register serves and marks in health.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// Server implements envoy's RateLimitServiceServer over a Checker. It is
+// safe for concurrent use; create one with New.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	checker Checker
+	opts    Options
+	log     *slog.Logger
+	health  *health.Server
+}
+
+// New returns a Server that asks c.
+func New(c Checker, opts Options) *Server {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{checker: c, opts: opts, log: log, health: health.NewServer()}
+}
+
+// Register registers the rate limit service, gRPC health (reporting SERVING
+// for "" and ServiceName) and reflection on g.
+func (s *Server) Register(g *grpc.Server) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+	reflection.Register(g)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+// Shutdown marks every service NOT_SERVING in gRPC health, so that load
+// balancers stop sending new work while in-flight calls drain.
+func (s *Server) Shutdown() { s.health.Shutdown() }
+
+// ShouldRateLimit answers one RateLimitRequest. A malformed request (empty
+// domain, no descriptors, a descriptor without entries, an empty key) is
+// codes.InvalidArgument; an engine error is codes.Internal (Envoy then
+// applies its own failure_mode_deny), a cancelled call codes.Canceled or
+// codes.DeadlineExceeded.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	sreq, err := FromProto(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp, err := s.checker.Check(ctx, sreq)
+	if err != nil {
+		return nil, s.grpcError(ctx, err)
+	}
+	return ToProto(resp, ResponseOptions{Headers: s.opts.ResponseHeaders}), nil
+}
+
+func (s *Server) grpcError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, ErrInvalidRequest) || errors.Is(err, service.ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	s.log.ErrorContext(ctx, "check failed", "err", err)
+	return status.Error(codes.Internal, err.Error())
+}
