@@ -1,19 +1,16 @@
 package memory
 
-import "github.com/sluice-rl/sluice"
-
-// admit makes room for one more key in sh, evicting if the shard is at its
-// cap, and returns the key to store (a private copy). Requires sh.mu.
-func (s *store) admit(sh *shard, now int64, key string) string {
+// admit accounts for one more key in sh, first evicting one if the shard is
+// at its cap. Requires sh.mu.
+func (s *store) admit(sh *shard, now int64) {
 	if s.shardCap > 0 && sh.count >= s.shardCap {
-		if fresh := sh.evictOne(now); !fresh {
-			s.evictions.Add(1)
-		} else {
+		if fresh := s.evictOne(sh, now); fresh {
 			s.swept.Add(1)
+		} else {
+			s.evictions.Add(1)
 		}
 	}
 	sh.count++
-	return cloneKey(key)
 }
 
 // sampleSize is how many keys evictOne looks at, as Redis's approximated LRU
@@ -21,114 +18,66 @@ func (s *store) admit(sh *shard, now int64, key string) string {
 // enough to keep a flood of new keys cheap.
 const sampleSize = 8
 
-// evictOne drops the key, among a random sample of the shard's largest map,
-// that is closest to its fresh state (an idle one if the sample has one). It
-// reports whether the dropped key was already fresh. Requires sh.mu.
-func (sh *shard) evictOne(now int64) (fresh bool) {
-	var (
-		bestKey string
-		bestExp int64
-		bestAlg sluice.Algorithm
-		found   bool
-	)
-	consider := func(alg sluice.Algorithm, k string, exp int64) {
-		if !found || exp < bestExp {
-			bestKey, bestExp, bestAlg, found = k, exp, alg, true
+// evictOne drops the key, among a random sample of the shard's largest
+// table, that is closest to its fresh state (an idle one if the sample has
+// one). It reports whether the dropped key was already fresh. Requires sh.mu.
+func (s *store) evictOne(sh *shard, now int64) (fresh bool) {
+	tabs := []struct {
+		n   int
+		run func() (int64, bool)
+	}{
+		{sh.gcra.n, func() (int64, bool) { return evictFrom(s, &sh.gcra, func(v *tatState) int64 { return v.tat }) }},
+		{sh.leaky.n, func() (int64, bool) { return evictFrom(s, &sh.leaky, func(v *tatState) int64 { return v.tat }) }},
+		{sh.token.n, func() (int64, bool) { return evictFrom(s, &sh.token, func(v *tokenState) int64 { return v.exp }) }},
+		{sh.fixed.n, func() (int64, bool) { return evictFrom(s, &sh.fixed, func(v *windowState) int64 { return v.exp }) }},
+		{sh.slide.n, func() (int64, bool) { return evictFrom(s, &sh.slide, func(v *windowState) int64 { return v.exp }) }},
+		{sh.slog.n, func() (int64, bool) { return evictFrom(s, &sh.slog, func(v **logState) int64 { return (*v).exp }) }},
+		{sh.conc.n, func() (int64, bool) { return evictFrom(s, &sh.conc, func(v **logState) int64 { return (*v).exp }) }},
+	}
+	best := 0
+	for i := range tabs {
+		if tabs[i].n > tabs[best].n {
+			best = i
 		}
 	}
-	// Go randomizes where map iteration starts, so the first few entries
-	// are a random sample.
-	switch alg := sh.largest(); alg {
-	case sluice.GCRA:
-		sample(sh.gcra, alg, func(v *tatState) int64 { return v.tat }, consider)
-	case sluice.LeakyBucket:
-		sample(sh.leaky, alg, func(v *tatState) int64 { return v.tat }, consider)
-	case sluice.TokenBucket:
-		sample(sh.token, alg, func(v *tokenState) int64 { return v.exp }, consider)
-	case sluice.FixedWindow:
-		sample(sh.fixed, alg, func(v *windowState) int64 { return v.exp }, consider)
-	case sluice.SlidingWindow:
-		sample(sh.slide, alg, func(v *windowState) int64 { return v.exp }, consider)
-	case sluice.SlidingLog:
-		sample(sh.slog, alg, func(v *logState) int64 { return v.exp }, consider)
-	case sluice.Concurrency:
-		sample(sh.conc, alg, func(v *logState) int64 { return v.exp }, consider)
-	}
-	if !found {
+	exp, ok := tabs[best].run()
+	if !ok {
 		return true
 	}
-	sh.remove(bestAlg, bestKey)
-	return bestExp <= now
+	sh.count--
+	return exp <= now
 }
 
-// largest returns the algorithm whose map in sh holds the most keys.
-func (sh *shard) largest() sluice.Algorithm {
-	best, n := sluice.GCRA, len(sh.gcra)
-	for _, c := range []struct {
-		alg sluice.Algorithm
-		n   int
-	}{
-		{sluice.LeakyBucket, len(sh.leaky)},
-		{sluice.TokenBucket, len(sh.token)},
-		{sluice.FixedWindow, len(sh.fixed)},
-		{sluice.SlidingWindow, len(sh.slide)},
-		{sluice.SlidingLog, len(sh.slog)},
-		{sluice.Concurrency, len(sh.conc)},
-	} {
-		if c.n > n {
-			best, n = c.alg, c.n
+// evictFrom deletes, among a random sample of t, the entry with the earliest
+// exp, and returns that exp.
+func evictFrom[V any](s *store, t *table[V], exp func(*V) int64) (int64, bool) {
+	victim, vexp := -1, int64(0)
+	t.sample(sampleSize, func(i int) {
+		if e := exp(&t.slots[i].v); victim < 0 || e < vexp {
+			victim, vexp = i, e
 		}
+	})
+	if victim < 0 {
+		return 0, false
 	}
-	return best
+	t.deleteAt(s.seed, victim)
+	return vexp, true
 }
 
 // sweep deletes every key that is fresh at now and returns how many it
 // deleted. Requires sh.mu.
-func (sh *shard) sweep(now int64) int {
-	before := sh.count
-	for k, v := range sh.gcra {
-		if v.tat <= now {
-			delete(sh.gcra, k)
-			sh.count--
-		}
-	}
-	for k, v := range sh.leaky {
-		if v.tat <= now {
-			delete(sh.leaky, k)
-			sh.count--
-		}
-	}
-	for k, v := range sh.token {
-		if v.exp <= now {
-			delete(sh.token, k)
-			sh.count--
-		}
-	}
-	for _, m := range []map[string]*windowState{sh.fixed, sh.slide} {
-		for k, v := range m {
-			if v.exp <= now {
-				delete(m, k)
-				sh.count--
-			}
-		}
-	}
-	for _, m := range []map[string]*logState{sh.slog, sh.conc} {
-		for k, v := range m {
-			if v.exp <= now {
-				delete(m, k)
-				sh.count--
-			}
-		}
-	}
-	return before - sh.count
+func (s *store) sweepShard(sh *shard, now int64) int {
+	n := sweepTable(s, &sh.gcra, func(v *tatState) bool { return v.tat <= now }) +
+		sweepTable(s, &sh.leaky, func(v *tatState) bool { return v.tat <= now }) +
+		sweepTable(s, &sh.token, func(v *tokenState) bool { return v.exp <= now }) +
+		sweepTable(s, &sh.fixed, func(v *windowState) bool { return v.exp <= now }) +
+		sweepTable(s, &sh.slide, func(v *windowState) bool { return v.exp <= now }) +
+		sweepTable(s, &sh.slog, func(v **logState) bool { return (*v).exp <= now }) +
+		sweepTable(s, &sh.conc, func(v **logState) bool { return (*v).exp <= now })
+	sh.count -= n
+	return n
 }
 
-func sample[V any](m map[string]V, alg sluice.Algorithm, exp func(V) int64, consider func(sluice.Algorithm, string, int64)) {
-	n := 0
-	for k, v := range m {
-		consider(alg, k, exp(v))
-		if n++; n == sampleSize {
-			break
-		}
-	}
+func sweepTable[V any](s *store, t *table[V], stale func(*V) bool) int {
+	return t.sweep(s.seed, stale)
 }

@@ -78,6 +78,7 @@ func New(opts Options) *Store {
 	if n <= 0 {
 		n = 256
 	}
+	n = min(n, 256) // shard index comes from the top 8 bits of the hash
 	shards := 1
 	for shards < n {
 		shards <<= 1
@@ -95,9 +96,6 @@ func New(opts Options) *Store {
 	}
 	if maxKeys > 0 {
 		s.shardCap = max(1, (maxKeys+shards-1)/shards)
-	}
-	for i := range s.shards {
-		s.shards[i].init()
 	}
 	res := opts.ClockResolution
 	if res <= 0 {
@@ -163,7 +161,7 @@ func (s *store) Sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		s.swept.Add(uint64(sh.sweep(now)))
+		s.swept.Add(uint64(s.sweepShard(sh, now)))
 		sh.mu.Unlock()
 	}
 }
@@ -180,9 +178,11 @@ func (s *store) Stats() Stats {
 	return st
 }
 
-func (s *store) shardOf(key string) int {
-	return int(maphash.String(s.seed, key) & s.mask)
-}
+// hash returns the hash of key, which picks both its shard (top bits) and
+// its slot in the shard's table (low bits).
+func (s *store) hash(key string) uint64 { return maphash.String(s.seed, key) }
+
+func (s *store) shardOf(h uint64) int { return int((h >> 56) & s.mask) }
 
 // Take implements sluice.Store.
 func (s *store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
@@ -201,9 +201,10 @@ func (s *store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	}
 	now := s.now()
 	if len(ops) == 1 {
-		sh := &s.shards[s.shardOf(ops[0].Key)]
+		h := s.hash(ops[0].Key)
+		sh := &s.shards[s.shardOf(h)]
 		sh.mu.Lock()
-		err := s.apply(sh, &ops[0], now, nil, &results[0])
+		err := s.apply(sh, &ops[0], h, now, nil, &results[0])
 		sh.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("memory: %w", err)
@@ -218,11 +219,15 @@ func (s *store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 // any is denied undoes every charge and reports the allowed ones as looks.
 func (s *store) takeBatch(ops []sluice.Op, results []sluice.Result, now int64) error {
 	var idxBuf [16]int
-	idx := idxBuf[:0]
+	var hBuf [16]uint64
+	idx, hs := idxBuf[:0], hBuf[:0]
 	for i := range ops {
-		idx = append(idx, s.shardOf(ops[i].Key))
+		h := s.hash(ops[i].Key)
+		hs = append(hs, h)
+		idx = append(idx, s.shardOf(h))
 	}
-	locked := slices.Clone(idx)
+	var lockedBuf [16]int
+	locked := append(lockedBuf[:0], idx...)
 	slices.Sort(locked)
 	locked = slices.Compact(locked)
 	for _, i := range locked {
@@ -237,10 +242,10 @@ func (s *store) takeBatch(ops []sluice.Op, results []sluice.Result, now int64) e
 	undos := undoBuf[:0]
 	denied := false
 	for i := range ops {
-		err := s.apply(&s.shards[idx[i]], &ops[i], now, &undos, &results[i])
+		err := s.apply(&s.shards[idx[i]], &ops[i], hs[i], now, &undos, &results[i])
 		if err != nil {
 			for j := len(undos) - 1; j >= 0; j-- {
-				undos[j].revert()
+				undos[j].revert(s)
 			}
 			return fmt.Errorf("memory: %w", err)
 		}
@@ -250,13 +255,13 @@ func (s *store) takeBatch(ops []sluice.Op, results []sluice.Result, now int64) e
 		return nil
 	}
 	for j := len(undos) - 1; j >= 0; j-- {
-		undos[j].revert()
+		undos[j].revert(s)
 	}
 	for i := range ops {
 		if results[i].Allowed && !ops[i].Release {
 			look := ops[i]
 			look.Cost = 0
-			_ = s.apply(&s.shards[idx[i]], &look, now, nil, &results[i]) // valid: applied above
+			_ = s.apply(&s.shards[idx[i]], &look, hs[i], now, nil, &results[i]) // valid: applied above
 		}
 	}
 	return nil

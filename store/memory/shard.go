@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-rl/sluice/algorithm"
 )
 
-// Per-key state, one map per algorithm so each value is as small as its
+// Per-key state, one table per algorithm so each value is as small as its
 // algorithm needs. exp is when the key is back in its fresh state (then it
 // can be dropped without changing any decision).
 type (
@@ -35,27 +35,17 @@ type memo struct {
 
 type shard struct {
 	mu    sync.Mutex
-	gcra  map[string]*tatState
-	leaky map[string]*tatState
-	token map[string]*tokenState
-	fixed map[string]*windowState
-	slide map[string]*windowState
-	slog  map[string]*logState
-	conc  map[string]*logState
+	gcra  table[tatState]
+	leaky table[tatState]
+	token table[tokenState]
+	fixed table[windowState]
+	slide table[windowState]
+	slog  table[*logState]
+	conc  table[*logState]
 	count int
 	memos [4]memo
 	next  int
 	_     [64]byte // keep neighbouring shards' locks off this cache line
-}
-
-func (sh *shard) init() {
-	sh.gcra = map[string]*tatState{}
-	sh.leaky = map[string]*tatState{}
-	sh.token = map[string]*tokenState{}
-	sh.fixed = map[string]*windowState{}
-	sh.slide = map[string]*windowState{}
-	sh.slog = map[string]*logState{}
-	sh.conc = map[string]*logState{}
 }
 
 // params returns the algorithm params of l, validating it the first time the
@@ -80,6 +70,7 @@ func (sh *shard) params(l *sluice.Limit) (algorithm.Params, error) {
 type undo struct {
 	sh    *shard
 	alg   sluice.Algorithm
+	h     uint64
 	key   string
 	isNew bool
 	tat   tatState
@@ -88,68 +79,76 @@ type undo struct {
 	entry algorithm.Entry // the log entry that was added
 }
 
-func (u *undo) revert() {
+func (u *undo) revert(s *store) {
 	sh := u.sh
-	if u.isNew {
-		sh.remove(u.alg, u.key)
-		return
-	}
 	switch u.alg {
 	case sluice.GCRA:
-		*sh.gcra[u.key] = u.tat
+		restore(s, sh, &sh.gcra, u, u.tat)
 	case sluice.LeakyBucket:
-		*sh.leaky[u.key] = u.tat
+		restore(s, sh, &sh.leaky, u, u.tat)
 	case sluice.TokenBucket:
-		*sh.token[u.key] = u.token
+		restore(s, sh, &sh.token, u, u.token)
 	case sluice.FixedWindow:
-		*sh.fixed[u.key] = u.win
+		restore(s, sh, &sh.fixed, u, u.win)
 	case sluice.SlidingWindow:
-		*sh.slide[u.key] = u.win
+		restore(s, sh, &sh.slide, u, u.win)
 	case sluice.SlidingLog:
-		sh.slog[u.key].log = unadd(sh.slog[u.key].log, u.entry)
+		unadd(s, sh, &sh.slog, u)
 	case sluice.Concurrency:
-		sh.conc[u.key].log = unadd(sh.conc[u.key].log, u.entry)
+		unadd(s, sh, &sh.conc, u)
+	}
+}
+
+func restore[V any](s *store, sh *shard, t *table[V], u *undo, old V) {
+	i, found := t.find(u.h, u.key)
+	switch {
+	case !found:
+	case u.isNew:
+		t.deleteAt(s.seed, i)
+		sh.count--
+	default:
+		t.slots[i].v = old
 	}
 }
 
 // unadd takes back an entry that algorithm.SlidingLog or Concurrency added or
 // merged. The key's exp is left as is: later, never earlier, than needed.
-func unadd(log []algorithm.Entry, e algorithm.Entry) []algorithm.Entry {
-	for i := len(log) - 1; i >= 0; i-- {
-		if log[i].At == e.At && log[i].ID == e.ID {
-			log[i].N -= e.N
-			if log[i].N <= 0 {
-				log = append(log[:i], log[i+1:]...)
+func unadd(s *store, sh *shard, t *table[*logState], u *undo) {
+	i, found := t.find(u.h, u.key)
+	if !found {
+		return
+	}
+	ls := t.slots[i].v
+	for j := len(ls.log) - 1; j >= 0; j-- {
+		if ls.log[j].At == u.entry.At && ls.log[j].ID == u.entry.ID {
+			ls.log[j].N -= u.entry.N
+			if ls.log[j].N <= 0 {
+				ls.log = append(ls.log[:j], ls.log[j+1:]...)
 			}
 			break
 		}
 	}
-	return log
-}
-
-func (sh *shard) remove(alg sluice.Algorithm, key string) {
-	switch alg {
-	case sluice.GCRA:
-		delete(sh.gcra, key)
-	case sluice.LeakyBucket:
-		delete(sh.leaky, key)
-	case sluice.TokenBucket:
-		delete(sh.token, key)
-	case sluice.FixedWindow:
-		delete(sh.fixed, key)
-	case sluice.SlidingWindow:
-		delete(sh.slide, key)
-	case sluice.SlidingLog:
-		delete(sh.slog, key)
-	case sluice.Concurrency:
-		delete(sh.conc, key)
+	if u.isNew && len(ls.log) == 0 {
+		t.deleteAt(s.seed, i)
+		sh.count--
 	}
-	sh.count--
 }
 
-// apply performs one op on its shard. When undos is non-nil (a batch), every
-// committed charge is recorded there. Requires sh.mu.
-func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo, out *sluice.Result) error {
+// put stores v for key: in place when the key was found at slot i, else as a
+// new key (making room first if the shard is at its cap).
+func put[V any](s *store, sh *shard, t *table[V], h uint64, key string, i int, found bool, v V, now int64) {
+	if found {
+		t.slots[i].v = v
+		return
+	}
+	s.admit(sh, now)
+	t.insert(s.seed, h, cloneKey(key), v)
+}
+
+// apply performs one op, whose key hashes to h, on its shard and writes its
+// Result to out. When undos is non-nil (a batch), every committed charge is
+// recorded there. Requires sh.mu.
+func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]undo, out *sluice.Result) error {
 	p, err := sh.params(&op.Limit)
 	if err != nil {
 		return err
@@ -157,111 +156,97 @@ func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo, out *s
 	alg, cost := op.Limit.Algorithm, op.Cost
 	var d algorithm.Decision
 	var lease uint64
+	u := undo{sh: sh, alg: alg, h: h, key: op.Key}
 	switch alg {
 	case sluice.GCRA, sluice.LeakyBucket:
-		m := sh.gcra
+		t := &sh.gcra
 		if alg == sluice.LeakyBucket {
-			m = sh.leaky
+			t = &sh.leaky
 		}
-		st := m[op.Key]
-		var old tatState
-		if st != nil {
-			old = *st
+		i, found := t.find(h, op.Key)
+		if found {
+			u.tat = t.slots[i].v
 		}
 		var tat int64
 		if alg == sluice.GCRA {
-			tat, d = algorithm.GCRA(old.tat, now, cost, p)
+			tat, d = algorithm.GCRA(u.tat.tat, now, cost, p)
 		} else {
-			tat, d = algorithm.LeakyBucket(old.tat, now, cost, p)
+			tat, d = algorithm.LeakyBucket(u.tat.tat, now, cost, p)
 		}
 		if d.OK() && cost > 0 {
-			isNew := st == nil
-			if isNew {
-				st = &tatState{}
-				m[s.admit(sh, now, op.Key)] = st
-			}
-			st.tat = tat
-			record(undos, undo{sh: sh, alg: alg, key: op.Key, isNew: isNew, tat: old})
+			put(s, sh, t, h, op.Key, i, found, tatState{tat}, now)
+			u.isNew = !found
+			record(undos, &u)
 		}
 	case sluice.TokenBucket:
-		st := sh.token[op.Key]
-		var old tokenState
-		if st != nil {
-			old = *st
+		t := &sh.token
+		i, found := t.find(h, op.Key)
+		if found {
+			u.token = t.slots[i].v
 		}
 		var ns algorithm.TokenState
-		ns, d = algorithm.TokenBucket(old.s, now, cost, p)
+		ns, d = algorithm.TokenBucket(u.token.s, now, cost, p)
 		if d.OK() && cost > 0 {
-			isNew := st == nil
-			if isNew {
-				st = &tokenState{}
-				sh.token[s.admit(sh, now, op.Key)] = st
-			}
-			*st = tokenState{s: ns, exp: now + d.ResetAfter}
-			record(undos, undo{sh: sh, alg: alg, key: op.Key, isNew: isNew, token: old})
+			put(s, sh, t, h, op.Key, i, found, tokenState{s: ns, exp: now + d.ResetAfter}, now)
+			u.isNew = !found
+			record(undos, &u)
 		}
 	case sluice.FixedWindow, sluice.SlidingWindow:
-		m := sh.fixed
+		t := &sh.fixed
 		if alg == sluice.SlidingWindow {
-			m = sh.slide
+			t = &sh.slide
 		}
-		st := m[op.Key]
-		var old windowState
-		if st != nil {
-			old = *st
+		i, found := t.find(h, op.Key)
+		if found {
+			u.win = t.slots[i].v
 		}
 		var ns algorithm.WindowState
 		if alg == sluice.FixedWindow {
-			ns, d = algorithm.FixedWindow(old.s, now, cost, p)
+			ns, d = algorithm.FixedWindow(u.win.s, now, cost, p)
 		} else {
-			ns, d = algorithm.SlidingWindow(old.s, now, cost, p)
+			ns, d = algorithm.SlidingWindow(u.win.s, now, cost, p)
 		}
 		if d.OK() && cost > 0 {
-			isNew := st == nil
-			if isNew {
-				st = &windowState{}
-				m[s.admit(sh, now, op.Key)] = st
-			}
-			*st = windowState{s: ns, exp: now + d.ResetAfter}
-			record(undos, undo{sh: sh, alg: alg, key: op.Key, isNew: isNew, win: old})
+			put(s, sh, t, h, op.Key, i, found, windowState{s: ns, exp: now + d.ResetAfter}, now)
+			u.isNew = !found
+			record(undos, &u)
 		}
 	case sluice.SlidingLog, sluice.Concurrency:
-		m := sh.slog
+		t := &sh.slog
 		if alg == sluice.Concurrency {
-			m = sh.conc
+			t = &sh.conc
 		}
-		st := m[op.Key]
+		i, found := t.find(h, op.Key)
+		var st *logState
 		var log []algorithm.Entry
-		if st != nil {
+		if found {
+			st = t.slots[i].v
 			log = st.log
 		}
-		var entry algorithm.Entry
 		switch {
 		case op.Release:
 			log, d = algorithm.Release(log, now, op.Lease, p)
 		case alg == sluice.Concurrency:
 			if cost > 0 {
 				lease = s.lease.Add(1)
-				entry = algorithm.Entry{At: now + p.Window, N: cost, ID: lease}
+				u.entry = algorithm.Entry{At: now + p.Window, N: cost, ID: lease}
 			}
 			log, d = algorithm.Concurrency(log, now, cost, lease, p)
 		default:
-			entry = algorithm.Entry{At: now, N: cost}
+			u.entry = algorithm.Entry{At: now, N: cost}
 			log, d = algorithm.SlidingLog(log, now, cost, p)
 		}
-		if st != nil {
+		if found {
 			// Pruning and releases are kept even when denied: they change
 			// no later decision (pruning) or are not charges (releases).
-			st.log = log
-			st.exp = now + d.ResetAfter
+			st.log, st.exp = log, now+d.ResetAfter
 		}
 		if d.OK() && cost > 0 && !op.Release {
-			isNew := st == nil
-			if isNew {
-				st = &logState{log: log, exp: now + d.ResetAfter}
-				m[s.admit(sh, now, op.Key)] = st
+			if !found {
+				put(s, sh, t, h, op.Key, i, false, &logState{log: log, exp: now + d.ResetAfter}, now)
 			}
-			record(undos, undo{sh: sh, alg: alg, key: op.Key, isNew: isNew, entry: entry})
+			u.isNew = !found
+			record(undos, &u)
 		} else {
 			lease = 0
 		}
@@ -271,8 +256,8 @@ func (s *store) apply(sh *shard, op *sluice.Op, now int64, undos *[]undo, out *s
 	return nil
 }
 
-func record(undos *[]undo, u undo) {
+func record(undos *[]undo, u *undo) {
 	if undos != nil {
-		*undos = append(*undos, u)
+		*undos = append(*undos, *u)
 	}
 }
