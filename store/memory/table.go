@@ -32,7 +32,7 @@ const (
 )
 
 func home(h uint64, n int) int { return int((uint64(uint32(h)) * uint64(n)) >> 32) }
-func tagOf(h uint64) uint8    { return uint8(h>>32) | 0x80 }
+func tagOf(h uint64) uint8     { return uint8(h>>32) | 0x80 }
 
 // find returns the slot holding key and true, or the empty slot where key
 // would go and false (-1 when the table has no slots).
