@@ -81,7 +81,16 @@ type domainTree struct {
 	domain string
 	line   int
 	top    []*dnode
-	rules  []*Rule
+}
+
+// walk calls f for every descriptor with a rule, depth first in file order.
+func walk(ds []*dnode, f func(d *dnode)) {
+	for _, d := range ds {
+		if d.rule != nil {
+			f(d)
+		}
+		walk(d.children, f)
+	}
 }
 
 func (p *parser) add(line int, field, format string, args ...any) {
@@ -386,9 +395,6 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 	}
 	if !valid && d.step.Key == "" {
 		return nil
-	}
-	if d.rule != nil {
-		t.rules = append(t.rules, d.rule)
 	}
 	return d
 }

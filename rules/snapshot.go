@@ -218,38 +218,36 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 			continue
 		}
 		first[t.domain] = t
+		var domainRules []*Rule
 		ids := map[string]*Rule{}
-		for _, r := range t.rules {
+		names := map[string]*Rule{}
+		walk(t.top, func(d *dnode) {
+			r := d.rule
 			r.Domain = t.domain
 			r.ID = ruleID(r.Path)
 			if o, dup := ids[r.ID]; dup {
-				probs = append(probs, Problem{File: t.file, Line: r.Line, Field: "rate_limit",
+				probs = append(probs, Problem{File: t.file, Line: r.Line, Field: d.field + ".rate_limit",
 					Msg: fmt.Sprintf("rule ID %q is also the ID of the rule at line %d; rename a key or value", r.ID, o.Line)})
-				continue
+				return
 			}
 			ids[r.ID] = r
-		}
-		names := map[string]*Rule{}
-		for _, r := range t.rules {
-			if r.Name == "" {
-				continue
-			}
-			if o, ok := names[r.Name]; !ok || r.ID < o.ID {
+			domainRules = append(domainRules, r)
+			if o, ok := names[r.Name]; r.Name != "" && (!ok || r.ID < o.ID) {
 				names[r.Name] = r
 			}
-		}
-		for _, r := range t.rules {
-			for _, n := range r.Replaces {
+		})
+		walk(t.top, func(d *dnode) {
+			for i, n := range d.rule.Replaces {
 				if _, ok := names[n]; !ok {
-					probs = append(probs, Problem{File: t.file, Line: r.Line, Field: "rate_limit.replaces",
+					probs = append(probs, Problem{File: t.file, Line: d.rule.Line, Field: fmt.Sprintf("%s.rate_limit.replaces[%d].name", d.field, i),
 						Msg: fmt.Sprintf("no rule in domain %q is named %q", t.domain, n)})
 				}
 			}
-		}
+		})
 		s.byName[t.domain] = names
 		s.domains[t.domain] = buildLevel(t.top)
 		s.names = append(s.names, t.domain)
-		s.rules = append(s.rules, t.rules...)
+		s.rules = append(s.rules, domainRules...)
 	}
 	if len(probs) > 0 {
 		probs.sort()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,22 +246,11 @@ func TestCheckInvalidRequests(t *testing.T) {
 			if !errors.Is(err, ErrInvalidRequest) {
 				t.Fatalf("Check error = %v, want ErrInvalidRequest", err)
 			}
-			if got := err.Error(); !contains(got, tt.want) {
+			if got := err.Error(); !strings.Contains(got, tt.want) {
 				t.Errorf("Check error = %q, want it to contain %q", got, tt.want)
 			}
 		})
 	}
-}
-
-func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 func TestOneStoreCallPerRequest(t *testing.T) {
@@ -723,7 +713,7 @@ func TestConfigValidate(t *testing.T) {
 		c := DefaultConfig()
 		tt.mutate(&c)
 		err := c.Validate()
-		if err == nil || !contains(err.Error(), tt.want) {
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: Validate() = %v, want an error containing %q", tt.name, err, tt.want)
 		}
 		if _, nerr := New(c, StaticRules{}, &countingStore{}, nil, nil); nerr == nil {

@@ -1,0 +1,59 @@
+package rules
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzParseRules feeds arbitrary bytes to Parse: it must never panic, must
+// return either a snapshot or an Errors naming the file, and every rule it
+// accepts must be usable (a valid limit, reachable by Match).
+func FuzzParseRules(f *testing.F) {
+	for _, pattern := range []string{"testdata/bad/*.yaml", "testdata/good/*.y*ml", "../examples/rules/*.yaml"} {
+		files, _ := filepath.Glob(pattern)
+		for _, file := range files {
+			if data, err := os.ReadFile(file); err == nil {
+				f.Add(data)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		snap, err := Parse("fuzz.yaml", data, Options{})
+		if err != nil {
+			var errs Errors
+			if !errors.As(err, &errs) || len(errs) == 0 {
+				t.Fatalf("error %T %v, want a non-empty Errors", err, err)
+			}
+			for _, p := range errs {
+				if p.File != "fuzz.yaml" || p.Msg == "" || !strings.HasPrefix(p.Error(), "fuzz.yaml") {
+					t.Fatalf("problem %+v must name the file and say something", p)
+				}
+			}
+			if snap != nil {
+				t.Fatal("a snapshot returned along with errors")
+			}
+			return
+		}
+		for _, r := range snap.Rules() {
+			if !r.Unlimited {
+				if verr := r.Limit.Validate(); verr != nil {
+					t.Fatalf("rule %s accepted with an invalid limit %v: %v", r.ID, r.Limit, verr)
+				}
+			}
+			// A rule whose path is all exact values is what Match returns
+			// for those values: exact matches always win.
+			entries := make([]Entry, len(r.Path))
+			exact := true
+			for i, st := range r.Path {
+				exact = exact && st.Kind == MatchExact
+				entries[i] = Entry{Key: st.Key, Value: st.Value}
+			}
+			if got := snap.Match(r.Domain, entries); exact && got != r {
+				t.Fatalf("rule %s is not reachable: Match(%v) = %v", r.ID, entries, got)
+			}
+		}
+	})
+}
