@@ -61,7 +61,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	r.args[0], r.args[1], r.args[2] = strconv.Itoa(n), mode, now
 	for k := range n {
 		op := &ops[r.op(k)]
-		r.keys[k] = redisKey(s.prefix, op.Key)
+		r.keys[k] = redisKey(s.prefix, op.Limit.Algorithm, op.Key)
 		cost := strconv.FormatInt(op.Cost, 10)
 		lease := ""
 		switch {

@@ -15,9 +15,11 @@
 //
 // # Keys and hash slots
 //
-// The Redis key of an op is Options.Prefix followed by the op's key; a key
-// that has no hash tag of its own is wrapped in one ("{key}"), so each key is
-// its own slot. Ops of one Take whose keys share a slot run in one script and
+// The Redis key of an op is Options.Prefix, one letter naming the
+// algorithm (t g l f s o c, in the order of sluice.Algorithms: like
+// store/memory, the store keeps one state per algorithm and key), and the
+// op's key; a key that has no hash tag of its own is wrapped in one
+// ("sluice:g{key}"), so each key is its own slot. Ops of one Take whose keys share a slot run in one script and
 // are all-or-nothing exactly as in store/memory. To make a request's keys
 // share a slot, give them the same tag, e.g. "{tenant-42}:per_user:alice" and
 // "{tenant-42}:per_tenant".
@@ -297,10 +299,10 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		r.results(ops, results, !r.denied())
 		return nil
 	}
-	first := slotOf(redisKey(s.prefix, ops[0].Key))
+	first := slotOf(redisKey(s.prefix, ops[0].Limit.Algorithm, ops[0].Key))
 	same := true
 	for i := 1; i < len(ops) && same; i++ {
-		same = slotOf(redisKey(s.prefix, ops[i].Key)) == first
+		same = slotOf(redisKey(s.prefix, ops[i].Limit.Algorithm, ops[i].Key)) == first
 	}
 	if same {
 		r := s.newRequest(ops, nil, now, modeDecide)
@@ -319,7 +321,7 @@ func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice
 	bySlot := map[int][]int{}
 	var order []int
 	for i := range ops {
-		sl := slotOf(redisKey(s.prefix, ops[i].Key))
+		sl := slotOf(redisKey(s.prefix, ops[i].Limit.Algorithm, ops[i].Key))
 		if _, ok := bySlot[sl]; !ok {
 			order = append(order, sl)
 		}

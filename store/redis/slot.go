@@ -1,5 +1,7 @@
 package redis
 
+import "github.com/sluice-rl/sluice"
+
 // Keys and hash slots. Redis Cluster maps a key to one of 16384 slots by
 // CRC16 of its hash tag: the part between the first '{' and the next '}' if
 // that part is non-empty, else the whole key.
@@ -47,13 +49,27 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-// redisKey returns the Redis key for an op key: prefix + key when key has a
-// hash tag of its own, else prefix + "{" + key + "}", so that by default each
-// key is its own slot and a caller who wants several keys in one slot (one
-// atomic script call) gives them the same {tag}.
-func redisKey(prefix, key string) string {
+// algLetter is one letter per algorithm, put before the key: like
+// store/memory, the store keeps one state per (algorithm, key), and the
+// letter says what a key holds when one reads Redis.
+var algLetter = [...]string{
+	sluice.TokenBucket:   "t",
+	sluice.GCRA:          "g",
+	sluice.LeakyBucket:   "l",
+	sluice.FixedWindow:   "f",
+	sluice.SlidingWindow: "s",
+	sluice.SlidingLog:    "o",
+	sluice.Concurrency:   "c",
+}
+
+// redisKey returns the Redis key for an op key and algorithm: prefix +
+// letter + key when key has a hash tag of its own, else prefix + letter +
+// "{" + key + "}", so that by default each key is its own slot and a caller
+// who wants several keys in one slot (one atomic script call) gives them the
+// same {tag}. a must be valid.
+func redisKey(prefix string, a sluice.Algorithm, key string) string {
 	if _, ok := hashTag(key); ok {
-		return prefix + key
+		return prefix + algLetter[a] + key
 	}
-	return prefix + "{" + key + "}"
+	return prefix + algLetter[a] + "{" + key + "}"
 }

@@ -1,0 +1,26 @@
+package redis
+
+import (
+	"testing"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+// The conformance suite, against a real single node and a real 3-master
+// cluster; each store gets a fresh random prefix.
+
+func TestConformanceSingle(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, c *storetest.Clock) sluice.Store {
+		return newTestStore(t, srv.URL(), c)
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	storetest.Run(t, func(t *testing.T, c *storetest.Clock) sluice.Store {
+		return newTestStore(t, cl.URL(), c)
+	})
+}

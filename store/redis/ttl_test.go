@@ -1,0 +1,65 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
+
+// TestTTL runs traffic on every algorithm with the Redis clock, then checks
+// that every key the store created has a TTL and that the database is empty
+// once the longest state has gone back to fresh.
+func TestTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(Options{URL: srv.URL(), Prefix: "ttl:", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const window = 300 * time.Millisecond
+	ctx := context.Background()
+	var ops []sluice.Op
+	for _, a := range sluice.Algorithms() {
+		for i, w := range []time.Duration{window / 3, window} {
+			ops = append(ops, sluice.Op{Key: a.String() + string(rune('a'+i)), Limit: sluice.Limit{Algorithm: a, Quota: 5, Window: w}, Cost: 1})
+		}
+	}
+	res := make([]sluice.Result, len(ops))
+	for range 3 {
+		for i := range ops {
+			if err := st.Take(ctx, ops[i:i+1], res[i:i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keys, err := srv.Do("KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := keys.([]any)
+	if len(list) != len(ops) {
+		t.Fatalf("KEYS * has %d keys, want %d (one per op key): %v", len(list), len(ops), list)
+	}
+	for _, k := range list {
+		ttl, err := srv.Do("PTTL", k.(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// sliding_window keeps its state for two windows.
+		if ms, _ := ttl.(int64); ms <= 0 || ms > 2*window.Milliseconds() {
+			t.Errorf("PTTL %s = %v, want in (0, %d]", k, ttl, 2*window.Milliseconds())
+		}
+	}
+	time.Sleep(2*window + 100*time.Millisecond)
+	n, err := srv.Do("DBSIZE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(0) {
+		left, _ := srv.Do("KEYS", "*")
+		t.Fatalf("DBSIZE = %v %v after %v of silence, want 0", n, left, 2*window+100*time.Millisecond)
+	}
+}
