@@ -1,0 +1,180 @@
+package main
+
+// End-to-end tests against a real redis-server (internal/redistest): two
+// servers sharing one Redis, and the failure modes when Redis dies or hangs.
+// Without redis-server they skip, except with CI=true, where they fail.
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
+
+func withRedis(url string, edit func(*serveConfig)) func(*serveConfig) {
+	return func(c *serveConfig) {
+		c.Store.Kind = "redis"
+		c.Store.Redis.URL = url
+		if edit != nil {
+			edit(c)
+		}
+	}
+}
+
+// TestTwoServersOneRedis: two servers sharing one Redis admit exactly the
+// limit together, under concurrent load on both.
+func TestTwoServersOneRedis(t *testing.T) {
+	rd := redistest.Start(t)
+	dir := filepath.Join(repoRoot, "testdata/rules/failure")
+	a := startServer(t, dir, withRedis(rd.URL(), nil))
+	b := startServer(t, dir, withRedis(rd.URL(), nil))
+	// Both fake clocks stand at storetest.Epoch and never move: one instant
+	// for the fleet, as Redis TIME gives in production.
+	const limit, perServer, workers = 50, 60, 6
+	var admitted, denied atomic.Int64
+	var wg sync.WaitGroup
+	for _, ts := range []*testServer{a, b} {
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range perServer / workers {
+					resp := ts.should(t, &rlsv3.RateLimitRequest{Domain: "failure",
+						Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("shared", "fleet")}})
+					switch resp.GetOverallCode() {
+					case rlsv3.RateLimitResponse_OK:
+						admitted.Add(1)
+					case rlsv3.RateLimitResponse_OVER_LIMIT:
+						denied.Add(1)
+					default:
+						t.Errorf("worker %d: overall_code %v", w, resp.GetOverallCode())
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if admitted.Load() != limit || denied.Load() != 2*perServer-limit {
+		t.Errorf("two servers admitted %d and denied %d of %d, want exactly %d admitted", admitted.Load(), denied.Load(), 2*perServer, limit)
+	}
+}
+
+// checkJSON posts one descriptor to /v1/check and returns its status.
+func checkJSON(t *testing.T, ts *testServer, key string) (code, degraded string, took time.Duration) {
+	t.Helper()
+	start := time.Now()
+	c, body := post(t, ts.base+"/v1/check", `{"domain":"failure","descriptors":[{"entries":[{"key":"`+key+`","value":"v"}]}]}`)
+	took = time.Since(start)
+	if c != 200 {
+		t.Fatalf("POST /v1/check %s = %d %s, want 200", key, c, body)
+	}
+	var r struct {
+		Statuses []struct{ Code, Degraded string }
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil || len(r.Statuses) != 1 {
+		t.Fatalf("POST /v1/check %s body %s: %v", key, body, err)
+	}
+	return r.Statuses[0].Code, r.Statuses[0].Degraded, took
+}
+
+// TestRedisKilled: with Redis killed mid-test, open allows, closed denies and
+// local enforces limit ÷ expected replicas in process; readiness reports the
+// store down; when Redis comes back, decisions use it again.
+func TestRedisKilled(t *testing.T) {
+	rd := redistest.Start(t)
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
+		c.Service.ExpectedReplicas = 2
+	}))
+	for _, key := range []string{"open", "closed", "local"} {
+		if code, deg, _ := checkJSON(t, ts, key); code != "OK" || deg != "" {
+			t.Fatalf("before the kill, %s: code %s degraded %q, want OK from the store", key, code, deg)
+		}
+	}
+	rd.Kill()
+	steps := []struct {
+		key, wantCode, wantDegraded string
+	}{
+		{"open", "OK", "failed_open"},
+		{"open", "OK", "failed_open"},
+		{"open", "OK", "failed_open"},
+		{"closed", "OVER_LIMIT", "failed_closed"},
+		{"closed", "OVER_LIMIT", "failed_closed"},
+		{"local", "OK", "local"}, // fallback limit 4 / 2 replicas = 2
+		{"local", "OK", "local"},
+		{"local", "OVER_LIMIT", "local"},
+		{"open", "OK", "failed_open"},
+	}
+	for i, st := range steps {
+		code, deg, _ := checkJSON(t, ts, st.key)
+		if code != st.wantCode || deg != st.wantDegraded {
+			t.Errorf("step %d, Redis dead, %s: code %s degraded %q, want %s %q", i, st.key, code, deg, st.wantCode, st.wantDegraded)
+		}
+	}
+	if code, body := get(t, ts.base+"/readyz"); code != 503 || !strings.Contains(body, "store") {
+		t.Errorf("/readyz with Redis dead = %d %s, want 503 naming the store", code, body)
+	}
+	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, `outcome="failed_open"`) || !strings.Contains(body, `outcome="failed_closed"`) {
+		t.Errorf("/metrics does not count failed_open and failed_closed decisions")
+	}
+
+	rd.Restart()
+	eventually(t, "decisions to come from Redis again after a restart", func() bool {
+		_, deg, _ := checkJSON(t, ts, "closed")
+		return deg == ""
+	})
+	if code, _ := get(t, ts.base+"/readyz"); code != 200 {
+		t.Errorf("/readyz after Redis restart = %d, want 200", code)
+	}
+}
+
+// TestRedisHungBreaker: with Redis hung (SIGSTOP), the first checks wait
+// for the store timeout, then the circuit breaker opens and no check waits
+// for the store any more.
+func TestRedisHungBreaker(t *testing.T) {
+	rd := redistest.Start(t)
+	const storeTimeout = 250 * time.Millisecond
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
+		c.Store.Redis.Timeout = storeTimeout
+	}))
+	if code, deg, _ := checkJSON(t, ts, "open"); code != "OK" || deg != "" {
+		t.Fatalf("before the pause: code %s degraded %q, want OK from the store", code, deg)
+	}
+	rd.Pause()
+	defer rd.Resume()
+	// The breaker opens after 5 consecutive failures (service default).
+	slow := 0
+	for i := range 5 {
+		code, deg, took := checkJSON(t, ts, "open")
+		if code != "OK" || deg != "failed_open" {
+			t.Errorf("hung check %d: code %s degraded %q, want OK failed_open", i, code, deg)
+		}
+		if took >= storeTimeout/2 {
+			slow++
+		}
+	}
+	if slow == 0 {
+		t.Logf("no check waited for the hung store before the breaker opened (the client noticed sooner)")
+	}
+	var worst time.Duration
+	for i := range 20 {
+		code, deg, took := checkJSON(t, ts, "closed")
+		if code != "OVER_LIMIT" || deg != "failed_closed" {
+			t.Errorf("breaker-open check %d: code %s degraded %q, want OVER_LIMIT failed_closed", i, code, deg)
+		}
+		worst = max(worst, took)
+	}
+	if worst >= storeTimeout/2 {
+		t.Errorf("with the breaker open, the slowest check took %v, want well under the store timeout %v (no waiting on the store)", worst, storeTimeout)
+	}
+	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, "sluice_store_breaker_state 2") {
+		t.Errorf("/metrics: sluice_store_breaker_state is not 2 (open) while Redis hangs")
+	}
+}
