@@ -35,12 +35,6 @@ func ok(limit, remaining int64, reset int64) sluice.Result {
 	return sluice.Result{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: time.Duration(reset) * us}
 }
 
-func delayed(limit, remaining, reset, delay int64) sluice.Result {
-	r := ok(limit, remaining, reset)
-	r.Delay = time.Duration(delay) * us
-	return r
-}
-
 func leased(limit, remaining, reset int64) sluice.Result {
 	r := ok(limit, remaining, reset)
 	r.Lease = 1 // any non-zero lease
