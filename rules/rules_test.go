@@ -195,8 +195,8 @@ func TestMatch(t *testing.T) {
 		{"edge", e("tenant", "acme", "user", "bob"), "tenant=acme.user"},
 		{"edge", e("tenant", "acme", "user", "admin"), "tenant=acme.user=admin"},
 		{"edge", e("tenant", "other", "user", "bob"), "tenant.user"},
-		{"edge", e("tenant", "acme"), ""},                                   // no limit at that level
-		{"edge", e("tenant", "acme", "user", "bob", "extra", "x"), ""},      // deeper than the rules
+		{"edge", e("tenant", "acme"), ""},                                     // no limit at that level
+		{"edge", e("tenant", "acme", "user", "bob", "extra", "x"), ""},        // deeper than the rules
 		{"edge", e("remote_address", "1.2.3.4", "path", "/api/x/action"), ""}, // a limit only at the last entry
 		{"edge", e("no_limit_here", "x"), ""},
 		{"edge", e("unknown", "x"), ""},
