@@ -90,3 +90,76 @@ func TestConcurrentNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestCrossSlotRefunds: in a cluster, batches whose keys live in different
+// slots are charged per slot and refunded when another slot denies. Under
+// contention from 3 stores the loose limits must end up charged exactly
+// once per admitted batch: refunds that race with other charges subtract
+// instead of restoring.
+func TestCrossSlotRefunds(t *testing.T) {
+	url := redistest.StartCluster(t).URL()
+	clock := storetest.NewClock()
+	prefix := fmt.Sprintf("xs%d:", time.Now().UnixNano())
+	var stores []*Store
+	for range 3 {
+		st, err := New(Options{URL: url, Prefix: prefix, Now: clock.Now, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		stores = append(stores, st)
+	}
+	tight := sluice.Op{Key: "xs:tight", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 40, Window: time.Minute}, Cost: 1}
+	loose := []sluice.Op{
+		{Key: "xs:tb", Limit: sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 1000, Window: time.Minute}, Cost: 1},
+		{Key: "xs:gcra", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 1000, Window: time.Minute}, Cost: 1},
+		{Key: "xs:sw", Limit: sluice.Limit{Algorithm: sluice.SlidingWindow, Quota: 1000, Window: time.Minute}, Cost: 1},
+		{Key: "xs:log", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Quota: 1000, Window: time.Minute}, Cost: 1},
+	}
+	ops := append([]sluice.Op{tight}, loose...)
+	for i := range ops {
+		for j := range i {
+			if slotOf(redisKey(prefix, ops[i].Limit.Algorithm, ops[i].Key)) == slotOf(redisKey(prefix, ops[j].Limit.Algorithm, ops[j].Key)) {
+				t.Fatalf("test keys %q and %q share a slot; pick others", ops[i].Key, ops[j].Key)
+			}
+		}
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, st := range stores {
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res := make([]sluice.Result, len(ops))
+				for range 5 {
+					if err := st.Take(context.Background(), ops, res); err != nil {
+						t.Error(err)
+						return
+					}
+					all := true
+					for _, r := range res {
+						all = all && r.Allowed
+					}
+					if all {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != tight.Limit.Quota {
+		t.Errorf("admitted %d batches, want %d", got, tight.Limit.Quota)
+	}
+	for _, op := range loose {
+		op.Cost = 0
+		res := make([]sluice.Result, 1)
+		if err := stores[0].Take(context.Background(), []sluice.Op{op}, res); err != nil {
+			t.Fatal(err)
+		}
+		if charged := op.Limit.Quota - res[0].Remaining; charged != admitted.Load() {
+			t.Errorf("%v: charged %d, want %d (one per admitted batch; denied batches refunded)", op.Limit, charged, admitted.Load())
+		}
+	}
+}

@@ -31,8 +31,8 @@
 // the charge and the refund (one round trip) another request may see those
 // slots' keys charged and be denied although the batch that charged them is
 // finally refused: a race that can only deny too much, never admit too much.
-// If another request changed a bucket or window key in that window the
-// refund of that key is skipped, for the same reason.
+// A refund puts a key's old state back when nothing else touched it since
+// the charge, and otherwise subtracts the charge from the current state.
 //
 // # Time
 //

@@ -155,10 +155,21 @@ for _ = 1, groups do
     for _ = 1, k do
       local c = get(tonumber(ARGV[ai]))
       if c.raw == ARGV[ai + 2] then
+        -- Untouched since the charge: put the old state back exactly.
         c.restore = ARGV[ai + 1]
         c.st = c.alg.load(c.restore ~= '' and c.restore)
+      elseif c.raw then
+        c.inverse = true
       end
       ai = ai + 3
+    end
+    -- Changed by others since: take back each of this group's charges.
+    for j = 1, n do
+      local op, c = ops[j], get(j)
+      if c.inverse and op.cost > 0 and not op.rel then
+        c.alg.unstep(c.st, now, op.cost, op.p)
+        c.restore = c.alg.encode(c.st)
+      end
     end
     for j = 1, n do
       local op = ops[j]

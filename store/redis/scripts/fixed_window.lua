@@ -14,6 +14,11 @@ A[4] = {
   encode = function(s)
     return str(s.id) .. ':' .. str(s.cur)
   end,
+  unstep = function(s, now, cost, p)
+    if s.id >= fdiv(now, p.window) then
+      s.cur = max(s.cur - cost, 0)
+    end
+  end,
   fresh = function(s, now, p)
     if s.cur > 0 then
       return (s.id + 1) * p.window - now

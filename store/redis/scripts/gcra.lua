@@ -42,9 +42,15 @@ local tat_kind = {
   fresh = function(s, now, p)
     return s.tat - now
   end,
+  -- unstep takes back a charge of cost (a refund after other requests
+  -- changed the key, so the old state cannot simply be put back).
+  unstep = function(s, now, cost, p)
+    s.tat = s.tat - cost * p.interval
+  end,
 }
 
 A[2] = {
+  unstep = tat_kind.unstep,
   load = tat_kind.load,
   encode = tat_kind.encode,
   fresh = tat_kind.fresh,

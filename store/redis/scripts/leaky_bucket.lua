@@ -2,6 +2,7 @@
 -- State: the TAT, as gcra; an admitted hit is told to wait Delay.
 
 A[3] = {
+  unstep = tat_kind.unstep,
   load = tat_kind.load,
   encode = tat_kind.encode,
   fresh = tat_kind.fresh,

@@ -50,6 +50,11 @@ A[5] = {
   encode = function(s)
     return str(s.id) .. ':' .. str(s.cur) .. ':' .. str(s.prev)
   end,
+  unstep = function(s, now, cost, p)
+    if s.id >= fdiv(now, p.window) then
+      s.cur = max(s.cur - cost, 0)
+    end
+  end,
   fresh = function(s, now, p)
     if s.cur > 0 then
       return (s.id + 2) * p.window - now

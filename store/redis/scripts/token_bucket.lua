@@ -17,6 +17,9 @@ A[1] = {
   fresh = function(s, now, p)
     return s.l + s.m * p.interval - now
   end,
+  unstep = function(s, now, cost, p)
+    s.m = max(s.m - cost, 0)
+  end,
   step = function(s, now, cost, p)
     local m, l = s.m, s.l
     if m > 0 and p.interval > 0 and now - l > 0 then
