@@ -4,15 +4,34 @@ import (
 	"testing"
 )
 
-// FuzzAlgorithms drives every algorithm with a fuzzed limit and a fuzzed
-// sequence of (time step, cost) pairs, including steps back in time, and
-// checks the invariants every Decision must keep.
-func FuzzAlgorithms(f *testing.F) {
+// The fuzz targets drive each algorithm with a fuzzed limit and a fuzzed
+// sequence of (time step, cost) pairs, including steps back in time, and check
+// the invariants every Decision must keep: no panic, Remaining within
+// [0, capacity], no negative duration, allowed ⇒ RetryAfter = 0, limited ⇒
+// RetryAfter > 0, a look (cost 0) always allowed, CostTooHigh only above the
+// capacity, and a log never longer than the quota.
+//
+//	go test -fuzz FuzzSlidingWindow ./algorithm
+func FuzzTokenBucket(f *testing.F)   { fuzzAlgorithm(f, 0) }
+func FuzzGCRA(f *testing.F)          { fuzzAlgorithm(f, 1) }
+func FuzzLeakyBucket(f *testing.F)   { fuzzAlgorithm(f, 2) }
+func FuzzFixedWindow(f *testing.F)   { fuzzAlgorithm(f, 3) }
+func FuzzSlidingWindow(f *testing.F) { fuzzAlgorithm(f, 4) }
+func FuzzSlidingLog(f *testing.F)    { fuzzAlgorithm(f, 5) }
+func FuzzConcurrency(f *testing.F)   { fuzzAlgorithm(f, 6) }
+
+// FuzzAlgorithms fuzzes the choice of algorithm too.
+func FuzzAlgorithms(f *testing.F) { fuzzAlgorithm(f, -1) }
+
+func fuzzAlgorithm(f *testing.F, only int) {
 	f.Add(uint8(0), uint32(3), uint32(1000), uint32(0), []byte{1, 0, 1, 0, 0, 2, 200, 1})
 	f.Add(uint8(4), uint32(9), uint32(1300), uint32(0), []byte{5, 3, 250, 1, 0, 9, 1, 10})
 	f.Add(uint8(6), uint32(2), uint32(10000), uint32(0), []byte{0, 1, 0, 1, 0, 1, 255, 0})
 	f.Add(uint8(1), uint32(1), uint32(1), uint32(5), []byte{0, 5, 0, 6, 128, 1})
 	f.Fuzz(func(t *testing.T, alg uint8, quota, windowMs, burst uint32, steps []byte) {
+		if only >= 0 {
+			alg = uint8(only)
+		}
 		window := int64(windowMs%100000+1) * 1000 // 1ms … 100s, in µs
 		q := int64(quota % 10000)
 		if q > window {
