@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -119,15 +118,4 @@ func (c *countingStore) Take(ctx context.Context, ops []sluice.Op, res []sluice.
 	c.ops = append(c.ops, append([]sluice.Op(nil), ops...))
 	c.mu.Unlock()
 	return c.next.Take(ctx, ops, res)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

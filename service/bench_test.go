@@ -1,0 +1,139 @@
+package service
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+const benchRules = `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+`
+
+const benchKeys = 10_000
+
+// benchRequests returns one request per distinct remote_address value.
+func benchRequests() []Request {
+	reqs := make([]Request, benchKeys)
+	for i := range reqs {
+		reqs[i] = Request{Domain: "edge", Descriptors: []Descriptor{{
+			Entries: []rules.Entry{{Key: "remote_address", Value: "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)}},
+		}}}
+	}
+	return reqs
+}
+
+func benchEngine(b *testing.B) *Engine {
+	b.Helper()
+	snap, err := rules.Parse("bench.yaml", []byte(benchRules), rules.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := memory.New(memory.Options{})
+	b.Cleanup(func() { st.Close() })
+	eng, err := New(DefaultConfig(), StaticRules{snap}, st, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng
+}
+
+// BenchmarkCheck is Engine.Check with one descriptor over 10^4 distinct
+// values on the memory store: matching, key building, the store call,
+// metrics.
+func BenchmarkCheck(b *testing.B) {
+	eng := benchEngine(b)
+	reqs := benchRequests()
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := eng.Check(ctx, reqs[i%benchKeys]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				if _, err := eng.Check(ctx, reqs[i%benchKeys]); err != nil {
+					b.Error(err)
+					return
+				}
+				i += 7
+			}
+		})
+	})
+}
+
+// BenchmarkStoreBaseline is the same work done straight on the memory store
+// (one op with a prebuilt key): the floor Check's overhead is measured
+// against.
+func BenchmarkStoreBaseline(b *testing.B) {
+	st := memory.New(memory.Options{})
+	b.Cleanup(func() { st.Close() })
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1_000_000, Window: time.Second}
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = "{edge|remote_address=10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256) + "}|r:remote_address|fixed_window:1000000:1000000"
+	}
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		ops := make([]sluice.Op, 1)
+		res := make([]sluice.Result, 1)
+		i := 0
+		for b.Loop() {
+			ops[0] = sluice.Op{Key: keys[i%benchKeys], Limit: lim, Cost: 1}
+			if err := st.Take(ctx, ops, res); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			ops := make([]sluice.Op, 1)
+			res := make([]sluice.Result, 1)
+			i := 0
+			for pb.Next() {
+				ops[0] = sluice.Op{Key: keys[i%benchKeys], Limit: lim, Cost: 1}
+				if err := st.Take(ctx, ops, res); err != nil {
+					b.Error(err)
+					return
+				}
+				i += 7
+			}
+		})
+	})
+}
+
+// BenchmarkMatch is the rule lookup alone.
+func BenchmarkMatch(b *testing.B) {
+	snap, err := rules.Parse("bench.yaml", []byte(benchRules), rules.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := benchRequests()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if snap.Match("edge", reqs[i%benchKeys].Descriptors[0].Entries) == nil {
+			b.Fatal("no match")
+		}
+		i++
+	}
+}
