@@ -156,7 +156,9 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 	alg, cost := op.Limit.Algorithm, op.Cost
 	var d algorithm.Decision
 	var lease uint64
-	u := undo{sh: sh, alg: alg, h: h, key: op.Key}
+	// The undo record is built only in a batch (undos != nil): zeroing it
+	// costs more than the rest of a single-op decision.
+	newUndo := func() undo { return undo{sh: sh, alg: alg, h: h, key: op.Key} }
 	switch alg {
 	case sluice.GCRA, sluice.LeakyBucket:
 		t := &sh.gcra
@@ -164,32 +166,40 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 			t = &sh.leaky
 		}
 		i, found := t.find(h, op.Key)
+		var old tatState
 		if found {
-			u.tat = t.slots[i].v
+			old = t.slots[i].v
 		}
 		var tat int64
 		if alg == sluice.GCRA {
-			tat, d = algorithm.GCRA(u.tat.tat, now, cost, p)
+			tat, d = algorithm.GCRA(old.tat, now, cost, p)
 		} else {
-			tat, d = algorithm.LeakyBucket(u.tat.tat, now, cost, p)
+			tat, d = algorithm.LeakyBucket(old.tat, now, cost, p)
 		}
 		if d.OK() && cost > 0 {
 			put(s, sh, t, h, op.Key, i, found, tatState{tat}, now)
-			u.isNew = !found
-			record(undos, &u)
+			if undos != nil {
+				u := newUndo()
+				u.isNew, u.tat = !found, old
+				*undos = append(*undos, u)
+			}
 		}
 	case sluice.TokenBucket:
 		t := &sh.token
 		i, found := t.find(h, op.Key)
+		var old tokenState
 		if found {
-			u.token = t.slots[i].v
+			old = t.slots[i].v
 		}
 		var ns algorithm.TokenState
-		ns, d = algorithm.TokenBucket(u.token.s, now, cost, p)
+		ns, d = algorithm.TokenBucket(old.s, now, cost, p)
 		if d.OK() && cost > 0 {
 			put(s, sh, t, h, op.Key, i, found, tokenState{s: ns, exp: now + d.ResetAfter}, now)
-			u.isNew = !found
-			record(undos, &u)
+			if undos != nil {
+				u := newUndo()
+				u.isNew, u.token = !found, old
+				*undos = append(*undos, u)
+			}
 		}
 	case sluice.FixedWindow, sluice.SlidingWindow:
 		t := &sh.fixed
@@ -197,19 +207,23 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 			t = &sh.slide
 		}
 		i, found := t.find(h, op.Key)
+		var old windowState
 		if found {
-			u.win = t.slots[i].v
+			old = t.slots[i].v
 		}
 		var ns algorithm.WindowState
 		if alg == sluice.FixedWindow {
-			ns, d = algorithm.FixedWindow(u.win.s, now, cost, p)
+			ns, d = algorithm.FixedWindow(old.s, now, cost, p)
 		} else {
-			ns, d = algorithm.SlidingWindow(u.win.s, now, cost, p)
+			ns, d = algorithm.SlidingWindow(old.s, now, cost, p)
 		}
 		if d.OK() && cost > 0 {
 			put(s, sh, t, h, op.Key, i, found, windowState{s: ns, exp: now + d.ResetAfter}, now)
-			u.isNew = !found
-			record(undos, &u)
+			if undos != nil {
+				u := newUndo()
+				u.isNew, u.win = !found, old
+				*undos = append(*undos, u)
+			}
 		}
 	case sluice.SlidingLog, sluice.Concurrency:
 		t := &sh.slog
@@ -223,17 +237,18 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 			st = t.slots[i].v
 			log = st.log
 		}
+		var entry algorithm.Entry
 		switch {
 		case op.Release:
 			log, d = algorithm.Release(log, now, op.Lease, p)
 		case alg == sluice.Concurrency:
 			if cost > 0 {
 				lease = s.lease.Add(1)
-				u.entry = algorithm.Entry{At: now + p.Window, N: cost, ID: lease}
+				entry = algorithm.Entry{At: now + p.Window, N: cost, ID: lease}
 			}
 			log, d = algorithm.Concurrency(log, now, cost, lease, p)
 		default:
-			u.entry = algorithm.Entry{At: now, N: cost}
+			entry = algorithm.Entry{At: now, N: cost}
 			log, d = algorithm.SlidingLog(log, now, cost, p)
 		}
 		if found {
@@ -245,8 +260,11 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 			if !found {
 				put(s, sh, t, h, op.Key, i, false, &logState{log: log, exp: now + d.ResetAfter}, now)
 			}
-			u.isNew = !found
-			record(undos, &u)
+			if undos != nil {
+				u := newUndo()
+				u.isNew, u.entry = !found, entry
+				*undos = append(*undos, u)
+			}
 		} else {
 			lease = 0
 		}
@@ -254,10 +272,4 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 	*out = sluice.FromDecision(d)
 	out.Lease = lease
 	return nil
-}
-
-func record(undos *[]undo, u *undo) {
-	if undos != nil {
-		*undos = append(*undos, *u)
-	}
 }
