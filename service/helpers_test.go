@@ -26,7 +26,7 @@ type harness struct {
 }
 
 // newHarness builds an engine from one rule file's YAML.
-func newHarness(t *testing.T, yaml string, cfg Config) *harness {
+func newHarness(t testing.TB, yaml string, cfg Config) *harness {
 	t.Helper()
 	snap, err := rules.Parse("test.yaml", []byte(yaml), rules.Options{})
 	if err != nil {
@@ -35,7 +35,7 @@ func newHarness(t *testing.T, yaml string, cfg Config) *harness {
 	return newHarnessSnap(t, snap, cfg, nil)
 }
 
-func newHarnessSnap(t *testing.T, snap *rules.Snapshot, cfg Config, store sluice.Store) *harness {
+func newHarnessSnap(t testing.TB, snap *rules.Snapshot, cfg Config, store sluice.Store) *harness {
 	t.Helper()
 	h := &harness{clock: storetest.NewClock(), reg: prometheus.NewRegistry()}
 	h.store = memory.New(memory.Options{Now: h.clock.Now})
