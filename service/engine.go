@@ -55,6 +55,8 @@ type Engine struct {
 	logger  *slog.Logger
 	breaker *gobreaker.CircuitBreaker[struct{}]
 
+	suspect atomic.Bool // the store failed lately: route calls through the breaker
+
 	mu    sync.Mutex // serializes cache rebuilds
 	cache atomic.Pointer[compiled]
 
@@ -460,17 +462,40 @@ func growResults(r []sluice.Result, n int) []sluice.Result {
 	return r
 }
 
-// take calls the store through the circuit breaker.
+// take calls the store, guarded by the circuit breaker.
+//
+// While the store is healthy the call goes straight to it: gobreaker reads
+// the clock twice per call, which costs more here than the rest of a check.
+// The first failure marks the store suspect and is recorded in the breaker;
+// from then on every call goes through the breaker, until a success leaves it
+// closed with no failures counted. This trips exactly as the breaker alone
+// would, except that a success racing with the first failure is not counted.
 func (e *Engine) take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
-	_, err := e.breaker.Execute(func() (struct{}, error) {
-		if e.cfg.StoreTimeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, e.cfg.StoreTimeout)
-			defer cancel()
+	if !e.suspect.Load() {
+		err := e.callStore(ctx, ops, results)
+		if err == nil || errors.Is(err, context.Canceled) {
+			return err
 		}
-		return struct{}{}, e.store.Take(ctx, ops, results)
+		e.suspect.Store(true)
+		_, _ = e.breaker.Execute(func() (struct{}, error) { return struct{}{}, err })
+		return err
+	}
+	_, err := e.breaker.Execute(func() (struct{}, error) {
+		return struct{}{}, e.callStore(ctx, ops, results)
 	})
+	if err == nil && e.breaker.State() == gobreaker.StateClosed && e.breaker.Counts().ConsecutiveFailures == 0 {
+		e.suspect.Store(false)
+	}
 	return err
+}
+
+func (e *Engine) callStore(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
+	if e.cfg.StoreTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.StoreTimeout)
+		defer cancel()
+	}
+	return e.store.Take(ctx, ops, results)
 }
 
 // fail applies each limit's failure mode after the store failed with err.

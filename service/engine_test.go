@@ -730,3 +730,42 @@ func TestConfigValidate(t *testing.T) {
 		t.Error(`ParseFailureMode("sideways") = nil error, want one`)
 	}
 }
+
+func TestBreakerCountsOnlyConsecutiveFailures(t *testing.T) {
+	snap, err := rules.Parse("test.yaml", []byte(testRules), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &failingStore{err: errStoreDown}
+	cfg := DefaultConfig()
+	cfg.Breaker = BreakerConfig{ConsecutiveFailures: 3, OpenTimeout: time.Minute, HalfOpenProbes: 1}
+	h := newHarnessSnap(t, snap, cfg, fs)
+	fs.next = h.store
+	pattern := []bool{true, true, false, true, true, false, false, true, true, false} // true: the store fails
+	for round := range 3 {
+		for i, fail := range pattern {
+			fs.fail.Store(fail)
+			resp := h.check(t, req(desc("big", fmt.Sprint(round, i))))
+			wantDegraded := ""
+			if fail {
+				wantDegraded = OutcomeFailedOpen
+			}
+			if got := resp.Statuses[0].Degraded; got != wantDegraded {
+				t.Fatalf("round %d step %d: degraded = %q, want %q", round, i, got, wantDegraded)
+			}
+		}
+	}
+	if got := h.eng.BreakerState(); got != "closed" {
+		t.Errorf("breaker = %s after at most 2 failures in a row, want closed", got)
+	}
+	if got, want := fs.calls.Load(), int64(3*len(pattern)); got != want {
+		t.Errorf("store calls = %d, want %d (every check reached the store)", got, want)
+	}
+	fs.fail.Store(true)
+	for range 5 {
+		h.check(t, req(desc("big", "x")))
+	}
+	if got := h.eng.BreakerState(); got != "open" {
+		t.Errorf("breaker = %s after 5 failures in a row, want open", got)
+	}
+}
