@@ -227,11 +227,21 @@ func (p *parser) str(v *yaml.Node, field string) (string, bool) {
 	return v.Value, true
 }
 
+// boolean reads true or false. Like envoyproxy/ratelimit's YAML 1.1 parser,
+// it also takes yes/no and on/off, so envoy files load unchanged.
 func (p *parser) boolean(v *yaml.Node, field string) (bool, bool) {
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!bool" {
 		var b bool
 		if err := v.Decode(&b); err == nil {
 			return b, true
+		}
+	}
+	if v.Kind == yaml.ScalarNode && v.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+		switch strings.ToLower(v.Value) {
+		case "yes", "on", "y":
+			return true, true
+		case "no", "off", "n":
+			return false, true
 		}
 	}
 	p.add(v.Line, field, "want true or false, got %s", kindName(v))

@@ -312,3 +312,31 @@ func TestAliasBombIsRefused(t *testing.T) {
 }
 
 func itoa(i int) string { return string(rune('0'+i/10)) + string(rune('0'+i%10)) }
+
+func TestYAML11Booleans(t *testing.T) {
+	tests := []struct {
+		value string
+		want  bool
+		ok    bool
+	}{
+		{"true", true, true}, {"false", false, true}, {"yes", true, true}, {"No", false, true},
+		{"on", true, true}, {"OFF", false, true}, {`"yes"`, false, false}, {"maybe", false, false},
+	}
+	for _, tt := range tests {
+		file := "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: " + tt.value + "\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+		snap, err := Parse("b.yaml", []byte(file), Options{})
+		if !tt.ok {
+			if err == nil {
+				t.Errorf("shadow_mode: %s accepted, want an error", tt.value)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("shadow_mode: %s: %v", tt.value, err)
+			continue
+		}
+		if got := snap.Rules()[0].ShadowMode; got != tt.want {
+			t.Errorf("shadow_mode: %s = %v, want %v", tt.value, got, tt.want)
+		}
+	}
+}
