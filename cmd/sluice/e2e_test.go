@@ -647,3 +647,28 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Errorf("HTTP still accepting after shutdown")
 	}
 }
+
+// TestCheckCommand runs `sluice check` against a running server.
+func TestCheckCommand(t *testing.T) {
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/envoy"), nil)
+	var out bytes.Buffer
+	args := []string{"check", "--addr", ts.grpcAddr(), "--domain", "edge", "tenant=acme", "user=cli", "--hits", "2"}
+	if err := run(context.Background(), args, func(string) string { return "" }, &out, io.Discard); err != nil {
+		t.Fatalf("sluice check: %v", err)
+	}
+	want := "OK\n  descriptor 0: OK  limit 2 per hour (per_user)  remaining 0  reset in 1h0m0s\n"
+	if out.String() != want {
+		t.Errorf("sluice check printed %q, want %q", out.String(), want)
+	}
+	out.Reset()
+	if err := run(context.Background(), args, func(string) string { return "" }, &out, io.Discard); err != nil {
+		t.Fatalf("sluice check: %v", err)
+	}
+	if !strings.HasPrefix(out.String(), "OVER_LIMIT\n") {
+		t.Errorf("second sluice check printed %q, want OVER_LIMIT first", out.String())
+	}
+	err := run(context.Background(), []string{"check", "--addr", ts.grpcAddr(), "--domain", "", "k=v"}, func(string) string { return "" }, io.Discard, io.Discard)
+	if err == nil {
+		t.Errorf("sluice check without a domain: no error")
+	}
+}

@@ -68,8 +68,9 @@ type Options struct {
 
 // handler holds the options every endpoint shares.
 type handler struct {
-	opts Options
-	log  *slog.Logger
+	opts   Options
+	log    *slog.Logger
+	served map[string]bool // paths this handler's mux serves
 }
 
 func newHandler(opts Options) (*handler, error) {
@@ -83,7 +84,7 @@ func newHandler(opts Options) (*handler, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &handler{opts: opts, log: log}, nil
+	return &handler{opts: opts, log: log, served: map[string]bool{}}, nil
 }
 
 // New returns the public HTTP handler: /v1/check, /json, /healthz, /readyz,
@@ -95,11 +96,11 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", h.check)
-	mux.HandleFunc("POST /json", h.json)
-	mux.HandleFunc("GET /healthz", h.healthz)
-	mux.HandleFunc("GET /readyz", h.readyz)
-	mux.HandleFunc("GET /healthcheck", h.readyz)
+	h.handle(mux, "POST /v1/check", h.check)
+	h.handle(mux, "POST /json", h.json)
+	h.handle(mux, "GET /healthz", h.healthz)
+	h.handle(mux, "GET /readyz", h.readyz)
+	h.handle(mux, "GET /healthcheck", h.readyz)
 	h.admin(mux)
 	mux.HandleFunc("/", h.notFound)
 	return mux, nil
@@ -122,10 +123,17 @@ func NewDebug(opts Options) (http.Handler, error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /healthz", h.healthz)
+	h.handle(mux, "GET /healthz", h.healthz)
 	h.admin(mux)
 	mux.HandleFunc("/", h.notFound)
 	return mux, nil
+}
+
+// handle registers f for pattern ("METHOD /path") and remembers the path.
+func (h *handler) handle(mux *http.ServeMux, pattern string, f http.HandlerFunc) {
+	mux.HandleFunc(pattern, f)
+	_, path, _ := strings.Cut(pattern, " ")
+	h.served[path] = true
 }
 
 type noChecker struct{}
@@ -136,10 +144,10 @@ func (noChecker) Check(context.Context, service.Request) (service.Response, erro
 
 func (h *handler) admin(mux *http.ServeMux) {
 	if h.opts.Metrics != nil {
-		mux.Handle("GET /metrics", h.opts.Metrics)
+		h.handle(mux, "GET /metrics", h.opts.Metrics.ServeHTTP)
 	}
 	if h.opts.Rules != nil {
-		mux.HandleFunc("GET /debug/rules", h.debugRules)
+		h.handle(mux, "GET /debug/rules", h.debugRules)
 	}
 }
 
@@ -156,7 +164,21 @@ func problem(w http.ResponseWriter, status int, detail string) {
 	}{"about:blank", http.StatusText(status), status, detail}))
 }
 
+// methods names the method of each endpoint, for 405 answers.
+var methods = map[string]string{
+	"/v1/check": http.MethodPost, "/json": http.MethodPost,
+	"/healthz": http.MethodGet, "/readyz": http.MethodGet, "/healthcheck": http.MethodGet,
+	"/metrics": http.MethodGet, "/debug/rules": http.MethodGet,
+}
+
+// notFound answers what no endpoint matched: 405 for a known path with the
+// wrong method, 404 otherwise.
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
+	if m, ok := methods[r.URL.Path]; ok && r.Method != m && h.served[r.URL.Path] {
+		w.Header().Set("Allow", m)
+		problem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, m))
+		return
+	}
 	problem(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 }
 

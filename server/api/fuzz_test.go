@@ -1,0 +1,96 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/service"
+)
+
+// checkDecoded asserts what a successful decode promises, and that the real
+// engine either decides the request or rejects it as invalid.
+func checkDecoded(t *testing.T, e *service.Engine, req service.Request) {
+	t.Helper()
+	if req.Domain == "" || len(req.Descriptors) == 0 {
+		t.Fatalf("decoded a request without domain or descriptors: %+v", req)
+	}
+	for i, d := range req.Descriptors {
+		if len(d.Entries) == 0 {
+			t.Fatalf("descriptor %d decoded without entries", i)
+		}
+		for j, en := range d.Entries {
+			if en.Key == "" {
+				t.Fatalf("descriptor %d entry %d decoded with an empty key", i, j)
+			}
+		}
+	}
+	resp, err := e.Check(context.Background(), req)
+	if err != nil {
+		if !errors.Is(err, service.ErrInvalidRequest) {
+			t.Fatalf("engine error %v for a decoded request, want nil or ErrInvalidRequest", err)
+		}
+		return
+	}
+	if len(resp.Statuses) != len(req.Descriptors) {
+		t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(req.Descriptors))
+	}
+}
+
+var checkSeeds = []string{
+	`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]}]}`,
+	`{"domain":"edge","hits":3,"descriptors":[{"entries":[{"key":"a","value":"1"},{"key":"b"}],"hits":0},{"entries":[{"key":"c"}],"limit":{"requests_per_unit":9,"unit":"minute"}}]}`,
+	`{"domain":"edge","descriptors":[{"entries":[{"key":"bucket","value":"x"}],"hits":18446744073709551615}]}`,
+	`{"domain":"","descriptors":[]}`,
+	`{"domain":"edge","descriptors":[{}]}`,
+	`{"domain":"edge","descriptors":[{"entries":[{"key":""}]}]}`,
+	`{"domain":5}`, `[]`, `null`, `{"domain":"edge"} x`, `{"domain":"\u0000"}`, ``,
+}
+
+// FuzzDecodeCheckRequest: any body decodes to a valid request or a clear
+// error, never a panic.
+func FuzzDecodeCheckRequest(f *testing.F) {
+	for _, s := range checkSeeds {
+		f.Add(s)
+	}
+	e := newEngine(f, nil)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := DecodeCheckRequest(strings.NewReader(body))
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("empty error message for %q", body)
+			}
+			return
+		}
+		checkDecoded(t, e, req)
+	})
+}
+
+// FuzzDecodeEnvoyJSON: any /json body decodes to a valid request or a clear
+// error, never a panic.
+func FuzzDecodeEnvoyJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]}]}`,
+		`{"domain":"edge","hitsAddend":2,"descriptors":[{"entries":[{"key":"a","value":"1"}],"hitsAddend":"0"}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"limit":{"requestsPerUnit":1,"unit":"MINUTE"}}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"limit":{"requestsPerUnit":1,"unit":"SECOND","unitMultiplier":3}}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"isNegativeHits":true}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[]}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":""}]}]}`,
+		`{"domain":""}`, `{"nope":1}`, `[]`, ``, `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hitsAddend":"18446744073709551615"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	e := newEngine(f, nil)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := DecodeEnvoyJSON(body)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("empty error message for %q", body)
+			}
+			return
+		}
+		checkDecoded(t, e, req)
+	})
+}
