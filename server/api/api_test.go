@@ -190,7 +190,6 @@ func TestEnvoyJSONEndpoint(t *testing.T) {
 	}
 }
 
-
 func TestHealthAndReadiness(t *testing.T) {
 	e := newEngine(t, nil)
 	ready := errors.New("store not answering")
