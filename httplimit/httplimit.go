@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -93,8 +94,8 @@ type Handler struct {
 	cfg      Config
 	nEntries int
 
-	mu       sync.RWMutex
-	policies map[*rules.Rule]string // rendered RateLimit-Policy members
+	mu       sync.Mutex                               // serializes policy cache writers
+	policies atomic.Pointer[map[*rules.Rule]string] // rendered RateLimit-Policy members, copy-on-write
 }
 
 // New returns a Handler that checks each request before passing it to next.
@@ -143,7 +144,9 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Handler{next: next, cfg: cfg, nEntries: n, policies: make(map[*rules.Rule]string)}, nil
+	h := &Handler{next: next, cfg: cfg, nEntries: n}
+	h.policies.Store(&map[*rules.Rule]string{})
+	return h, nil
 }
 
 // scratch is one request's working memory, pooled.
@@ -152,7 +155,11 @@ type scratch struct {
 	entries []rules.Entry
 	limits  []headers.ServiceLimit
 	policy  []byte
-	buf     []byte
+	// policyStr is the RateLimit-Policy value when it is one cached member,
+	// so the common case sends the cached string without copying it.
+	policyStr string
+	nPolicy   int
+	buf       []byte
 	names   []string
 	leases  []func(context.Context) error
 }
@@ -167,6 +174,7 @@ func (s *scratch) reset() {
 	clear(s.leases)
 	s.descs, s.entries, s.limits, s.names, s.leases = s.descs[:0], s.entries[:0], s.limits[:0], s.names[:0], s.leases[:0]
 	s.policy, s.buf = s.policy[:0], s.buf[:0]
+	s.policyStr, s.nPolicy = "", 0
 }
 
 // decision is what ServeHTTP does with a request after the checks.
@@ -271,7 +279,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, sc *scratch) (d 
 }
 
 // render turns the engine's statuses into RateLimit members (in sc.limits),
-// RateLimit-Policy members (in sc.policy) and the decision.
+// RateLimit-Policy members (sc.appendPolicy) and the decision.
 func (h *Handler) render(sc *scratch, resp *service.Response) decision {
 	var d decision
 	var minRemaining int64 = -1
@@ -303,7 +311,7 @@ func (h *Handler) render(sc *scratch, resp *service.Response) decision {
 		d.delay = max(d.delay, res.Delay)
 		remaining := max(res.Remaining, 0)
 		sc.limits = append(sc.limits, headers.ServiceLimit{Name: name, Remaining: remaining, Reset: reset})
-		sc.policy = h.appendPolicy(sc.policy, st, name)
+		sc.appendPolicy(h.policyMember(st, name))
 		if minRemaining < 0 || remaining < minRemaining || st.Code == service.CodeOverLimit {
 			minRemaining = remaining
 			d.legacy = st
@@ -339,18 +347,35 @@ func policyName(st *service.Status) string {
 	return "limit"
 }
 
-// appendPolicy appends the RateLimit-Policy member of a status, rendered once
-// per rule through the structured-fields library and cached.
-func (h *Handler) appendPolicy(dst []byte, st *service.Status, name string) []byte {
-	if len(dst) > 0 {
-		dst = append(dst, ',', ' ')
+// appendPolicy adds one RateLimit-Policy member.
+func (s *scratch) appendPolicy(member string) {
+	s.nPolicy++
+	if s.nPolicy == 1 {
+		s.policyStr = member
+		return
 	}
+	if s.nPolicy == 2 {
+		s.policy = append(s.policy[:0], s.policyStr...)
+		s.policyStr = ""
+	}
+	s.policy = append(s.policy, ',', ' ')
+	s.policy = append(s.policy, member...)
+}
+
+// policyValue returns the RateLimit-Policy field value.
+func (s *scratch) policyValue() string {
+	if s.nPolicy == 1 {
+		return s.policyStr
+	}
+	return string(s.policy)
+}
+
+// policyMember returns the RateLimit-Policy member of a status, rendered once
+// per rule through the structured-fields library and cached.
+func (h *Handler) policyMember(st *service.Status, name string) string {
 	if st.Rule != nil {
-		h.mu.RLock()
-		s, ok := h.policies[st.Rule]
-		h.mu.RUnlock()
-		if ok {
-			return append(dst, s...)
+		if s, ok := (*h.policies.Load())[st.Rule]; ok {
+			return s
 		}
 	}
 	p := headers.Policy{Name: name, Quota: st.Result.Limit}
@@ -368,14 +393,21 @@ func (h *Handler) appendPolicy(dst []byte, st *service.Status, name string) []by
 		s = `"invalid";q=0` // unreachable: names are sanitized and numbers bounded
 	}
 	if st.Rule != nil {
+		// Rules are immutable and few; a reload brings new ones, so the
+		// cache starts over when it grows past any sane rule count.
 		h.mu.Lock()
-		if len(h.policies) > 4096 { // rules of old snapshots; start over
-			clear(h.policies)
+		old := *h.policies.Load()
+		m := make(map[*rules.Rule]string, len(old)+1)
+		if len(old) < 4096 {
+			for k, v := range old {
+				m[k] = v
+			}
 		}
-		h.policies[st.Rule] = s
+		m[st.Rule] = s
+		h.policies.Store(&m)
 		h.mu.Unlock()
 	}
-	return append(dst, s...)
+	return s
 }
 
 // acquire takes the concurrency slots, in order; on a refusal it gives back
@@ -404,10 +436,7 @@ func (h *Handler) acquire(r *http.Request, sc *scratch) decision {
 		}
 		name := headers.PolicyName(c.Name)
 		sc.limits = append(sc.limits, headers.ServiceLimit{Name: name, Remaining: max(res.Remaining, 0), Reset: -1})
-		if len(sc.policy) > 0 {
-			sc.policy = append(sc.policy, ',', ' ')
-		}
-		sc.policy = appendConcurrencyPolicy(sc.policy, name, c.Limiter.Limit().Quota)
+		sc.appendPolicy(concurrencyPolicy(name, c.Limiter.Limit().Quota))
 		if !res.Allowed {
 			h.releaseAll(r, sc.leases)
 			sc.leases = sc.leases[:0]
@@ -422,12 +451,12 @@ func (h *Handler) acquire(r *http.Request, sc *scratch) decision {
 	return decision{}
 }
 
-func appendConcurrencyPolicy(dst []byte, name string, quota int64) []byte {
+func concurrencyPolicy(name string, quota int64) string {
 	s, err := headers.FormatPolicies(headers.Policy{Name: name, Quota: quota, Unit: headers.ConcurrentRequests})
 	if err != nil {
-		return dst
+		return `"invalid";q=0` // unreachable: the name is sanitized, the quota bounded
 	}
-	return append(dst, s...)
+	return s
 }
 
 // releaseAll gives back concurrency slots. It runs after the handler, when the
@@ -446,6 +475,8 @@ func (h *Handler) releaseAll(r *http.Request, leases []func(context.Context) err
 }
 
 var (
+	problemType        = []string{headers.ContentTypeProblem}
+	noStore            = []string{"no-store"}
 	keyRateLimit       = http.CanonicalHeaderKey(headers.RateLimit)
 	keyRateLimitPolicy = http.CanonicalHeaderKey(headers.RateLimitPolicy)
 )
@@ -461,7 +492,7 @@ func (h *Handler) writeFields(hdr http.Header, sc *scratch, d *decision) {
 		return // unreachable: names sanitized, numbers non-negative
 	}
 	hdr[keyRateLimit] = []string{string(sc.buf)}
-	hdr[keyRateLimitPolicy] = []string{string(sc.policy)}
+	hdr[keyRateLimitPolicy] = []string{sc.policyValue()}
 	if h.cfg.Legacy && d.legacy != nil {
 		res := d.legacy.Result
 		headers.SetLegacy(hdr, headers.NewLegacy(res.Limit, max(res.Remaining, 0), res.ResetAfter, h.cfg.Now()))
@@ -483,9 +514,10 @@ func (h *Handler) refuse(w http.ResponseWriter, d decision, sc *scratch) {
 		p = headers.Unavailable(d.detail)
 	}
 	sc.buf = p.Append(sc.buf[:0])
-	hdr["Content-Type"] = []string{headers.ContentTypeProblem}
-	hdr["Cache-Control"] = []string{"no-store"}
-	hdr["Content-Length"] = []string{strconv.Itoa(len(sc.buf))}
+	// Shared values: nothing runs after us on this response to change them.
+	// net/http adds Content-Length itself for a body this small.
+	hdr["Content-Type"] = problemType
+	hdr["Cache-Control"] = noStore
 	w.WriteHeader(d.status)
 	_, _ = w.Write(sc.buf)
 }
