@@ -81,6 +81,8 @@ type domainTree struct {
 	domain string
 	line   int
 	top    []*dnode
+	// replLines holds the line of each name in a rule's replaces.
+	replLines map[*Rule][]int
 }
 
 // walk calls f for every descriptor with a rule, depth first in file order.
@@ -447,7 +449,7 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		case "name":
 			r.Name, good = p.str(v, f)
 		case "replaces":
-			good = p.replaces(v, f, r)
+			good = p.replaces(v, f, r, t)
 		case "algorithm":
 			algNode = v
 			var s string
@@ -581,7 +583,7 @@ func (p *parser) limitProblems(err error, rl *yaml.Node, field string, nodes map
 	}
 }
 
-func (p *parser) replaces(v *yaml.Node, field string, r *Rule) bool {
+func (p *parser) replaces(v *yaml.Node, field string, r *Rule, t *domainTree) bool {
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
 		return true
 	}
@@ -605,6 +607,10 @@ func (p *parser) replaces(v *yaml.Node, field string, r *Rule) bool {
 				good = false
 			default:
 				r.Replaces = append(r.Replaces, s)
+				if t.replLines == nil {
+					t.replLines = map[*Rule][]int{}
+				}
+				t.replLines[r] = append(t.replLines[r], nv.Line)
 			}
 		})
 		if !ok {

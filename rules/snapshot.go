@@ -239,7 +239,11 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 		walk(t.top, func(d *dnode) {
 			for i, n := range d.rule.Replaces {
 				if _, ok := names[n]; !ok {
-					probs = append(probs, Problem{File: t.file, Line: d.rule.Line, Field: fmt.Sprintf("%s.rate_limit.replaces[%d].name", d.field, i),
+					line := d.rule.Line
+					if ls := t.replLines[d.rule]; i < len(ls) {
+						line = ls[i]
+					}
+					probs = append(probs, Problem{File: t.file, Line: line, Field: fmt.Sprintf("%s.rate_limit.replaces[%d].name", d.field, i),
 						Msg: fmt.Sprintf("no rule in domain %q is named %q", t.domain, n)})
 				}
 			}
