@@ -161,9 +161,8 @@ testdata/dupdomain/c.yaml:4: descriptors[0].rate_limit.unit: unknown unit "weekl
 		t.Errorf("LoadDir(missing dir) = %v, want an error wrapping os.ErrNotExist", err)
 	}
 	empty := t.TempDir()
-	snap, err := LoadDir(empty, Options{})
-	if err != nil || len(snap.Domains()) != 0 {
-		t.Errorf("LoadDir(empty dir) = %v domains, %v; want none, nil", snap.Domains(), err)
+	if _, err := LoadDir(empty, Options{}); err == nil || err.Error() != empty+": no rule files (*.yaml, *.yml)" {
+		t.Errorf("LoadDir(empty dir) error = %v, want %q", err, empty+": no rule files (*.yaml, *.yml)")
 	}
 }
 

@@ -164,8 +164,8 @@ func Parse(file string, data []byte, opts Options) (*Snapshot, error) {
 // timestamped directories of a Kubernetes ConfigMap mount while following its
 // file symlinks) and compiles them into one Snapshot. Each file holds one
 // domain; a domain may not appear in two files. The returned error, if any,
-// is an Errors listing every problem in every file, or an error saying dir
-// could not be read.
+// is an Errors listing every problem in every file (a directory without any
+// rule file is one), or an error saying dir could not be read.
 func LoadDir(dir string, opts Options) (*Snapshot, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -173,6 +173,7 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 	}
 	var trees []*domainTree
 	var probs Errors
+	files := 0
 	for _, e := range ents {
 		name := e.Name()
 		ext := strings.ToLower(filepath.Ext(name))
@@ -193,11 +194,17 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 			probs = append(probs, Problem{File: path, Msg: err.Error()})
 			continue
 		}
+		files++
 		p := &parser{file: path, opts: opts}
 		if t := p.parse(data); t != nil {
 			trees = append(trees, t)
 		}
 		probs = append(probs, p.probs...)
+	}
+	if files == 0 && len(probs) == 0 {
+		// Most likely a mount that is not there yet or a wrong path; running
+		// without any limit must not happen by accident.
+		probs = append(probs, Problem{File: dir, Msg: "no rule files (*.yaml, *.yml)"})
 	}
 	return compile(trees, probs)
 }

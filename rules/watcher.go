@@ -111,8 +111,10 @@ func (w *Watcher) Reload() error {
 // then returns nil. It follows writes, creates, renames and removals of rule
 // files, and the symlink swap a Kubernetes ConfigMap volume does on update
 // ("..data" pointed at a new timestamped directory). If the directory itself
-// is a symlink, its parent is watched too, so replacing the link is seen. Run
-// returns an error only if it cannot start watching.
+// is a symlink, its parent is watched too, so replacing the link is seen. If
+// the directory disappears, the last good rules stay in force (the failed
+// reload is reported once) and Run looks for it every second until it is
+// back. Run returns an error only if it cannot start watching.
 func (w *Watcher) Run(ctx context.Context) error {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -134,6 +136,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	lost := false // the directory could not be watched at the last attempt
 	defer timer.Stop()
 	for {
 		select {
@@ -155,7 +158,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-timer.C:
 			// The directory may have been replaced (a symlink swapped, a
 			// directory recreated); watching it again is harmless otherwise.
-			_ = fw.Add(w.dir)
+			// While it is missing, look for it again every second, without
+			// reporting the same failure each time.
+			if err := fw.Add(w.dir); err != nil {
+				if !lost {
+					lost = true
+					_ = w.Reload()
+				}
+				timer.Reset(time.Second)
+				continue
+			}
+			lost = false
 			_ = w.Reload()
 		}
 	}

@@ -267,3 +267,21 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+func TestWatcherDirectoryRemovedAndRecreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rules")
+	must(t, os.Mkdir(dir, 0o755))
+	writeAtomic(t, filepath.Join(dir, "r.yaml"), ruleFile("gone", 1))
+	w, events := startWatcher(t, dir)
+	must(t, os.RemoveAll(dir))
+	ev := waitReload(t, events, false, func() bool { return true })
+	if ev.err == nil || quotaOf(w, "gone") != 1 {
+		t.Fatalf("after removing the directory: err %v, quota %d; want an error and the last good quota 1", ev.err, quotaOf(w, "gone"))
+	}
+	must(t, os.Mkdir(dir, 0o755))
+	writeAtomic(t, filepath.Join(dir, "r.yaml"), ruleFile("gone", 2))
+	waitReload(t, events, true, func() bool { return quotaOf(w, "gone") == 2 })
+	// Watched again: a later change is seen.
+	writeAtomic(t, filepath.Join(dir, "r.yaml"), ruleFile("gone", 3))
+	waitReload(t, events, true, func() bool { return quotaOf(w, "gone") == 3 })
+}
