@@ -269,6 +269,16 @@ func TestOneStoreCallPerRequest(t *testing.T) {
 	if cs.calls != 1 {
 		t.Errorf("a request with no limits called the store: calls = %d, want 1", cs.calls)
 	}
+	// The one exception: only a shadow limit denies, so the batch is taken
+	// again with the shadow limit as a look, charging the enforced one.
+	h.check(t, req(desc("shadow", "x"), desc("big", "x")))
+	h.check(t, req(desc("shadow", "x"), desc("big", "x")))
+	if cs.calls != 4 {
+		t.Fatalf("store calls = %d, want 4 (1 + 1 + 2)", cs.calls)
+	}
+	if retry := cs.ops[3]; retry[0].Cost != 0 || retry[1].Cost != 1 {
+		t.Errorf("retry batch costs = %d, %d; want 0 (shadow, look) and 1", retry[0].Cost, retry[1].Cost)
+	}
 }
 
 func TestStoreKeys(t *testing.T) {
