@@ -282,8 +282,18 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	snap := e.src.Current()
 	c := e.rulesFor(snap)
 	n := len(req.Descriptors)
-	resp := Response{OverallCode: CodeOK, Statuses: make([]Status, n)}
+	resp := Response{OverallCode: CodeOK}
 	var currents []CurrentLimit // allocated once, when the first limit matches
+	if n == 1 {
+		// The common case in one allocation.
+		one := new(struct {
+			st [1]Status
+			cl [1]CurrentLimit
+		})
+		resp.Statuses, currents = one.st[:], one.cl[:]
+	} else {
+		resp.Statuses = make([]Status, n)
+	}
 
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
