@@ -94,7 +94,7 @@ type Handler struct {
 	cfg      Config
 	nEntries int
 
-	mu       sync.Mutex                               // serializes policy cache writers
+	mu       sync.Mutex                             // serializes policy cache writers
 	policies atomic.Pointer[map[*rules.Rule]string] // rendered RateLimit-Policy members, copy-on-write
 }
 
@@ -160,8 +160,8 @@ type scratch struct {
 	policyStr string
 	nPolicy   int
 	buf       []byte
-	names   []string
-	leases  []func(context.Context) error
+	names     []string
+	leases    []func(context.Context) error
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
