@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,24 @@ descriptors:
 `
 
 const benchKeys = 10_000
+
+// cpuTime returns the process's user+system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU adds a cpu-ns/op figure: CPU time spent by the whole process per
+// op. On a shared machine wall time per op includes waiting for a core; CPU
+// time per op does not.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.Helper()
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+}
 
 // benchRequests returns one request per distinct remote_address value.
 func benchRequests() []Request {
@@ -55,6 +74,7 @@ func BenchmarkCheck(b *testing.B) {
 	ctx := context.Background()
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := cpuTime(b)
 		i := 0
 		for b.Loop() {
 			if _, err := eng.Check(ctx, reqs[i%benchKeys]); err != nil {
@@ -62,9 +82,11 @@ func BenchmarkCheck(b *testing.B) {
 			}
 			i++
 		}
+		reportCPU(b, cpu)
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := cpuTime(b)
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
 			for pb.Next() {
@@ -75,6 +97,7 @@ func BenchmarkCheck(b *testing.B) {
 				i += 7
 			}
 		})
+		reportCPU(b, cpu)
 	})
 }
 
@@ -94,6 +117,7 @@ func BenchmarkStoreBaseline(b *testing.B) {
 		b.ReportAllocs()
 		ops := make([]sluice.Op, 1)
 		res := make([]sluice.Result, 1)
+		cpu := cpuTime(b)
 		i := 0
 		for b.Loop() {
 			ops[0] = sluice.Op{Key: keys[i%benchKeys], Limit: lim, Cost: 1}
@@ -102,9 +126,12 @@ func BenchmarkStoreBaseline(b *testing.B) {
 			}
 			i++
 		}
+		reportCPU(b, cpu)
 	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := cpuTime(b)
+		defer reportCPU(b, cpu)
 		b.RunParallel(func(pb *testing.PB) {
 			ops := make([]sluice.Op, 1)
 			res := make([]sluice.Result, 1)
