@@ -51,8 +51,10 @@ type Rule struct {
 	// ID identifies the rule within its domain, stable across reloads while
 	// the rule's place in the descriptor tree is unchanged: the path of
 	// key[=value] steps from the top, joined by "." (for example
-	// "tenant=acme.user"). The service puts it in store keys and, bounded,
-	// in metric labels.
+	// "tenant=acme.user"). IDs are unique within a domain: a file in which
+	// two rules would get the same ID (keys or values containing '.' or '=')
+	// is rejected. The service puts the ID in store keys and, bounded, in
+	// metric labels.
 	ID string
 	// Name is rate_limit.name, possibly empty.
 	Name string
