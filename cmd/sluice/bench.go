@@ -1,0 +1,575 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func init() {
+	register("bench", "gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server", runBench)
+	register("bench-baseline", "serve a bare grpc-go health server (the baseline `sluice bench --compare` drives)", runBenchBaseline)
+}
+
+// loadSpec is one load run.
+type loadSpec struct {
+	addr        string
+	method      string // "rls" or "health"
+	domain, key string
+	keys        int
+	concurrency int
+	conns       int
+	duration    time.Duration
+	warmup      time.Duration
+	rate        float64 // requests per second; 0: as fast as possible
+	pid         int     // server process to measure CPU of; 0: none
+	extraPID    int     // another process whose CPU counts (redis-server); 0: none
+}
+
+// loadResult is what a run measured.
+type loadResult struct {
+	requests, errors int64
+	overLimit        int64
+	elapsed          time.Duration
+	p50, p90, p99    time.Duration
+	max              time.Duration
+	serverCPU        time.Duration // -1 when not measured
+	extraCPU         time.Duration // of spec.extraPID; -1 when not measured
+	clientCPU        time.Duration
+}
+
+func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+// cpuPerRequest is the server's CPU time per request, or 0 if unmeasured.
+func (r loadResult) cpuPerRequest() time.Duration {
+	if r.serverCPU < 0 || r.requests == 0 {
+		return 0
+	}
+	return r.serverCPU / time.Duration(r.requests)
+}
+
+func (r loadResult) String() string {
+	s := fmt.Sprintf("%8.0f req/s  p50 %v  p90 %v  p99 %v  max %v  (%d requests, %d errors, %d over limit)",
+		r.rps(), r.p50.Round(time.Microsecond), r.p90.Round(time.Microsecond), r.p99.Round(time.Microsecond),
+		r.max.Round(time.Microsecond), r.requests, r.errors, r.overLimit)
+	if r.serverCPU >= 0 {
+		s += fmt.Sprintf("  server CPU %.1f µs/req", float64(r.cpuPerRequest())/float64(time.Microsecond))
+	}
+	if r.extraCPU >= 0 && r.requests > 0 {
+		s += fmt.Sprintf(" (+ redis-server %.1f µs/req)", float64(r.extraCPU/time.Duration(r.requests))/float64(time.Microsecond))
+	}
+	s += fmt.Sprintf("  load generator CPU %.1f µs/req", float64(r.clientCPU/time.Duration(max(r.requests, 1)))/float64(time.Microsecond))
+	return s
+}
+
+// extraPerRequest is the extra process's CPU time per request, or 0.
+func (r loadResult) extraPerRequest() time.Duration {
+	if r.extraCPU < 0 || r.requests == 0 {
+		return 0
+	}
+	return r.extraCPU / time.Duration(r.requests)
+}
+
+// procCPU returns the user+system CPU time of process pid from
+// /proc/<pid>/stat (Linux; clock ticks of 1/100 s, the kernel's USER_HZ).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// drive runs one load against spec.addr and measures it.
+func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
+	conns := make([]*grpc.ClientConn, max(spec.conns, 1))
+	for i := range conns {
+		c, err := grpc.NewClient(spec.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return loadResult{}, fmt.Errorf("bench: %s: %w", spec.addr, err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	reqs := make([]*rlsv3.RateLimitRequest, max(spec.keys, 1))
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: spec.domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: spec.key, Value: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)}},
+		}}}
+	}
+	call := func(ctx context.Context, conn *grpc.ClientConn, i int) (bool, error) {
+		if spec.method == "health" {
+			_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+			return false, err
+		}
+		resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, reqs[i%len(reqs)])
+		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err
+	}
+	// Every connection answers once before the clock starts.
+	for _, c := range conns {
+		if _, err := call(ctx, c, 0); err != nil {
+			return loadResult{}, fmt.Errorf("bench: first call to %s: %w", spec.addr, err)
+		}
+	}
+
+	var (
+		measuring atomic.Bool
+		stop      atomic.Bool
+		next      atomic.Int64
+		requests  atomic.Int64
+		errs      atomic.Int64
+		over      atomic.Int64
+		lat       = make([][]time.Duration, spec.concurrency)
+		wg        sync.WaitGroup
+		firstErr  atomic.Pointer[error]
+	)
+	// Paced load: a ticker hands out intended start times; latency counts
+	// from the intended start, so a server that falls behind is charged for
+	// the queueing (no coordinated omission).
+	var sched chan time.Time
+	if spec.rate > 0 {
+		sched = make(chan time.Time, 1<<16)
+		go func() {
+			defer close(sched)
+			start := time.Now()
+			sent := int64(0)
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for !stop.Load() {
+				now := <-tick.C
+				due := int64(now.Sub(start).Seconds() * spec.rate)
+				for ; sent < due && !stop.Load(); sent++ {
+					select {
+					case sched <- start.Add(time.Duration(float64(sent) / spec.rate * float64(time.Second))):
+					default: // generator backlog full: drop, counted as not sent
+					}
+				}
+			}
+		}()
+	}
+	for w := range spec.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn := conns[w%len(conns)]
+			mine := make([]time.Duration, 0, 1<<14)
+			for !stop.Load() {
+				start := time.Now()
+				if sched != nil {
+					t, ok := <-sched
+					if !ok {
+						break
+					}
+					start = t
+				}
+				i := int(next.Add(1))
+				isOver, err := call(ctx, conn, i)
+				d := time.Since(start)
+				if !measuring.Load() {
+					continue
+				}
+				if err != nil {
+					errs.Add(1)
+					if firstErr.Load() == nil {
+						firstErr.Store(&err)
+					}
+					continue
+				}
+				requests.Add(1)
+				if isOver {
+					over.Add(1)
+				}
+				mine = append(mine, d)
+			}
+			lat[w] = mine
+		}()
+	}
+	sleep(ctx, spec.warmup)
+	cpu0, cpuErr := time.Duration(0), error(nil)
+	if spec.pid > 0 {
+		cpu0, cpuErr = procCPU(spec.pid)
+	}
+	x0, xErr := time.Duration(0), error(nil)
+	if spec.extraPID > 0 {
+		x0, xErr = procCPU(spec.extraPID)
+	}
+	self0 := selfCPU()
+	t0 := time.Now()
+	measuring.Store(true)
+	sleep(ctx, spec.duration)
+	measuring.Store(false)
+	elapsed := time.Since(t0)
+	self1 := selfCPU()
+	res := loadResult{serverCPU: -1, extraCPU: -1}
+	if spec.pid > 0 && cpuErr == nil {
+		if cpu1, err := procCPU(spec.pid); err == nil {
+			res.serverCPU = cpu1 - cpu0
+		}
+	}
+	if spec.extraPID > 0 && xErr == nil {
+		if x1, err := procCPU(spec.extraPID); err == nil {
+			res.extraCPU = x1 - x0
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return loadResult{}, ctx.Err()
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	q := func(p float64) time.Duration {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[min(int(p*float64(len(all))), len(all)-1)]
+	}
+	res.requests, res.errors, res.overLimit, res.elapsed = requests.Load(), errs.Load(), over.Load(), elapsed
+	res.p50, res.p90, res.p99 = q(0.50), q(0.90), q(0.99)
+	if len(all) > 0 {
+		res.max = all[len(all)-1]
+	}
+	res.clientCPU = self1 - self0
+	if res.requests == 0 {
+		if e := firstErr.Load(); e != nil {
+			return res, fmt.Errorf("bench: no call succeeded: %w", *e)
+		}
+		return res, errors.New("bench: no call completed")
+	}
+	return res, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
+	spec := loadSpec{}
+	var compare bool
+	var rulesDir, redisOpt string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&spec.addr, "addr", "127.0.0.1:8081", "gRPC address to drive (ignored with --compare)")
+	fs.StringVar(&spec.method, "method", "rls", "what to call: rls (ShouldRateLimit) or health (grpc.health.v1 Check)")
+	fs.StringVar(&spec.domain, "domain", "bench", "rule domain of the requests")
+	fs.StringVar(&spec.key, "key", "remote_address", "descriptor key of the requests")
+	fs.IntVar(&spec.keys, "keys", 10_000, "distinct descriptor values, used round robin")
+	fs.IntVar(&spec.concurrency, "concurrency", 50, "concurrent callers")
+	fs.IntVar(&spec.conns, "conns", 1, "gRPC connections the callers share")
+	fs.DurationVar(&spec.duration, "duration", 10*time.Second, "measured time per point")
+	fs.DurationVar(&spec.warmup, "warmup", time.Second, "unmeasured time before each point")
+	fs.Float64Var(&spec.rate, "rate", 0, "requests per second (0: as fast as possible)")
+	fs.IntVar(&spec.pid, "pid", 0, "server process whose CPU time to measure (Linux /proc)")
+	fs.BoolVar(&compare, "compare", false, "start a bare grpc-go health server and `sluice serve` (memory, and Redis when available) as child processes and compare them")
+	fs.StringVar(&rulesDir, "rules", "testdata/rules/bench", "rules for the servers --compare starts")
+	var redisTimeout time.Duration
+	fs.DurationVar(&redisTimeout, "redis-timeout", 250*time.Millisecond, "with --compare: --redis-timeout of the Redis-backed server (above the default 50ms, so a loaded shared machine does not trip the breaker mid-run)")
+	fs.StringVar(&redisOpt, "redis", "auto", "with --compare: auto (start redis-server if on PATH), off, or a redis:// URL to use")
+	if err := parseFlags(fs, args, func(string) string { return "" }); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if spec.concurrency < 1 || spec.keys < 1 || spec.duration <= 0 || spec.warmup < 0 || spec.rate < 0 || (spec.method != "rls" && spec.method != "health") {
+		return fmt.Errorf("bench: --concurrency, --keys and --duration must be positive, --rate not negative, --method rls or health: %w", errUsage)
+	}
+	if !compare {
+		fmt.Fprintf(stdout, "driving %s %s: %d callers, %d keys, %v\n", spec.method, spec.addr, spec.concurrency, spec.keys, spec.duration)
+		res, err := drive(ctx, spec)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, res)
+		return nil
+	}
+	return benchCompare(ctx, spec, rulesDir, redisOpt, redisTimeout, stdout)
+}
+
+// child is a server process started by --compare.
+type child struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// startChild runs the sluice binary itself with args (addr substituted for
+// {addr}) and waits until its gRPC health answers.
+func startChild(ctx context.Context, args []string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "{addr}", addr)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, addr: addr}
+	if err := waitHealthy(ctx, addr); err != nil {
+		c.stop()
+		return nil, fmt.Errorf("bench: %s %s: %w", filepath.Base(exe), strings.Join(args, " "), err)
+	}
+	return c, nil
+}
+
+func waitHealthy(ctx context.Context, addr string) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not healthy after 15s: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startRedis starts a throwaway redis-server on a free port; stop kills it
+// and removes its directory.
+func startRedis(ctx context.Context) (cmd *exec.Cmd, url string, stop func(), err error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	dir, err := os.MkdirTemp("", "sluice-bench-redis")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cmd = exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = os.RemoveAll(dir) }
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_, _ = c.Write([]byte("PING\r\n"))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if strings.HasPrefix(line, "+PONG") {
+				break
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return nil, "", nil, fmt.Errorf("redis-server on %s did not answer PING", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cmd, "redis://" + addr + "/0", stop, nil
+}
+
+// benchCompare measures, in one run: a bare grpc-go health server at full
+// speed (the baseline), then sluice serve on the memory store and, when
+// Redis is available, on Redis, each at full speed and at half of its own
+// maximum. It prints ratios against the baseline.
+func benchCompare(ctx context.Context, spec loadSpec, rulesDir, redisOpt string, redisTimeout time.Duration, out io.Writer) error {
+	if _, err := os.Stat(rulesDir); err != nil {
+		return fmt.Errorf("bench: --rules: %w", err)
+	}
+	type point struct {
+		name string
+		res  loadResult
+	}
+	var points []point
+	redisPID := 0
+	measure := func(name string, c *child, method string, rate float64) (loadResult, error) {
+		s := spec
+		s.addr, s.method, s.rate, s.pid = c.addr, method, rate, c.cmd.Process.Pid
+		if strings.Contains(name, "redis") {
+			s.extraPID = redisPID
+		}
+		fmt.Fprintf(out, "--- %s: %s, %d callers, %d keys, %v", name, method, s.concurrency, s.keys, s.duration)
+		if rate > 0 {
+			fmt.Fprintf(out, ", paced at %.0f req/s", rate)
+		}
+		fmt.Fprintln(out)
+		res, err := drive(ctx, s)
+		if err != nil {
+			return res, err
+		}
+		fmt.Fprintln(out, "   ", res)
+		points = append(points, point{name, res})
+		return res, nil
+	}
+
+	base, err := startChild(ctx, []string{"bench-baseline", "--addr", "{addr}"})
+	if err != nil {
+		return err
+	}
+	baseline, err := measure("baseline: bare grpc-go health server", base, "health", 0)
+	base.stop()
+	if err != nil {
+		return err
+	}
+
+	serveArgs := func(store ...string) []string {
+		return append([]string{"serve", "--rules", rulesDir, "--grpc-addr", "{addr}", "--http-addr", "127.0.0.1:0",
+			"--debug-addr", "", "--log-level", "warn"}, store...)
+	}
+	runSluice := func(label string, store ...string) error {
+		c, err := startChild(ctx, serveArgs(store...))
+		if err != nil {
+			return err
+		}
+		defer c.stop()
+		full, err := measure(label+", full speed", c, "rls", 0)
+		if err != nil {
+			return err
+		}
+		_, err = measure(label+", half of its max", c, "rls", full.rps()/2)
+		return err
+	}
+	if err := runSluice("sluice serve --store memory", "--store", "memory"); err != nil {
+		return err
+	}
+	redisURL := ""
+	switch redisOpt {
+	case "off":
+	case "auto":
+		cmd, url, stop, err := startRedis(ctx)
+		if err != nil {
+			fmt.Fprintf(out, "--- Redis store skipped: %v\n", err)
+			break
+		}
+		defer stop()
+		redisURL = url
+		redisPID = cmd.Process.Pid
+	default:
+		redisURL = redisOpt
+	}
+	if redisURL != "" {
+		if err := runSluice("sluice serve --store redis", "--store", "redis", "--redis-url", redisURL, "--redis-timeout", redisTimeout.String()); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(out, "\n=== summary (same run, same load generator)")
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	fmt.Fprintf(out, "%-46s %9s %7s %9s %9s %11s %9s %11s\n", "point", "req/s", "ratio", "p50", "p99", "server µs", "ratio", "+redis µs")
+	for _, p := range points {
+		fmt.Fprintf(out, "%-46s %9.0f %6.2fx %9v %9v %11.1f %8.2fx %11.1f\n", p.name, p.res.rps(), p.res.rps()/baseline.rps(),
+			p.res.p50.Round(time.Microsecond), p.res.p99.Round(time.Microsecond), us(p.res.cpuPerRequest()),
+			us(p.res.cpuPerRequest())/us(baseline.cpuPerRequest()), us(p.res.extraPerRequest()))
+	}
+	fmt.Fprintln(out, "ratio: against the baseline in this run (req/s; server CPU per request). server µs: CPU of the serving process per request (/proc, 10ms ticks).")
+	return nil
+}
+
+// runBenchBaseline serves only grpc.health.v1 with grpc-go's own health
+// server: the floor any gRPC service pays per call on this machine.
+func runBenchBaseline(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench-baseline", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8091", "listen address")
+	if err := parseFlags(fs, args, func(string) string { return "" }); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("bench-baseline: %w", err)
+	}
+	g := grpc.NewServer()
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	go func() { <-ctx.Done(); g.GracefulStop() }()
+	if err := g.Serve(ln); err != nil {
+		return fmt.Errorf("bench-baseline: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+const benchRules = `domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+`
+
+// benchEngine is a real engine over the memory store.
+func benchEngine(b *testing.B) *service.Engine {
+	b.Helper()
+	snap, err := rules.Parse("bench.yaml", []byte(benchRules), rules.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := memory.New(memory.Options{})
+	b.Cleanup(func() { st.Close() })
+	e, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, st, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// serve runs g on a loopback port and returns a client connection to it.
+func serve(b *testing.B, g *grpc.Server) *grpc.ClientConn {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	b.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func benchRequests(n int) []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, n)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			desc("remote_address", fmt.Sprintf("10.0.%d.%d", i>>8, i&255)),
+		}}
+	}
+	return reqs
+}
+
+// BenchmarkHealthCheckBaseline is the floor: grpc-go's own health server,
+// driven the same way as BenchmarkShouldRateLimit.
+func BenchmarkHealthCheckBaseline(b *testing.B) {
+	g := grpc.NewServer()
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	client := healthpb.NewHealthClient(serve(b, g))
+	b.ReportAllocs()
+	b.SetParallelism(25) // 50 callers on 2 CPUs, as the load harness
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkShouldRateLimit: ShouldRateLimit over loopback gRPC, one
+// descriptor, 10^4 distinct values, real engine and memory store.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	g := grpc.NewServer()
+	New(benchEngine(b), Options{}).Register(g)
+	client := rlsv3.NewRateLimitServiceClient(serve(b, g))
+	reqs := benchRequests(10_000)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(25) // 50 callers on 2 CPUs, as the load harness
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := client.ShouldRateLimit(context.Background(), reqs[next.Add(1)%int64(len(reqs))])
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				b.Errorf("ShouldRateLimit = %v, %v; want OK", resp.GetOverallCode(), err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkHandler: the server's own work per call, without the transport:
+// convert, decide (memory store), render.
+func BenchmarkHandler(b *testing.B) {
+	s := New(benchEngine(b), Options{})
+	reqs := benchRequests(10_000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
