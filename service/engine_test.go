@@ -599,6 +599,18 @@ func TestMetrics(t *testing.T) {
 	if n, err := testutil.GatherAndCount(h.reg, "sluice_check_duration_seconds"); err != nil || n != 1 {
 		t.Errorf("registry: duration histogram count = %d, %v; want 1, nil", n, err)
 	}
+	h.m.ObserveReload(false, errors.New("bad file"))
+	h.m.ObserveReload(true, nil)
+	if got := testutil.ToFloat64(h.m.reloads.WithLabelValues("failure")); got != 1 {
+		t.Errorf("rule_reloads{failure} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(h.m.reloadOK); got != 1 {
+		t.Errorf("rules_last_reload_success = %v after a good reload, want 1", got)
+	}
+	problems, err := testutil.GatherAndLint(h.reg)
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %+v, want no problems", err, problems)
+	}
 }
 
 func TestReloadSwapsRulesAndDropsStaleSeries(t *testing.T) {
