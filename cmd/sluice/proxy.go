@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/httplimit/gateway"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+func init() {
+	register("proxy", "rate-limit an existing HTTP API: sluice proxy --upstream URL --rules DIR --listen ADDR", runProxy)
+}
+
+// specList is a repeatable string flag.
+type specList []string
+
+func (s *specList) String() string { return strings.Join(*s, "; ") }
+func (s *specList) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
+	var (
+		configFile, upstream, rulesDir, listen, domain, trusted, algo, logLevel string
+		descriptors                                                             specList
+		legacy, failClosed                                                      bool
+		maxDelay                                                                time.Duration
+		inflight                                                                int64
+	)
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&configFile, "config", "", "YAML file with the settings below (flags win over it)")
+	fs.StringVar(&upstream, "upstream", "", "URL of the API to forward to (required)")
+	fs.StringVar(&rulesDir, "rules", "", "directory of rule files, reloaded on change (required)")
+	fs.StringVar(&listen, "listen", "", "address to serve on (default :8080)")
+	fs.StringVar(&domain, "domain", "", "rule domain to apply (required)")
+	fs.StringVar(&trusted, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/Forwarded are believed (default: none)")
+	fs.Var(&descriptors, "descriptor", "descriptor spec, repeatable: key=ip|route|method|header:NAME|static:VALUE[, …] (default remote_address=ip)")
+	fs.BoolVar(&legacy, "legacy-headers", false, "also send X-RateLimit-Limit/-Remaining/-Reset/-Used")
+	fs.BoolVar(&failClosed, "fail-closed", false, "answer 503 when the limiter cannot decide (default: let requests through)")
+	fs.DurationVar(&maxDelay, "max-delay", 0, "longest leaky_bucket queueing delay before answering 503 (default 5s)")
+	fs.Int64Var(&inflight, "max-inflight", 0, "shed (503) requests beyond this many in flight through the proxy; 0: no limit")
+	fs.StringVar(&algo, "default-algorithm", "fixed_window", "algorithm of rules that name none: "+algorithmList())
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sluice proxy --upstream URL --rules DIR --domain NAME [--listen ADDR] [flags]")
+		fmt.Fprintln(stderr, "\nA reverse proxy that applies the rules of DIR to every request and sends the")
+		fmt.Fprintln(stderr, "RateLimit fields on every response. Every flag can also be set with SLUICE_<FLAG>.")
+		fmt.Fprintln(stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("proxy: unexpected arguments %q: %w", fs.Args(), errUsage)
+	}
+
+	var cfg gateway.Config
+	if configFile != "" {
+		data, err := os.ReadFile(configFile)
+		if err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+		if cfg, err = gateway.Parse(data); err != nil {
+			return fmt.Errorf("proxy: %s: %w", configFile, err)
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["upstream"] {
+		cfg.Upstream = upstream
+	}
+	if set["rules"] {
+		cfg.Rules = rulesDir
+	}
+	if set["listen"] {
+		cfg.Listen = listen
+	}
+	if set["domain"] {
+		cfg.Domain = domain
+	}
+	if set["trusted-proxies"] {
+		cfg.TrustedProxies = strings.Split(trusted, ",")
+	}
+	if set["descriptor"] {
+		cfg.Descriptors = descriptors
+	}
+	if set["legacy-headers"] {
+		cfg.LegacyHeaders = legacy
+	}
+	if set["fail-closed"] {
+		cfg.FailClosed = failClosed
+	}
+	if set["max-delay"] {
+		cfg.MaxDelay = maxDelay
+	}
+	if inflight > 0 {
+		cfg.Concurrency = append(cfg.Concurrency, gateway.Concurrency{Name: "inflight", Limit: inflight, Shed: true})
+	}
+	cfg.Default()
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	alg, err := sluice.ParseAlgorithm(algo)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--default-algorithm: %w", err))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level: %q, want debug, info, warn or error", logLevel))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("proxy: %w: %w", errUsage, errors.Join(errs...))
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+
+	watcher, err := rules.NewWatcher(cfg.Rules, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	if !watcher.Current().HasDomain(cfg.Domain) {
+		return fmt.Errorf("proxy: domain %q is in no rule file of %s (domains: %s)", cfg.Domain, cfg.Rules, strings.Join(watcher.Current().Domains(), ", "))
+	}
+	store := memory.New(memory.Options{})
+	defer store.Close()
+	engine, err := service.New(service.DefaultConfig(), watcher, store, nil, log.With("component", "service"))
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	glog := log.With("component", "gateway")
+	handler, err := gateway.New(cfg, engine, store, func(r *http.Request, err error) {
+		glog.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	})
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(glog.Handler(), slog.LevelWarn),
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() { _ = watcher.Run(wctx) }()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("proxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "domain", cfg.Domain, "descriptors", strings.Join(cfg.Descriptors, "; "))
+	select {
+	case err := <-errc:
+		return fmt.Errorf("proxy: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("proxy: shutdown: %w", err)
+	}
+	log.Info("proxy stopped")
+	return nil
+}
