@@ -59,8 +59,8 @@ func limitedServer(t *testing.T, key string) (*httptest.Server, *arrivals) {
 		_, _ = io.WriteString(w, "ok")
 	})
 	h, err := httplimit.New(record, httplimit.Config{
-		Checker:     engine,
-		Domain:      "api",
+		Checker: engine,
+		Domain:  "api",
 		// Requests without X-Limit are not limited (used to open connections).
 		Descriptors: [][]httplimit.KeyFunc{{httplimit.Static("generic_key", key), httplimit.Header("x", "X-Limit")}},
 	})
@@ -206,11 +206,11 @@ func TestFleetRetriesSpreadOut(t *testing.T) {
 	control := fleet(t, 100, -1) // no jitter: every client waits exactly Retry-After
 	cshare, ccv := spread(control)
 	t.Logf("control without jitter: %d retries, largest bin %.0f%%, gap CV %.2f", len(control), cshare*100, ccv)
-	if cshare < 0.80 {
-		t.Errorf("control: largest bin holds only %.0f%%; the measure does not detect a wave", cshare*100)
-	}
-	if share >= cshare {
-		t.Errorf("jittered largest bin %.0f%% is not below the control's %.0f%%", share*100, cshare*100)
+	// On a loaded machine a scheduling stall can smear even the control,
+	// so it is compared with the jittered fleet rather than held to a
+	// fixed bar.
+	if cshare < share+0.25 {
+		t.Errorf("control's largest bin %.0f%% is not clearly above the jittered %.0f%%; the measure does not tell a wave", cshare*100, share*100)
 	}
 }
 
