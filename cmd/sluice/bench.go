@@ -171,29 +171,15 @@ func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
 		wg        sync.WaitGroup
 		firstErr  atomic.Pointer[error]
 	)
-	// Paced load: a ticker hands out intended start times; latency counts
-	// from the intended start, so a server that falls behind is charged for
-	// the queueing (no coordinated omission).
-	var sched chan time.Time
-	if spec.rate > 0 {
-		sched = make(chan time.Time, 1<<16)
-		go func() {
-			defer close(sched)
-			start := time.Now()
-			sent := int64(0)
-			tick := time.NewTicker(time.Millisecond)
-			defer tick.Stop()
-			for !stop.Load() {
-				now := <-tick.C
-				due := int64(now.Sub(start).Seconds() * spec.rate)
-				for ; sent < due && !stop.Load(); sent++ {
-					select {
-					case sched <- start.Add(time.Duration(float64(sent) / spec.rate * float64(time.Second))):
-					default: // generator backlog full: drop, counted as not sent
-					}
-				}
-			}
-		}()
+	// Paced load: the schedule is fixed in advance, request k at
+	// t0 + k/rate, and caller w takes requests w, w+C, w+2C, … (C callers),
+	// sleeping until each one's time. Latency counts from the intended
+	// start, so a server (or generator) that falls behind is charged for the
+	// queueing: no coordinated omission.
+	paced := spec.rate > 0
+	t0 := time.Now()
+	intended := func(k int64) time.Time {
+		return t0.Add(time.Duration(float64(k) / spec.rate * float64(time.Second)))
 	}
 	for w := range spec.concurrency {
 		wg.Add(1)
@@ -202,14 +188,13 @@ func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
 			conn := conns[w%len(conns)]
 			mine := make([]time.Duration, 0, 1<<14)
 			var sent []time.Duration
-			for !stop.Load() {
+			for k := int64(w); !stop.Load(); k += int64(spec.concurrency) {
 				start := time.Time{}
-				if sched != nil {
-					t, ok := <-sched
-					if !ok {
-						break
+				if paced {
+					start = intended(k)
+					if d := time.Until(start); d > 0 {
+						time.Sleep(d)
 					}
-					start = t
 				}
 				i := int(next.Add(1))
 				send := time.Now()
@@ -234,7 +219,7 @@ func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
 					over.Add(1)
 				}
 				mine = append(mine, d)
-				if sched != nil {
+				if paced {
 					sent = append(sent, end.Sub(send))
 				}
 			}
@@ -252,11 +237,11 @@ func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
 		x0, xErr = procCPU(spec.extraPID)
 	}
 	self0 := selfCPU()
-	t0 := time.Now()
+	tm := time.Now()
 	measuring.Store(true)
 	sleep(ctx, spec.duration)
 	measuring.Store(false)
-	elapsed := time.Since(t0)
+	elapsed := time.Since(tm)
 	self1 := selfCPU()
 	res := loadResult{serverCPU: -1, extraCPU: -1}
 	if spec.pid > 0 && cpuErr == nil {
@@ -330,6 +315,10 @@ func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.BoolVar(&compare, "compare", false, "start a bare grpc-go health server and `sluice serve` (memory, and Redis when available) as child processes and compare them")
 	fs.StringVar(&rulesDir, "rules", "testdata/rules/bench", "rules for the servers --compare starts")
 	var redisTimeout time.Duration
+	var rounds int
+	var lightRate float64
+	fs.Float64Var(&lightRate, "light-rate", 1000, "with --compare: also drive each sluice server at this fixed rate (0: skip)")
+	fs.IntVar(&rounds, "rounds", 3, "with --compare: interleaved rounds at full speed (medians are reported)")
 	fs.DurationVar(&redisTimeout, "redis-timeout", 250*time.Millisecond, "with --compare: --redis-timeout of the Redis-backed server (above the default 50ms, so a loaded shared machine does not trip the breaker mid-run)")
 	fs.StringVar(&redisOpt, "redis", "auto", "with --compare: auto (start redis-server if on PATH), off, or a redis:// URL to use")
 	if err := parseFlags(fs, args, func(string) string { return "" }); err != nil {
@@ -350,7 +339,10 @@ func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintln(stdout, res)
 		return nil
 	}
-	return benchCompare(ctx, spec, rulesDir, redisOpt, redisTimeout, stdout)
+	if rounds < 1 {
+		return fmt.Errorf("bench: --rounds must be at least 1: %w", errUsage)
+	}
+	return benchCompare(ctx, spec, rulesDir, redisOpt, redisTimeout, rounds, lightRate, stdout)
 }
 
 // child is a server process started by --compare.
@@ -471,71 +463,68 @@ func startRedis(ctx context.Context) (cmd *exec.Cmd, url string, stop func(), er
 	return cmd, "redis://" + addr + "/0", stop, nil
 }
 
-// benchCompare measures, in one run: a bare grpc-go health server at full
-// speed (the baseline), then sluice serve on the memory store and, when
-// Redis is available, on Redis, each at full speed and at half of its own
-// maximum. It prints ratios against the baseline.
-func benchCompare(ctx context.Context, spec loadSpec, rulesDir, redisOpt string, redisTimeout time.Duration, out io.Writer) error {
+// benchCompare measures, in one run: a bare grpc-go health server (the
+// baseline), and sluice serve on the memory store and, when Redis is
+// available, on Redis. All servers run side by side as child processes and
+// are driven in turn, round after round (baseline, memory, Redis, baseline,
+// …), so that load from other processes on a shared machine falls on all of
+// them alike; ratios are taken within each round and the median reported.
+// Then each sluice server is driven at half of its median maximum, and at a
+// fixed light rate, for the latency below saturation.
+func benchCompare(ctx context.Context, spec loadSpec, rulesDir, redisOpt string, redisTimeout time.Duration, rounds int, lightRate float64, out io.Writer) error {
 	if _, err := os.Stat(rulesDir); err != nil {
 		return fmt.Errorf("bench: --rules: %w", err)
 	}
-	type point struct {
-		name string
-		res  loadResult
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	type target struct {
+		name   string
+		c      *child
+		method string
+		extra  int // pid of redis-server, whose CPU counts too
+		full   []loadResult
+		half   loadResult
+		light  loadResult
 	}
-	var points []point
-	redisPID := 0
-	measure := func(name string, c *child, method string, rate float64) (loadResult, error) {
-		s := spec
-		s.addr, s.method, s.rate, s.pid = c.addr, method, rate, c.cmd.Process.Pid
-		if strings.Contains(name, "redis") {
-			s.extraPID = redisPID
+	var targets []*target
+	defer func() {
+		for _, t := range targets {
+			t.c.stop()
 		}
-		fmt.Fprintf(out, "--- %s: %s, %d callers, %d keys, %v", name, method, s.concurrency, s.keys, s.duration)
+	}()
+	add := func(name, method string, extra int, args ...string) error {
+		c, err := startChild(ctx, args)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, &target{name: name, c: c, method: method, extra: extra})
+		return nil
+	}
+	measure := func(t *target, rate float64) (loadResult, error) {
+		s := spec
+		s.addr, s.method, s.rate, s.pid, s.extraPID = t.c.addr, t.method, rate, t.c.cmd.Process.Pid, t.extra
+		fmt.Fprintf(out, "--- %s: %s, %d callers, %d keys, %v", t.name, t.method, s.concurrency, s.keys, s.duration)
 		if rate > 0 {
 			fmt.Fprintf(out, ", paced at %.0f req/s", rate)
 		}
 		fmt.Fprintln(out)
 		res, err := drive(ctx, s)
-		if err != nil {
-			return res, err
+		if err == nil {
+			fmt.Fprintln(out, "   ", res)
 		}
-		fmt.Fprintln(out, "   ", res)
-		points = append(points, point{name, res})
-		return res, nil
+		return res, err
 	}
 
-	base, err := startChild(ctx, []string{"bench-baseline", "--addr", "{addr}"})
-	if err != nil {
+	if err := add("baseline: bare grpc-go health", "health", 0, "bench-baseline", "--addr", "{addr}"); err != nil {
 		return err
 	}
-	baseline, err := measure("baseline: bare grpc-go health server", base, "health", 0)
-	base.stop()
-	if err != nil {
-		return err
-	}
-
 	serveArgs := func(store ...string) []string {
 		return append([]string{"serve", "--rules", rulesDir, "--grpc-addr", "{addr}", "--http-addr", "127.0.0.1:0",
 			"--debug-addr", "", "--log-level", "warn"}, store...)
 	}
-	runSluice := func(label string, store ...string) error {
-		c, err := startChild(ctx, serveArgs(store...))
-		if err != nil {
-			return err
-		}
-		defer c.stop()
-		full, err := measure(label+", full speed", c, "rls", 0)
-		if err != nil {
-			return err
-		}
-		_, err = measure(label+", half of its max", c, "rls", full.rps()/2)
+	if err := add("sluice --store memory", "rls", 0, serveArgs("--store", "memory")...); err != nil {
 		return err
 	}
-	if err := runSluice("sluice serve --store memory", "--store", "memory"); err != nil {
-		return err
-	}
-	redisURL := ""
+	redisURL, redisPID := "", 0
 	switch redisOpt {
 	case "off":
 	case "auto":
@@ -545,32 +534,108 @@ func benchCompare(ctx context.Context, spec loadSpec, rulesDir, redisOpt string,
 			break
 		}
 		defer stop()
-		redisURL = url
-		redisPID = cmd.Process.Pid
+		redisURL, redisPID = url, cmd.Process.Pid
 	default:
 		redisURL = redisOpt
 	}
 	if redisURL != "" {
-		if err := runSluice("sluice serve --store redis", "--store", "redis", "--redis-url", redisURL, "--redis-timeout", redisTimeout.String()); err != nil {
+		if err := add("sluice --store redis", "rls", redisPID, serveArgs("--store", "redis", "--redis-url", redisURL, "--redis-timeout", redisTimeout.String())...); err != nil {
 			return err
 		}
 	}
 
-	fmt.Fprintln(out, "\n=== summary (same run, same load generator)")
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	fmt.Fprintf(out, "%-46s %9s %7s %9s %9s %10s %11s %9s %11s\n", "point", "req/s", "ratio", "p50", "p99", "p99 sent", "server µs", "ratio", "+redis µs")
-	for _, p := range points {
-		sent := "-"
-		if p.res.sentP99 > 0 {
-			sent = p.res.sentP99.Round(time.Microsecond).String()
+	for r := range rounds {
+		fmt.Fprintf(out, "=== round %d of %d, full speed\n", r+1, rounds)
+		for _, t := range targets {
+			res, err := measure(t, 0)
+			if err != nil {
+				return err
+			}
+			t.full = append(t.full, res)
 		}
-		fmt.Fprintf(out, "%-46s %9.0f %6.2fx %9v %9v %10s %11.1f %8.2fx %11.1f\n", p.name, p.res.rps(), p.res.rps()/baseline.rps(),
-			p.res.p50.Round(time.Microsecond), p.res.p99.Round(time.Microsecond), sent, us(p.res.cpuPerRequest()),
-			us(p.res.cpuPerRequest())/us(baseline.cpuPerRequest()), us(p.res.extraPerRequest()))
 	}
-	fmt.Fprintln(out, "ratio: against the baseline in this run (req/s; server CPU per request). server µs: CPU of the serving process per request (/proc, 10ms ticks).")
-	fmt.Fprintln(out, "p99: paced points count from each request's intended start (queueing in the generator included); p99 sent: from the actual send.")
+	medianRPS := func(t *target) float64 {
+		xs := make([]float64, len(t.full))
+		for i, r := range t.full {
+			xs[i] = r.rps()
+		}
+		return median(xs)
+	}
+	fmt.Fprintln(out, "=== half of each server's median maximum")
+	for _, t := range targets[1:] {
+		res, err := measure(t, medianRPS(t)/2)
+		if err != nil {
+			return err
+		}
+		t.half = res
+	}
+	if lightRate > 0 {
+		fmt.Fprintf(out, "=== light load: %.0f req/s\n", lightRate)
+		for _, t := range targets[1:] {
+			res, err := measure(t, lightRate)
+			if err != nil {
+				return err
+			}
+			t.light = res
+		}
+	}
+
+	base := targets[0]
+	fmt.Fprintf(out, "\n=== summary: %d rounds of %v per server at full speed, interleaved\n", rounds, spec.duration)
+	fmt.Fprintf(out, "%-30s %9s %11s %9s %9s %11s %11s %11s\n", "server", "req/s", "ratio", "p50", "p99", "server µs", "CPU ratio", "+redis µs")
+	for _, t := range targets {
+		var rps, rr, cpu, cr, p50, p99, extra []float64
+		for i, r := range t.full {
+			b := base.full[i]
+			rps = append(rps, r.rps())
+			rr = append(rr, r.rps()/b.rps())
+			cpu = append(cpu, us(r.cpuPerRequest()))
+			cr = append(cr, us(r.cpuPerRequest())/us(b.cpuPerRequest()))
+			p50 = append(p50, us(r.p50))
+			p99 = append(p99, us(r.p99))
+			extra = append(extra, us(r.extraPerRequest()))
+		}
+		fmt.Fprintf(out, "%-30s %9.0f %10.2fx %8.2fms %8.2fms %11.1f %10.2fx %11.1f\n", t.name, median(rps), median(rr),
+			median(p50)/1000, median(p99)/1000, median(cpu), median(cr), median(extra))
+		fmt.Fprintf(out, "%-30s %s\n", "", fmt.Sprintf("per round: req/s ratio %s; CPU ratio %s", fmtList(rr, "%.2f"), fmtList(cr, "%.2f")))
+	}
+	fmt.Fprintln(out, "\nmedians over rounds; ratios are taken within each round against the baseline. server µs: CPU of the serving")
+	fmt.Fprintln(out, "process per request (/proc, 10ms ticks); +redis µs: redis-server's CPU per request on top.")
+	fmt.Fprintf(out, "\n%-40s %9s %9s %9s %11s %11s %11s\n", "paced", "req/s", "p50", "p99", "p99 sent", "server µs", "+redis µs")
+	for _, t := range targets[1:] {
+		for _, h := range []struct {
+			label string
+			r     loadResult
+		}{{"half of its max", t.half}, {"light load", t.light}} {
+			if h.r.requests == 0 {
+				continue
+			}
+			fmt.Fprintf(out, "%-40s %9.0f %8.2fms %8.2fms %9.2fms %11.1f %11.1f\n", t.name+", "+h.label, h.r.rps(), us(h.r.p50)/1000, us(h.r.p99)/1000,
+				us(h.r.sentP99)/1000, us(h.r.cpuPerRequest()), us(h.r.extraPerRequest()))
+		}
+	}
+	fmt.Fprintln(out, "p50/p99 count from each request's intended start (generator queueing included); p99 sent: from the actual send.")
 	return nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func fmtList(xs []float64, format string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(parts, " ")
 }
 
 // runBenchBaseline serves only grpc.health.v1 with grpc-go's own health
