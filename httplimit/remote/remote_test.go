@@ -1,0 +1,186 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/server/rls"
+	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+const webRules = `
+domain: web
+descriptors:
+  - key: remote_address
+    rate_limit: {name: per_ip, unit: minute, requests_per_unit: 3}
+  - key: internal
+    rate_limit: {unlimited: true}
+`
+
+// serve runs a real Sluice RLS server on a loopback port and returns a
+// connection to it.
+func serve(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	snap, err := rules.Parse("web.yaml", []byte(webRules), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := storetest.NewClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+	engine, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, mem, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	rls.New(engine, rls.Options{}).Register(g)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func TestMiddlewareOverGRPC(t *testing.T) {
+	conn := serve(t)
+	h, err := httplimit.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), httplimit.Config{
+		Checker:     New(conn, Options{Timeout: 5 * time.Second}),
+		Domain:      "web",
+		Descriptors: [][]httplimit.KeyFunc{{httplimit.ClientIP("remote_address", nil)}, {httplimit.Header("internal", "X-Internal")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		internal   string
+		wantCode   int
+		wantLimit  string
+		wantPolicy string
+		wantRetry  string
+	}{
+		{"", 200, `"per_ip";r=2;t=60`, `"per_ip";q=3;w=60`, ""},
+		{"yes", 200, `"per_ip";r=1;t=60`, `"per_ip";q=3;w=60`, ""}, // the unlimited status adds nothing
+		{"", 200, `"per_ip";r=0;t=60`, `"per_ip";q=3;w=60`, ""},
+		{"", 429, `"per_ip";r=0;t=60`, `"per_ip";q=3;w=60`, "60"},
+	}
+	for i, s := range steps {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "198.51.100.4:5"
+		if s.internal != "" {
+			r.Header.Set("X-Internal", s.internal)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != s.wantCode || w.Header().Get("RateLimit") != s.wantLimit ||
+			w.Header().Get("RateLimit-Policy") != s.wantPolicy || w.Header().Get("Retry-After") != s.wantRetry {
+			t.Errorf("step %d: %d RateLimit %q Policy %q Retry-After %q; want %d %q %q %q", i, w.Code,
+				w.Header().Get("RateLimit"), w.Header().Get("RateLimit-Policy"), w.Header().Get("Retry-After"),
+				s.wantCode, s.wantLimit, s.wantPolicy, s.wantRetry)
+		}
+	}
+}
+
+func TestServiceDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens here now
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := New(conn, Options{Timeout: 200 * time.Millisecond})
+	_, err = c.Check(context.Background(), service.Request{Domain: "web", Descriptors: []service.Descriptor{{Entries: []rules.Entry{{Key: "k", Value: "v"}}}}})
+	if err == nil {
+		t.Fatal("Check against a closed port: no error")
+	}
+	var reported error
+	h, _ := httplimit.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), httplimit.Config{
+		Checker: c, Domain: "web", Descriptors: [][]httplimit.KeyFunc{{httplimit.Static("k", "v")}},
+		OnError: func(_ *http.Request, err error) { reported = err },
+	})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	if w.Code != 200 || reported == nil {
+		t.Errorf("service down, fail open: status %d, reported %v; want 200 and an error reported", w.Code, reported)
+	}
+}
+
+func TestRequestConversion(t *testing.T) {
+	hits := uint64(0)
+	req := service.Request{Domain: "d", Hits: 3, Descriptors: []service.Descriptor{
+		{Entries: []rules.Entry{{Key: "a", Value: "1"}, {Key: "b"}}, Hits: &hits},
+		{Entries: []rules.Entry{{Key: "c", Value: "2"}}, Limit: &service.LimitOverride{RequestsPerUnit: 7, Unit: "Minute"}},
+	}}
+	out, err := Request(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0, d1 := out.Descriptors[0], out.Descriptors[1]
+	if out.Domain != "d" || out.HitsAddend != 3 || len(d0.Entries) != 2 || d0.Entries[1].Key != "b" ||
+		d0.HitsAddend == nil || d0.HitsAddend.Value != 0 || d1.Limit.GetRequestsPerUnit() != 7 || d1.Limit.GetUnit().String() != "MINUTE" {
+		t.Errorf("Request(%+v) = %v", req, out)
+	}
+	bad := []service.Request{
+		{Domain: "d", Hits: math.MaxUint32 + 1},
+		{Domain: "d", Descriptors: []service.Descriptor{{Limit: &service.LimitOverride{RequestsPerUnit: 1, Unit: "fortnight"}}}},
+		{Domain: "d", Descriptors: []service.Descriptor{{Limit: &service.LimitOverride{RequestsPerUnit: 1, Unit: "unknown"}}}},
+	}
+	for _, b := range bad {
+		if _, err := Request(b); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("Request(%+v) error = %v, want ErrInvalidRequest", b, err)
+		}
+	}
+}
+
+func TestResponseConversion(t *testing.T) {
+	in := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: rlsv3.RateLimitResponse_OK},
+			{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32},
+			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, LimitRemaining: 0, DurationUntilReset: durationpb.New(1500 * time.Millisecond),
+				CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "n", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_HOUR}},
+		},
+	}
+	out, err := Response(in, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, s1, s2 := out.Statuses[0], out.Statuses[1], out.Statuses[2]
+	if out.OverallCode != service.CodeOverLimit || s0.CurrentLimit != nil || s0.Unlimited || !s1.Unlimited {
+		t.Errorf("codes/unlimited wrong: %+v", out)
+	}
+	if s2.Code != service.CodeOverLimit || s2.CurrentLimit.Window != time.Hour || s2.CurrentLimit.Unit != "hour" ||
+		s2.Result.Limit != 10 || s2.Result.RetryAfter != 1500*time.Millisecond || s2.Result.Allowed {
+		t.Errorf("status 2 = %+v, current %+v", s2, s2.CurrentLimit)
+	}
+	if _, err := Response(in, 2); err == nil {
+		t.Errorf("Response with 3 statuses for 2 descriptors: no error")
+	}
+}
