@@ -7,6 +7,9 @@ import (
 	"github.com/sluice-rl/sluice/headers"
 )
 
+// maxTracked bounds the policies and routes a Transport remembers.
+const maxTracked = 10_000
+
 // policyKey names one server-side bucket: a policy of a host, and its
 // partition key when the server sends one.
 type policyKey struct {
@@ -131,7 +134,10 @@ func (t *Transport) observe(r *http.Request, resp *http.Response, now time.Time)
 	host := r.URL.Host
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.pacers == nil {
+	if t.pacers == nil || len(t.pacers) > maxTracked || len(t.routes) > maxTracked {
+		// Start over rather than grow without bound (many routes, or a
+		// server that names a policy per request): pacing only gets less
+		// informed for a moment, never wrong.
 		t.pacers = make(map[policyKey]*pacer)
 		t.routes = make(map[string][]policyKey)
 		t.blocks = make(map[string]time.Time)
