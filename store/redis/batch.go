@@ -31,6 +31,7 @@ type request struct {
 	keys     []string
 	args     []string // group header and op fields, ready to append to ARGV
 	leases   []uint64 // lease ID offered to each acquire, else 0
+	algs     algMask
 	deadline time.Time
 
 	// Filled in by the batcher before done is closed.
@@ -61,6 +62,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	r.args[0], r.args[1], r.args[2] = strconv.Itoa(n), mode, now
 	for k := range n {
 		op := &ops[r.op(k)]
+		r.algs |= 1 << op.Limit.Algorithm
 		r.keys[k] = redisKey(s.prefix, op.Limit.Algorithm, op.Key)
 		cost := strconv.FormatInt(op.Cost, 10)
 		lease := ""
@@ -83,7 +85,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 // was allowed) charged, at the same instant.
 func (s *Store) newRefund(ops []sluice.Op, r *request) *request {
 	f := &request{mode: modeRefund, now: strconv.FormatInt(r.nowOut, 10), idx: r.idx,
-		keys: r.keys, done: make(chan struct{})}
+		keys: r.keys, algs: r.algs, done: make(chan struct{})}
 	f.args = make([]string, 0, len(r.args)+1+len(r.undo))
 	f.args = append(f.args, r.args...)
 	f.args[1], f.args[2] = modeRefund, f.now
@@ -208,7 +210,9 @@ func (b *batcher) run(batch []*request) {
 func (s *Store) exec(batch []*request) {
 	var deadline time.Time
 	nkeys, nargs := 0, 2
+	var algs algMask
 	for _, r := range batch {
+		algs |= r.algs
 		nkeys += r.n()
 		nargs += len(r.args)
 		if r.deadline.After(deadline) {
@@ -225,8 +229,11 @@ func (s *Store) exec(batch []*request) {
 		keys = append(keys, r.keys...)
 		args = append(args, r.args...)
 	}
+	s.calls.Add(1)
+	s.groups.Add(uint64(len(batch)))
+	s.opsDecided.Add(uint64(nkeys))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	vals, err := s.script.Exec(ctx, s.client, keys, args).ToArray()
+	vals, err := s.script(algs).Exec(ctx, s.client, keys, args).ToArray()
 	cancel()
 	if err == nil {
 		err = parseReply(vals, batch)

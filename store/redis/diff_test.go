@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+
+	"github.com/redis/rueidis"
 	"testing"
 	"time"
 
@@ -153,5 +156,41 @@ func TestDifferentialCluster(t *testing.T) {
 			}
 			runDiff(t, st, c, 7, 1500, diffKeys(len(diffLimits()), tc.tag))
 		})
+	}
+}
+
+// TestSingleScript checks the one-key baseline script the benchmarks
+// compare against: it must decide as the store does.
+func TestSingleScript(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	script := rueidis.NewLuaScript(singleScript)
+	clock := storetest.NewClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	defer mem.Close()
+	limit := sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 5, Window: 10 * time.Millisecond, Burst: 8}
+	spec := (&Store{limits: map[sluice.Limit]string{}}).limitSpec(limit)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 500 {
+		clock.Advance(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		cost := int64(rng.IntN(4))
+		want := make([]sluice.Result, 1)
+		if err := mem.Take(context.Background(), []sluice.Op{{Key: "s", Limit: limit, Cost: cost}}, want); err != nil {
+			t.Fatal(err)
+		}
+		now := strconv.FormatInt(clock.Now().UnixMicro(), 10)
+		v, err := script.Exec(context.Background(), c, []string{"single"}, []string{spec, strconv.FormatInt(cost, 10), now}).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sluice.Result{Allowed: v[0] == 0, Reason: sluice.Reason(v[0]), Limit: limit.Capacity(), Remaining: v[1],
+			ResetAfter: time.Duration(v[2]) * time.Microsecond, RetryAfter: time.Duration(v[3]) * time.Microsecond}
+		if got != want[0] {
+			t.Fatalf("step %d cost %d: single script %+v, memory store %+v", step, cost, got, want[0])
+		}
 	}
 }

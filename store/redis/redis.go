@@ -68,12 +68,48 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// scriptOrder is the order in which the files are concatenated into the one
-// script the store runs: helpers, the algorithms, then the batch driver.
-var scriptOrder = []string{
-	"lib.lua", "gcra.lua", "leaky_bucket.lua", "token_bucket.lua",
-	"fixed_window.lua", "sliding_window.lua", "sliding_log.lua",
+// algFiles lists, per algorithm, the script files it needs, in the order
+// they are concatenated (shared helpers first).
+var algFiles = [...][]string{
+	sluice.TokenBucket:   {"bucket.lua", "token_bucket.lua"},
+	sluice.GCRA:          {"bucket.lua", "gcra.lua"},
+	sluice.LeakyBucket:   {"bucket.lua", "leaky_bucket.lua"},
+	sluice.FixedWindow:   {"fixed_window.lua"},
+	sluice.SlidingWindow: {"sliding_window.lua"},
+	sluice.SlidingLog:    {"log.lua", "sliding_log.lua"},
+	sluice.Concurrency:   {"log.lua", "concurrency.lua"},
+}
+
+// fileOrder is the order of all script files in a composed script.
+var fileOrder = []string{
+	"lib.lua", "bucket.lua", "gcra.lua", "leaky_bucket.lua", "token_bucket.lua",
+	"fixed_window.lua", "sliding_window.lua", "log.lua", "sliding_log.lua",
 	"concurrency.lua", "driver.lua",
+}
+
+// algMask has bit a set for each algorithm a a batch uses.
+type algMask uint8
+
+// batchScriptFor composes the batch script for the algorithms in m: lib.lua,
+// their files, and driver.lua. Redis runs the whole script body on every
+// call, and each function it defines costs a closure, so a script carries
+// only the algorithms its batch needs.
+func batchScriptFor(m algMask) string {
+	need := map[string]bool{"lib.lua": true, "driver.lua": true}
+	for _, a := range sluice.Algorithms() {
+		if m&(1<<a) != 0 {
+			for _, f := range algFiles[a] {
+				need[f] = true
+			}
+		}
+	}
+	var names []string
+	for _, f := range fileOrder {
+		if need[f] {
+			names = append(names, f)
+		}
+	}
+	return compose(names...)
 }
 
 // compose concatenates the named script files.
@@ -90,7 +126,6 @@ func compose(names ...string) string {
 	return b.String()
 }
 
-var batchScript = compose(scriptOrder...)
 
 // Defaults of Options.
 const (
@@ -131,7 +166,7 @@ type Options struct {
 // New and Close it when done.
 type Store struct {
 	client      rueidis.Client
-	script      *rueidis.Lua
+	scripts     [256]atomic.Pointer[rueidis.Lua] // by algMask, composed on first use
 	cluster     bool
 	prefix      string
 	timeout     time.Duration
@@ -140,6 +175,9 @@ type Store struct {
 	maxBatch    int
 	maxInFlight int
 	closed      atomic.Bool
+	calls       atomic.Uint64
+	groups      atomic.Uint64
+	opsDecided  atomic.Uint64
 
 	one   batcher // single node, Sentinel
 	slots []atomic.Pointer[batcher]
@@ -203,7 +241,6 @@ func New(opts Options) (*Store, error) {
 	_, _ = rand.Read(seed[:])
 	s := &Store{
 		client:      client,
-		script:      rueidis.NewLuaScript(batchScript),
 		cluster:     client.Mode() == rueidis.ClientModeCluster,
 		prefix:      opts.Prefix,
 		timeout:     opts.Timeout,
@@ -230,8 +267,38 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Stats are counters of a Store since New.
+type Stats struct {
+	// Calls is the number of script calls (EVALSHA) sent.
+	Calls uint64
+	// Groups is the number of groups they decided: one per Take and slot,
+	// plus refunds.
+	Groups uint64
+	// Ops is the number of ops they decided.
+	Ops uint64
+}
+
+// Stats returns the store's counters. Groups/Calls is the mean number of
+// Takes coalesced into one call.
+func (s *Store) Stats() Stats {
+	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load()}
+}
+
 // Cluster reports whether the store talks to a Redis Cluster.
 func (s *Store) Cluster() bool { return s.cluster }
+
+// script returns the batch script for the algorithms in m.
+func (s *Store) script(m algMask) *rueidis.Lua {
+	p := &s.scripts[m]
+	if l := p.Load(); l != nil {
+		return l
+	}
+	l := rueidis.NewLuaScript(batchScriptFor(m))
+	if p.CompareAndSwap(nil, l) {
+		return l
+	}
+	return p.Load()
+}
 
 // limitSpec returns the script's encoding of a valid limit,
 // "alg:quota:window:burst:interval" (algorithm.Params), cached.

@@ -47,28 +47,31 @@ local function ttl_ms(fresh)
   return str(max(cdiv(fresh, 1000), min_ttl))
 end
 
--- Group is the state of one group's keys, loaded once per pass.
-local function new_cache(kbase, ops)
-  local cache, order = {}, {}
-  return function(j)
-    local key = KEYS[kbase + j]
-    local c = cache[key]
-    if c then
-      return c
-    end
-    local p = ops[j].p
-    local alg = A[p.alg]
-    c = {key = key, alg = alg, p = p, j = j}
-    if alg.log then
-      c.st = log_load(key, alg.conc)
-    else
-      c.raw = call('GET', key)
-      c.st = alg.load(c.raw)
-    end
-    cache[key] = c
-    order[#order + 1] = c
+-- A pass is the state of one group's keys, each loaded once: pass.cache
+-- maps a key to its entry, pass.order lists the entries as first touched.
+local function new_pass(kbase, ops)
+  return {cache = {}, order = {}, kbase = kbase, ops = ops}
+end
+
+-- get returns the entry of op j's key in pass g, loading it on first use.
+local function get(g, j)
+  local key = KEYS[g.kbase + j]
+  local c = g.cache[key]
+  if c then
     return c
-  end, order
+  end
+  local p = g.ops[j].p
+  local alg = A[p.alg]
+  c = {key = key, alg = alg, p = p, j = j}
+  if alg.log then
+    c.st = log_load(key, alg.conc)
+  else
+    c.raw = call('GET', key)
+    c.st = alg.load(c.raw)
+  end
+  g.cache[key] = c
+  g.order[#g.order + 1] = c
+  return c
 end
 
 local function save(order, now)
@@ -149,11 +152,11 @@ for _ = 1, groups do
   out[#out + 1] = now
   local res = {}
   if mode == '2' then
-    local get, order = new_cache(kbase, ops)
+    local g = new_pass(kbase, ops)
     local k = tonumber(ARGV[ai])
     ai = ai + 1
     for _ = 1, k do
-      local c = get(tonumber(ARGV[ai]))
+      local c = get(g, tonumber(ARGV[ai]))
       if c.raw == ARGV[ai + 2] then
         -- Untouched since the charge: put the old state back exactly.
         c.restore = ARGV[ai + 1]
@@ -165,7 +168,7 @@ for _ = 1, groups do
     end
     -- Changed by others since: take back each of this group's charges.
     for j = 1, n do
-      local op, c = ops[j], get(j)
+      local op, c = ops[j], get(g, j)
       if c.inverse and op.cost > 0 and not op.rel then
         c.alg.unstep(c.st, now, op.cost, op.p)
         c.restore = c.alg.encode(c.st)
@@ -174,7 +177,7 @@ for _ = 1, groups do
     for j = 1, n do
       local op = ops[j]
       if not op.rel and op.cost > 0 and op.p.alg >= 6 then
-        local c = get(j)
+        local c = get(g, j)
         if op.p.alg == 6 then
           log_unadd(c.st, now, op.cost, nil)
         else
@@ -183,14 +186,14 @@ for _ = 1, groups do
       end
     end
     for j = 1, n do
-      emit((step(get(j), ops[j], now, 0)))
+      emit((step(get(g, j), ops[j], now, 0)))
     end
-    save(order, now)
+    save(g.order, now)
   else
-    local get, order = new_cache(kbase, ops)
+    local g = new_pass(kbase, ops)
     local denied = false
     for j = 1, n do
-      local c = get(j)
+      local c = get(g, j)
       local d, charged = step(c, ops[j], now, ops[j].cost)
       if charged or ops[j].rel then
         c.dirty = true
@@ -203,10 +206,10 @@ for _ = 1, groups do
     if denied then
       -- Nothing was written yet: start again from the stored state, keep
       -- the releases, and look instead of charging.
-      get, order = new_cache(kbase, ops)
+      g = new_pass(kbase, ops)
       for j = 1, n do
         if ops[j].rel then
-          local c = get(j)
+          local c = get(g, j)
           step(c, ops[j], now, 0)
           c.dirty = true
         end
@@ -214,7 +217,7 @@ for _ = 1, groups do
       for j = 1, n do
         local op = ops[j]
         if not op.rel then
-          local c = get(j)
+          local c = get(g, j)
           if res[j][1] == ALLOWED then
             res[j] = step(c, op, now, 0)
           elseif c.alg.log then
@@ -223,14 +226,14 @@ for _ = 1, groups do
         end
       end
     end
-    save(order, now)
+    save(g.order, now)
     for j = 1, n do
       emit(res[j])
     end
     if mode == '1' then
       local undo = {}
       if not denied then
-        for _, c in ipairs(order) do
+        for _, c in ipairs(g.order) do
           if not c.alg.log and c.dirty then
             undo[#undo + 1] = c.j
             undo[#undo + 1] = c.raw or ''

@@ -1,18 +1,16 @@
--- fixed_window.lua: algorithm.FixedWindow. State "id:cur" (window index,
--- count admitted in it).
+-- fixed_window.lua: algorithm.FixedWindow. State: id (window index) and cur
+-- (count admitted in it), two packed doubles.
 
 A[4] = {
   load = function(raw)
-    if raw then
-      local id, cur = string.match(raw, '^(%-?%d+):(%d+)$')
-      if id then
-        return {id = tonumber(id), cur = tonumber(cur), prev = 0}
-      end
+    if raw and #raw == 16 then
+      local id, cur = unpack('<dd', raw)
+      return {id = id, cur = cur, prev = 0}
     end
     return {id = 0, cur = 0, prev = 0}
   end,
   encode = function(s)
-    return str(s.id) .. ':' .. str(s.cur)
+    return pack('<dd', s.id, s.cur)
   end,
   unstep = function(s, now, cost, p)
     if s.id >= fdiv(now, p.window) then

@@ -36,5 +36,10 @@ local function str(x)
   return fmt('%.0f', x)
 end
 
+-- Bucket and window states are stored packed: little-endian doubles (exact
+-- for the integers they hold), 8 bytes per number, which is both smaller and
+-- far cheaper to read and write than decimal text.
+local pack, unpack = struct.pack, struct.unpack
+
 -- Decision codes, as algorithm.Reason.
 local ALLOWED, LIMITED, TOO_HIGH = 0, 1, 2

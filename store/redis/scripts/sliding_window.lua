@@ -1,4 +1,5 @@
--- sliding_window.lua: algorithm.SlidingWindow. State "id:cur:prev".
+-- sliding_window.lua: algorithm.SlidingWindow. State: id, cur, prev, three
+-- packed doubles.
 -- weighted and first_fit do the same double operations in the same order as
 -- the Go code, so both round identically.
 
@@ -39,16 +40,14 @@ end
 
 A[5] = {
   load = function(raw)
-    if raw then
-      local id, cur, prev = string.match(raw, '^(%-?%d+):(%d+):(%d+)$')
-      if id then
-        return {id = tonumber(id), cur = tonumber(cur), prev = tonumber(prev)}
-      end
+    if raw and #raw == 24 then
+      local id, cur, prev = unpack('<ddd', raw)
+      return {id = id, cur = cur, prev = prev}
     end
     return {id = 0, cur = 0, prev = 0}
   end,
   encode = function(s)
-    return str(s.id) .. ':' .. str(s.cur) .. ':' .. str(s.prev)
+    return pack('<ddd', s.id, s.cur, s.prev)
   end,
   unstep = function(s, now, cost, p)
     if s.id >= fdiv(now, p.window) then

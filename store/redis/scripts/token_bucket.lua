@@ -1,18 +1,17 @@
--- token_bucket.lua: algorithm.TokenBucket. State "missing:last" (tokens
--- taken and not yet refilled; µs up to which refill has been credited).
+-- token_bucket.lua: algorithm.TokenBucket. State: missing (tokens taken and
+-- not yet refilled) and last (µs up to which refill has been credited), two
+-- packed doubles.
 
 A[1] = {
   load = function(raw)
-    if raw then
-      local m, l = string.match(raw, '^(%d+):(%-?%d+)$')
-      if m then
-        return {m = tonumber(m), l = tonumber(l)}
-      end
+    if raw and #raw == 16 then
+      local m, l = unpack('<dd', raw)
+      return {m = m, l = l}
     end
     return {m = 0, l = 0}
   end,
   encode = function(s)
-    return str(s.m) .. ':' .. str(s.l)
+    return pack('<dd', s.m, s.l)
   end,
   fresh = function(s, now, p)
     return s.l + s.m * p.interval - now

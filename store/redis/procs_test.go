@@ -1,0 +1,5 @@
+package redis
+
+import "runtime"
+
+var runtimeProcs = runtime.GOMAXPROCS(0)
