@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-
-	"github.com/redis/rueidis"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"

@@ -126,7 +126,6 @@ func compose(names ...string) string {
 	return b.String()
 }
 
-
 // Defaults of Options.
 const (
 	DefaultPrefix      = "sluice:"
