@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/dunglas/httpsfv"
 )
@@ -273,6 +274,10 @@ func AppendServiceLimits(dst []byte, ls ...ServiceLimit) ([]byte, error) {
 // appendString appends s as an sf-string; s must be printable ASCII.
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
+	if !strings.ContainsAny(s, `"\\`) {
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c == '"' || c == '\\' {
 			dst = append(dst, '\\')

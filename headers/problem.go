@@ -95,16 +95,25 @@ func (p Problem) Append(dst []byte) []byte {
 	return append(dst, '}')
 }
 
-// appendJSONString appends s as a JSON string. Invalid UTF-8 is left to
-// json.Marshal's rules by falling back to it (rare: names are ASCII).
+// appendJSONString appends s as a JSON string. Printable ASCII is copied as
+// it is (escaping only '"' and '\\'); anything else takes encoding/json's path.
 func appendJSONString(dst []byte, s string) []byte {
+	plain := true
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
 			b, _ := json.Marshal(s) // a string always marshals
 			return append(dst, b...)
 		}
+		if c == '"' || c == '\\' {
+			plain = false
+		}
 	}
 	dst = append(dst, '"')
+	if plain {
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c == '"' || c == '\\' {
 			dst = append(dst, '\\')
