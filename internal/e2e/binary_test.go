@@ -1,0 +1,151 @@
+// Package e2e holds end-to-end tests that build and run the sluice binary
+// itself, as a user would: `sluice serve` with no flags but free ports, then
+// `sluice check` and the HTTP API against it, then SIGTERM.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// repoRoot is the module root, relative to this package.
+const repoRoot = "../.."
+
+// build compiles ./cmd/sluice into a temporary directory.
+func build(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary; skipped with -short")
+	}
+	bin := filepath.Join(t.TempDir(), "sluice")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	cmd.Dir = repoRoot
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/sluice: %v\n%s", err, out)
+	}
+	return bin
+}
+
+var servingLine = regexp.MustCompile(`msg="sluice serving" grpc=(\S+) http=(\S+)`)
+
+// TestServeCheckSIGTERM is the README's quick start, on free ports: serve
+// with the example rules and the memory store, ask it with `sluice check`
+// and over HTTP, then SIGTERM: it drains and exits 0.
+func TestServeCheckSIGTERM(t *testing.T) {
+	bin := build(t)
+	serve := exec.Command(bin, "serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "")
+	serve.Dir = repoRoot // the default --rules is examples/rules, relative to the repo
+	stderr, err := serve.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		close(lines)
+		exited <- serve.Wait()
+	}()
+	t.Cleanup(func() {
+		if serve.ProcessState == nil {
+			_ = serve.Process.Kill()
+		}
+	})
+
+	var grpcAddr, httpAddr string
+	deadline := time.After(20 * time.Second)
+	var logged []string
+	for grpcAddr == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("serve exited before serving; log:\n%s", strings.Join(logged, "\n"))
+			}
+			logged = append(logged, l)
+			if m := servingLine.FindStringSubmatch(l); m != nil {
+				grpcAddr, httpAddr = m[1], m[2]
+			}
+		case <-deadline:
+			t.Fatalf("serve did not log its addresses within 20s; log:\n%s", strings.Join(logged, "\n"))
+		}
+	}
+
+	out, err := exec.Command(bin, "check", "--addr", grpcAddr, "--domain", "edge", "remote_address=1.2.3.4").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "OK\n") || !strings.Contains(string(out), "limit 10 per second") {
+		t.Errorf("sluice check = %v\n%s\nwant OK with the example's 10 per second", err, out)
+	}
+	out, err = exec.Command(bin, "check", "--addr", grpcAddr, "--domain", "edge", "remote_address=50.0.0.5").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "OVER_LIMIT\n") {
+		t.Errorf("sluice check of the blocked address = %v\n%s\nwant OVER_LIMIT", err, out)
+	}
+	resp, err := http.Post("http://"+httpAddr+"/v1/check", "application/json",
+		strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"ldap","value":"x"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"unlimited":true`) {
+		t.Errorf("POST /v1/check = %d %s, want 200 unlimited", resp.StatusCode, body)
+	}
+
+	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain so the reader goroutine can finish
+	}
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) || err != nil {
+			t.Errorf("serve after SIGTERM: %v, want exit status 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not exit within 15s of SIGTERM")
+	}
+}
+
+// TestServeBadConfig: bad flags and environment exit non-zero with every
+// problem named, without starting.
+func TestServeBadConfig(t *testing.T) {
+	bin := build(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--store", "etcd", "--rules", "no/such/dir")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "SLUICE_LOG_FORMAT=xml")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("serve with a bad config: %v, want exit status 1\n%s", err, out)
+	}
+	for _, want := range []string{"--store", "--rules", "--log-format"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output %q does not name %s", out, want)
+		}
+	}
+	out, err = exec.CommandContext(ctx, bin, "serve", "--expected-replicas", "x").CombinedOutput()
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Errorf("serve with a malformed flag: %v, want exit status 2 (usage)\n%s", err, out)
+	}
+}
