@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -45,6 +46,12 @@ func benchEngine(b *testing.B) *service.Engine {
 	return e
 }
 
+type fixedChecker struct{ resp service.Response }
+
+func (f fixedChecker) Check(context.Context, service.Request) (service.Response, error) {
+	return f.resp, nil
+}
+
 // BenchmarkMiddleware compares a bare handler with the same handler behind
 // the middleware (in-process engine, memory store, one client-IP limit), in
 // one run: the difference is the middleware's overhead per request.
@@ -84,6 +91,14 @@ func BenchmarkMiddleware(b *testing.B) {
 			}
 		}
 	})
+	// The middleware alone, with a Checker that answers at once from a
+	// prepared response: what httplimit itself costs per request.
+	fixed, err := e.Check(context.Background(), service.Request{Domain: "bench", Descriptors: []service.Descriptor{{Entries: []rules.Entry{{Key: "remote_address", Value: "10.0.0.0"}}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	own := mustNew(b, bare, Config{Checker: fixedChecker{fixed}, Domain: "bench", Descriptors: [][]KeyFunc{{ClientIP("remote_address", nil)}}})
+	run("middleware-only", own, 1)
 	run("allowed/1key", allowed, 1)
 	run("allowed/10k-keys", allowed, 10_000)
 	denied.ServeHTTP(&discardWriter{h: http.Header{}}, httptest.NewRequest("GET", "/", nil)) // use the one unit

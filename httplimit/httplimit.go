@@ -491,8 +491,11 @@ func (h *Handler) writeFields(hdr http.Header, sc *scratch, d *decision) {
 	if err != nil {
 		return // unreachable: names sanitized, numbers non-negative
 	}
-	hdr[keyRateLimit] = []string{string(sc.buf)}
-	hdr[keyRateLimitPolicy] = []string{sc.policyValue()}
+	// One allocation backs both field values; each slice is capped at its
+	// own element so an Add by the handler copies instead of overwriting.
+	vals := &[2]string{string(sc.buf), sc.policyValue()}
+	hdr[keyRateLimit] = vals[0:1:1]
+	hdr[keyRateLimitPolicy] = vals[1:2:2]
 	if h.cfg.Legacy && d.legacy != nil {
 		res := d.legacy.Result
 		headers.SetLegacy(hdr, headers.NewLegacy(res.Limit, max(res.Remaining, 0), res.ResetAfter, h.cfg.Now()))
