@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/dunglas/httpsfv"
 )
@@ -274,7 +273,14 @@ func AppendServiceLimits(dst []byte, ls ...ServiceLimit) ([]byte, error) {
 // appendString appends s as an sf-string; s must be printable ASCII.
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
-	if !strings.ContainsAny(s, `"\\`) {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
 		dst = append(dst, s...)
 		return append(dst, '"')
 	}
