@@ -467,26 +467,6 @@ func TestResponseHeadersOverGRPC(t *testing.T) {
 	}
 }
 
-// copyDir copies the rule files of src into a new temporary directory.
-func copyDir(t *testing.T, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dst
-}
-
 // eventually polls cond until it holds or 5 seconds pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
