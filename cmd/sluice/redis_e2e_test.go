@@ -33,9 +33,24 @@ func withRedis(url string, edit func(*serveConfig)) func(*serveConfig) {
 // limit together, under concurrent load on both.
 func TestTwoServersOneRedis(t *testing.T) {
 	rd := redistest.Start(t)
+	twoServersShareALimit(t, rd.URL())
+}
+
+// TestTwoServersOneRedisCluster: the same through a three-master Redis
+// Cluster, named by a --redis-url with seed addresses.
+func TestTwoServersOneRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster; skipped with -short")
+	}
+	c := redistest.StartCluster(t)
+	twoServersShareALimit(t, c.URL())
+}
+
+func twoServersShareALimit(t *testing.T, url string) {
+	t.Helper()
 	dir := filepath.Join(repoRoot, "testdata/rules/failure")
-	a := startServer(t, dir, withRedis(rd.URL(), nil))
-	b := startServer(t, dir, withRedis(rd.URL(), nil))
+	a := startServer(t, dir, withRedis(url, nil))
+	b := startServer(t, dir, withRedis(url, nil))
 	// Both fake clocks stand at storetest.Epoch and never move: one instant
 	// for the fleet, as Redis TIME gives in production.
 	const limit, perServer, workers = 50, 60, 6
