@@ -178,3 +178,71 @@ func BenchmarkGoRedisEVALSHA(b *testing.B) {
 		return script.Run(ctx, c, []string{"bg:" + key}, spec, 1, "").Err()
 	})
 }
+
+// BenchmarkMemoryPerKey fills a fresh server with SLUICE_BENCH_KEYS keys
+// (e.g. 1000000) per algorithm through the store and reports Redis
+// used_memory per key. It is skipped unless that variable is set: it takes
+// a while and is run by store/redis/bench/run.sh.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	n, _ := strconv.Atoi(os.Getenv("SLUICE_BENCH_KEYS"))
+	if n <= 0 {
+		b.Skip("set SLUICE_BENCH_KEYS=1000000 to measure memory per key")
+	}
+	srv := redistest.Start(b)
+	st, err := New(Options{URL: srv.URL(), Timeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for _, a := range sluice.Algorithms() {
+		b.Run(a.String(), func(b *testing.B) {
+			if _, err := srv.Do("FLUSHALL"); err != nil {
+				b.Fatal(err)
+			}
+			before := usedMemory(b, srv.Addr())
+			limit := sluice.Limit{Algorithm: a, Quota: 100, Window: time.Hour}
+			const batch, workers = 64, 8
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ops := make([]sluice.Op, batch)
+					res := make([]sluice.Result, batch)
+					for i := w * batch; i < n; i += workers * batch {
+						ops = ops[:0]
+						for k := i; k < min(i+batch, n); k++ {
+							ops = append(ops, sluice.Op{Key: "user:" + strconv.Itoa(k), Limit: limit, Cost: 1})
+						}
+						if err := st.Take(context.Background(), ops, res[:len(ops)]); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			keys, _ := srv.Do("DBSIZE")
+			if keys != int64(n) {
+				b.Fatalf("DBSIZE = %v, want %d", keys, n)
+			}
+			b.ReportMetric(float64(usedMemory(b, srv.Addr())-before)/float64(n), "bytes/key")
+		})
+	}
+}
+
+func usedMemory(b *testing.B, addr string) int64 {
+	b.Helper()
+	r, err := redistest.Do(addr, "INFO", "memory")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(r.(string), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	b.Fatal("INFO memory has no used_memory")
+	return 0
+}

@@ -134,116 +134,137 @@ for _ = 1, groups do
   else
     now = tonumber(now)
   end
-  local ops = {}
-  for j = 1, n do
-    local cost, lease = ARGV[ai + 1], ARGV[ai + 2]
-    local op = {p = limit(ARGV[ai]), lease = lease}
-    if lease == '' then
-      op.lease = nil
-    end
-    if cost == 'r' then
-      op.rel, op.cost = true, 0
-    else
-      op.cost = tonumber(cost)
-    end
-    ops[j] = op
-    ai = ai + 3
-  end
-  out[#out + 1] = now
-  local res = {}
-  if mode == '2' then
-    local g = new_pass(kbase, ops)
-    local k = tonumber(ARGV[ai])
-    ai = ai + 1
-    for _ = 1, k do
-      local c = get(g, tonumber(ARGV[ai]))
-      if c.raw == ARGV[ai + 2] then
-        -- Untouched since the charge: put the old state back exactly.
-        c.restore = ARGV[ai + 1]
-        c.st = c.alg.load(c.restore ~= '' and c.restore)
-      elseif c.raw then
-        c.inverse = true
+  local p = limit(ARGV[ai])
+  local alg = A[p.alg]
+  if n == 1 and mode == '0' and not alg.log then
+    -- The common case, one op on a bucket or window key, without the
+    -- bookkeeping a group needs: load, step, store if charged.
+    local key = KEYS[kbase + 1]
+    local st = alg.load(call('GET', key))
+    local d, charged = alg.step(st, now, tonumber(ARGV[ai + 1]), p)
+    if charged then
+      local f = alg.fresh(st, now, p)
+      if f > 0 then
+        call('SET', key, alg.encode(st), 'PX', ttl_ms(f))
+      else
+        call('DEL', key)
       end
+    end
+    out[#out + 1] = now
+    emit(d)
+    ai = ai + 3
+  else
+    local ops = {}
+    for j = 1, n do
+      local cost, lease = ARGV[ai + 1], ARGV[ai + 2]
+      local op = {p = limit(ARGV[ai]), lease = lease}
+      if lease == '' then
+        op.lease = nil
+      end
+      if cost == 'r' then
+        op.rel, op.cost = true, 0
+      else
+        op.cost = tonumber(cost)
+      end
+      ops[j] = op
       ai = ai + 3
     end
-    -- Changed by others since: take back each of this group's charges.
-    for j = 1, n do
-      local op, c = ops[j], get(g, j)
-      if c.inverse and op.cost > 0 and not op.rel then
-        c.alg.unstep(c.st, now, op.cost, op.p)
-        c.restore = c.alg.encode(c.st)
-      end
-    end
-    for j = 1, n do
-      local op = ops[j]
-      if not op.rel and op.cost > 0 and op.p.alg >= 6 then
-        local c = get(g, j)
-        if op.p.alg == 6 then
-          log_unadd(c.st, now, op.cost, nil)
-        else
-          log_unadd(c.st, now + op.p.window, op.cost, op.lease)
+    out[#out + 1] = now
+    local res = {}
+    if mode == '2' then
+      local g = new_pass(kbase, ops)
+      local k = tonumber(ARGV[ai])
+      ai = ai + 1
+      for _ = 1, k do
+        local c = get(g, tonumber(ARGV[ai]))
+        if c.raw == ARGV[ai + 2] then
+          -- Untouched since the charge: put the old state back exactly.
+          c.restore = ARGV[ai + 1]
+          c.st = c.alg.load(c.restore ~= '' and c.restore)
+        elseif c.raw then
+          c.inverse = true
         end
+        ai = ai + 3
       end
-    end
-    for j = 1, n do
-      emit((step(get(g, j), ops[j], now, 0)))
-    end
-    save(g.order, now)
-  else
-    local g = new_pass(kbase, ops)
-    local denied = false
-    for j = 1, n do
-      local c = get(g, j)
-      local d, charged = step(c, ops[j], now, ops[j].cost)
-      if charged or ops[j].rel then
-        c.dirty = true
-      end
-      if d[1] ~= ALLOWED then
-        denied = true
-      end
-      res[j] = d
-    end
-    if denied then
-      -- Nothing was written yet: start again from the stored state, keep
-      -- the releases, and look instead of charging.
-      g = new_pass(kbase, ops)
+      -- Changed by others since: take back each of this group's charges.
       for j = 1, n do
-        if ops[j].rel then
-          local c = get(g, j)
-          step(c, ops[j], now, 0)
-          c.dirty = true
+        local op, c = ops[j], get(g, j)
+        if c.inverse and op.cost > 0 and not op.rel then
+          c.alg.unstep(c.st, now, op.cost, op.p)
+          c.restore = c.alg.encode(c.st)
         end
       end
       for j = 1, n do
         local op = ops[j]
-        if not op.rel then
+        if not op.rel and op.cost > 0 and op.p.alg >= 6 then
           local c = get(g, j)
-          if res[j][1] == ALLOWED then
-            res[j] = step(c, op, now, 0)
-          elseif c.alg.log then
-            step(c, op, now, 0)
+          if op.p.alg == 6 then
+            log_unadd(c.st, now, op.cost, nil)
+          else
+            log_unadd(c.st, now + op.p.window, op.cost, op.lease)
           end
         end
       end
-    end
-    save(g.order, now)
-    for j = 1, n do
-      emit(res[j])
-    end
-    if mode == '1' then
-      local undo = {}
-      if not denied then
-        for _, c in ipairs(g.order) do
-          if not c.alg.log and c.dirty then
-            undo[#undo + 1] = c.j
-            undo[#undo + 1] = c.raw or ''
-            undo[#undo + 1] = c.new or ''
+      for j = 1, n do
+        emit((step(get(g, j), ops[j], now, 0)))
+      end
+      save(g.order, now)
+    else
+      local g = new_pass(kbase, ops)
+      local denied = false
+      for j = 1, n do
+        local c = get(g, j)
+        local d, charged = step(c, ops[j], now, ops[j].cost)
+        if charged or ops[j].rel then
+          c.dirty = true
+        end
+        if d[1] ~= ALLOWED then
+          denied = true
+        end
+        res[j] = d
+      end
+      if denied then
+        -- Nothing was written yet: start again from the stored state, keep
+        -- the releases, and look instead of charging.
+        g = new_pass(kbase, ops)
+        for j = 1, n do
+          if ops[j].rel then
+            local c = get(g, j)
+            step(c, ops[j], now, 0)
+            c.dirty = true
+          end
+        end
+        for j = 1, n do
+          local op = ops[j]
+          if not op.rel then
+            local c = get(g, j)
+            if res[j][1] == ALLOWED then
+              res[j] = step(c, op, now, 0)
+            elseif c.alg.log then
+              step(c, op, now, 0)
+            end
           end
         end
       end
-      out[#out + 1] = #undo / 3
-      for _, v in ipairs(undo) do
-        out[#out + 1] = v
+      save(g.order, now)
+      for j = 1, n do
+        emit(res[j])
+      end
+      if mode == '1' then
+        local undo = {}
+        if not denied then
+          for _, c in ipairs(g.order) do
+            if not c.alg.log and c.dirty then
+              undo[#undo + 1] = c.j
+              undo[#undo + 1] = c.raw or ''
+              undo[#undo + 1] = c.new or ''
+            end
+          end
+        end
+        out[#out + 1] = #undo / 3
+        for _, v in ipairs(undo) do
+          out[#out + 1] = v
+        end
       end
     end
   end
