@@ -65,7 +65,10 @@ type Config struct {
 	Descriptors [][]KeyFunc
 	// Cost returns what a request costs (Request.Hits); nil means 1.
 	Cost func(*http.Request) uint64
-	// Concurrency limits requests in flight; see Concurrency.
+	// Concurrency limits requests in flight; see Concurrency. Rule-file
+	// limits with algorithm concurrency do not work through the middleware:
+	// the engine takes their leases but has no way to give them back, so
+	// they would be freed only by expiry. Put such limits here instead.
 	Concurrency []Concurrency
 	// MaxDelay bounds the wait of a request a leaky_bucket limit admitted
 	// with a Delay: a longer Delay is answered 503 instead of queued. Zero

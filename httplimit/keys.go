@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"net/http"
+	"net/netip"
 
 	"github.com/sluice-rl/sluice/rules"
 )
@@ -90,5 +91,39 @@ func ClientIP(key string, trusted *TrustedProxies) KeyFunc {
 			return rules.Entry{}, false
 		}
 		return rules.Entry{Key: key, Value: ip}, true
+	}
+}
+
+// ClientNet keys requests by the client's network rather than its address:
+// the address masked to v4Bits (IPv4) or v6Bits (IPv6) leading bits, written
+// as a prefix ("2001:db8:1:2::/64"). One IPv6 subscriber usually holds a
+// whole /64 (or more) and could otherwise spread its requests over 2^64
+// keys; v6Bits 64 and v4Bits 32 is a common choice. Bits are clamped to the
+// address length. Forwarding fields are believed as far as trusted lets
+// them, as in ClientIP.
+func ClientNet(key string, trusted *TrustedProxies, v4Bits, v6Bits int) KeyFunc {
+	v4Bits = min(max(v4Bits, 0), 32)
+	v6Bits = min(max(v6Bits, 0), 128)
+	return func(r *http.Request) (rules.Entry, bool) {
+		ip, ok := trusted.ClientIP(r)
+		if !ok {
+			return rules.Entry{}, false
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			return rules.Entry{}, false
+		}
+		bits := v6Bits
+		if a.Is4() {
+			bits = v4Bits
+		}
+		if bits == a.BitLen() {
+			return rules.Entry{Key: key, Value: ip}, true // no allocation for whole addresses
+		}
+		p, err := a.Prefix(bits)
+		if err != nil {
+			return rules.Entry{}, false
+		}
+		return rules.Entry{Key: key, Value: p.String()}, true
 	}
 }

@@ -118,6 +118,29 @@ func TestKeyFuncs(t *testing.T) {
 	}
 }
 
+func TestClientNet(t *testing.T) {
+	tests := []struct {
+		remote string
+		v4, v6 int
+		want   string
+	}{
+		{"198.51.100.77:1", 32, 64, "198.51.100.77"},
+		{"198.51.100.77:1", 24, 64, "198.51.100.0/24"},
+		{"[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1", 32, 64, "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1", 32, 56, "2001:db8:1::/56"},
+		{"[2001:db8::1]:1", 32, 200, "2001:db8::1"},
+		{"198.51.100.77:1", -5, 64, "0.0.0.0/0"},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tt.remote
+		e, ok := ClientNet("net", nil, tt.v4, tt.v6)(r)
+		if !ok || e.Key != "net" || e.Value != tt.want {
+			t.Errorf("ClientNet(%d, %d) for %s = %+v %v, want %q", tt.v4, tt.v6, tt.remote, e, ok, tt.want)
+		}
+	}
+}
+
 // FuzzClientIP: any forwarding headers, never a panic, and the answer is
 // always an address: the peer's or one taken from the headers.
 func FuzzClientIP(f *testing.F) {

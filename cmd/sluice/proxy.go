@@ -49,7 +49,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.StringVar(&listen, "listen", "", "address to serve on (default :8080)")
 	fs.StringVar(&domain, "domain", "", "rule domain to apply (required)")
 	fs.StringVar(&trusted, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/Forwarded are believed (default: none)")
-	fs.Var(&descriptors, "descriptor", "descriptor spec, repeatable: key=ip|route|method|header:NAME|static:VALUE[, …] (default remote_address=ip)")
+	fs.Var(&descriptors, "descriptor", "descriptor spec, repeatable: key=ip|ipnet:V4:V6|route|method|header:NAME|static:VALUE[, …] (default remote_address=ip)")
 	fs.BoolVar(&legacy, "legacy-headers", false, "also send X-RateLimit-Limit/-Remaining/-Reset/-Used")
 	fs.BoolVar(&failClosed, "fail-closed", false, "answer 503 when the limiter cannot decide (default: let requests through)")
 	fs.DurationVar(&maxDelay, "max-delay", 0, "longest leaky_bucket queueing delay before answering 503 (default 5s)")

@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -161,6 +162,7 @@ func (c Config) Validate() error {
 // "key=source", where source is one of
 //
 //	ip             the client address (forwarding fields from trusted proxies only)
+//	ipnet:V4:V6    the client's network: the address masked to V4 / V6 bits ("ipnet:32:64")
 //	route          the URL path
 //	method         the HTTP method
 //	header:NAME    the value of request header NAME (requests without it skip the descriptor)
@@ -180,6 +182,14 @@ func ParseDescriptor(spec string, tp *httplimit.TrustedProxies) ([]httplimit.Key
 		switch {
 		case kind == "ip" && arg == "":
 			fs = append(fs, httplimit.ClientIP(key, tp))
+		case kind == "ipnet":
+			v4s, v6s, ok := strings.Cut(arg, ":")
+			v4, err4 := strconv.Atoi(v4s)
+			v6, err6 := strconv.Atoi(v6s)
+			if !ok || err4 != nil || err6 != nil || v4 < 0 || v4 > 32 || v6 < 0 || v6 > 128 {
+				return nil, fmt.Errorf("entry %q: want ipnet:V4BITS:V6BITS with 0 ≤ V4BITS ≤ 32, 0 ≤ V6BITS ≤ 128", part)
+			}
+			fs = append(fs, httplimit.ClientNet(key, tp, v4, v6))
 		case kind == "route" && arg == "":
 			fs = append(fs, httplimit.Route(key))
 		case kind == "method" && arg == "":
@@ -189,7 +199,7 @@ func ParseDescriptor(spec string, tp *httplimit.TrustedProxies) ([]httplimit.Key
 		case kind == "static" && arg != "":
 			fs = append(fs, httplimit.Static(key, arg))
 		default:
-			return nil, fmt.Errorf("entry %q: source %q is not ip, route, method, header:NAME or static:VALUE", part, source)
+			return nil, fmt.Errorf("entry %q: source %q is not ip, ipnet:V4:V6, route, method, header:NAME or static:VALUE", part, source)
 		}
 	}
 	return fs, nil

@@ -176,7 +176,7 @@ max_delay: 2s
 		{"bad upstream", "upstream: ftp://x\nrules: r\ndomain: d\n", "upstream"},
 		{"bad proxy", "upstream: http://u:1\nrules: r\ndomain: d\ntrusted_proxies: [nope]\n", "trusted_proxies"},
 		{"bad descriptor", "upstream: http://u:1\nrules: r\ndomain: d\ndescriptors: [\"ip\"]\n", "descriptors[0]"},
-		{"bad source", "upstream: http://u:1\nrules: r\ndomain: d\ndescriptors: [\"k=cookie:x\"]\n", "not ip, route"},
+		{"bad source", "upstream: http://u:1\nrules: r\ndomain: d\ndescriptors: [\"k=cookie:x\"]\n", "is not ip"},
 		{"bad concurrency", "upstream: http://u:1\nrules: r\ndomain: d\nconcurrency: [{limit: 0}]\n", "concurrency[0].name"},
 		{"two-entry concurrency key", "upstream: http://u:1\nrules: r\ndomain: d\nconcurrency: [{name: c, limit: 1, key: \"a=ip,b=route\"}]\n", "must be one entry"},
 		{"bad duration", "upstream: http://u:1\nrules: r\ndomain: d\nmax_delay: soon\n", "line 4"},
@@ -203,11 +203,11 @@ func TestParseDescriptor(t *testing.T) {
 	r := httptest.NewRequest("PUT", "http://x/a/b", nil)
 	r.RemoteAddr = "192.0.2.4:5"
 	r.Header.Set("X-API-Key", "secret")
-	fs, err := ParseDescriptor(" ip = ip ,k=header:X-API-Key, p=route,m=method, g=static:v:w", nil)
+	fs, err := ParseDescriptor(" ip = ip ,k=header:X-API-Key, p=route,m=method, g=static:v:w, n=ipnet:24:64", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ip=192.0.2.4", "k=secret", "p=/a/b", "m=PUT", "g=v:w"}
+	want := []string{"ip=192.0.2.4", "k=secret", "p=/a/b", "m=PUT", "g=v:w", "n=192.0.2.0/24"}
 	if len(fs) != len(want) {
 		t.Fatalf("got %d entries, want %d", len(fs), len(want))
 	}
@@ -217,7 +217,7 @@ func TestParseDescriptor(t *testing.T) {
 			t.Errorf("entry %d = %q (%v), want %q", i, got, ok, want[i])
 		}
 	}
-	for _, bad := range []string{"", "k", "=ip", "k=", "k=ip:x", "k=header:", "k=header:bad name", "k=static:", "k=ip,"} {
+	for _, bad := range []string{"", "k", "=ip", "k=", "k=ip:x", "k=header:", "k=header:bad name", "k=static:", "k=ip,", "k=ipnet", "k=ipnet:33:64", "k=ipnet:32:129", "k=ipnet:a:b", "k=ipnet:-1:64"} {
 		if _, err := ParseDescriptor(bad, nil); err == nil {
 			t.Errorf("ParseDescriptor(%q): no error", bad)
 		}
