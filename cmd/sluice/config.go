@@ -186,6 +186,11 @@ func (c serveConfig) Validate() error {
 	case "redis":
 		if c.Store.Redis.URL == "" {
 			bad("--redis-url: empty, but --store is redis")
+		} else if _, err := redisOptions(c.Store.Redis, nil); err != nil {
+			bad("%v", err)
+		}
+		if strings.ContainsAny(c.Store.Redis.Prefix, "{}") {
+			bad("--redis-prefix: %q must not contain '{' or '}' (they would change the hash slot)", c.Store.Redis.Prefix)
 		}
 		if c.Store.Redis.Timeout < 0 {
 			bad("--redis-timeout: %v, want a positive duration (or 0 for the default)", c.Store.Redis.Timeout)

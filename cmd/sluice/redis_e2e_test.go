@@ -5,6 +5,7 @@ package main
 // Without redis-server they skip, except with CI=true, where they fail.
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -191,5 +192,71 @@ func TestRedisHungBreaker(t *testing.T) {
 	}
 	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, "sluice_store_breaker_state 2") {
 		t.Errorf("/metrics: sluice_store_breaker_state is not 2 (open) while Redis hangs")
+	}
+}
+
+// TestRedisDownAtStart: with Redis unreachable at start, serve starts anyway
+// (no crash loop), decides by each limit's failure mode, reports not ready,
+// and uses Redis as soon as it answers.
+func TestRedisDownAtStart(t *testing.T) {
+	rd := redistest.Start(t)
+	rd.Kill()
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), nil))
+	if code, deg, _ := checkJSON(t, ts, "open"); code != "OK" || deg != "failed_open" {
+		t.Errorf("Redis down at start, open: code %s degraded %q, want OK failed_open", code, deg)
+	}
+	if code, deg, _ := checkJSON(t, ts, "closed"); code != "OVER_LIMIT" || deg != "failed_closed" {
+		t.Errorf("Redis down at start, closed: code %s degraded %q, want OVER_LIMIT failed_closed", code, deg)
+	}
+	if code, body := get(t, ts.base+"/readyz"); code != 503 {
+		t.Errorf("/readyz with Redis down at start = %d %s, want 503", code, body)
+	}
+	rd.Restart()
+	eventually(t, "the server to connect to Redis once it answers", func() bool {
+		code, _ := get(t, ts.base+"/readyz")
+		return code == 200
+	})
+	// The breaker may still be open for up to its timeout after connecting.
+	eventually(t, "decisions to come from Redis", func() bool {
+		_, deg, _ := checkJSON(t, ts, "open")
+		return deg == ""
+	})
+}
+
+// TestShutdownDrainsInFlight: a check in flight when shutdown begins (here
+// waiting on a hung Redis) completes with its answer before serve returns.
+func TestShutdownDrainsInFlight(t *testing.T) {
+	rd := redistest.Start(t)
+	const storeTimeout = 700 * time.Millisecond
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
+		c.Store.Redis.Timeout = storeTimeout
+	}))
+	checkJSON(t, ts, "open") // connections warm
+	rd.Pause()
+	defer rd.Resume()
+	type answer struct {
+		code rlsv3.RateLimitResponse_Code
+		err  error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		resp, err := ts.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "failure",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("open", "in-flight")}})
+		answers <- answer{resp.GetOverallCode(), err}
+	}()
+	time.Sleep(storeTimeout / 3) // the call is now waiting on Redis
+	start := time.Now()
+	ts.stop() // fails the test unless run returns nil
+	took := time.Since(start)
+	select {
+	case a := <-answers:
+		if a.err != nil || a.code != rlsv3.RateLimitResponse_OK {
+			t.Errorf("in-flight call across shutdown = %v, %v; want OK (failed open after the store timeout)", a.code, a.err)
+		}
+	default:
+		t.Errorf("serve returned before the in-flight call was answered")
+	}
+	if took < storeTimeout/3 {
+		t.Errorf("shutdown took %v, less than the in-flight call still needed: it did not wait", took)
 	}
 }

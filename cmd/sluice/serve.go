@@ -24,7 +24,6 @@ import (
 	"github.com/sluice-rl/sluice/server/rls"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
-	"github.com/sluice-rl/sluice/store/redis"
 )
 
 func init() {
@@ -118,23 +117,13 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	switch cfg.Store.Kind {
 	case "redis":
-		ropts, err := redis.ParseURL(cfg.Store.Redis.URL)
+		ropts, err := redisOptions(cfg.Store.Redis, d.now)
 		if err != nil {
-			return nil, fmt.Errorf("serve: --redis-url: %w", err)
+			return nil, fmt.Errorf("serve: %w", err)
 		}
-		if cfg.Store.Redis.Prefix != "" {
-			ropts.Prefix = cfg.Store.Redis.Prefix
-		}
-		if cfg.Store.Redis.Timeout > 0 {
-			ropts.Timeout = cfg.Store.Redis.Timeout
-		}
-		ropts.Now = d.now
-		rs, err := redis.New(ropts)
-		if err != nil {
-			return nil, fmt.Errorf("serve: store: %w", err)
-		}
+		rs, closeStore := connectRedis(ropts, log.With("component", "store"))
 		s.store = rs
-		s.closers = append(s.closers, rs)
+		s.closers = append(s.closers, closerFunc(closeStore))
 		fallback := memory.New(memory.Options{Now: d.now})
 		s.closers = append(s.closers, fallback)
 		ecfg.Fallback = fallback
