@@ -13,8 +13,13 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/httplimit/gateway"
+	"github.com/sluice-rl/sluice/httplimit/remote"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -35,17 +40,18 @@ func (s *specList) Set(v string) error {
 
 func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	var (
-		configFile, upstream, rulesDir, listen, domain, trusted, algo, logLevel string
-		descriptors                                                             specList
-		legacy, failClosed                                                      bool
-		maxDelay                                                                time.Duration
-		inflight                                                                int64
+		configFile, upstream, rulesDir, rlsAddr, listen, domain, trusted, algo, logLevel string
+		descriptors                                                                      specList
+		legacy, failClosed                                                               bool
+		maxDelay                                                                         time.Duration
+		inflight                                                                         int64
 	)
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&configFile, "config", "", "YAML file with the settings below (flags win over it)")
 	fs.StringVar(&upstream, "upstream", "", "URL of the API to forward to (required)")
-	fs.StringVar(&rulesDir, "rules", "", "directory of rule files, reloaded on change (required)")
+	fs.StringVar(&rulesDir, "rules", "", "directory of rule files, applied in process and reloaded on change")
+	fs.StringVar(&rlsAddr, "rls", "", "host:port of a rate limit service (sluice serve --grpc-addr) to ask instead of --rules")
 	fs.StringVar(&listen, "listen", "", "address to serve on (default :8080)")
 	fs.StringVar(&domain, "domain", "", "rule domain to apply (required)")
 	fs.StringVar(&trusted, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/Forwarded are believed (default: none)")
@@ -57,7 +63,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.StringVar(&algo, "default-algorithm", "fixed_window", "algorithm of rules that name none: "+algorithmList())
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice proxy --upstream URL --rules DIR --domain NAME [--listen ADDR] [flags]")
+		fmt.Fprintln(stderr, "Usage: sluice proxy --upstream URL (--rules DIR | --rls HOST:PORT) --domain NAME [--listen ADDR] [flags]")
 		fmt.Fprintln(stderr, "\nA reverse proxy that applies the rules of DIR to every request and sends the")
 		fmt.Fprintln(stderr, "RateLimit fields on every response. Every flag can also be set with SLUICE_<FLAG>.")
 		fmt.Fprintln(stderr, "\nFlags:")
@@ -90,6 +96,9 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	if set["rules"] {
 		cfg.Rules = rulesDir
+	}
+	if set["rls"] {
+		cfg.RLS = rlsAddr
 	}
 	if set["listen"] {
 		cfg.Listen = listen
@@ -133,21 +142,35 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
-	watcher, err := rules.NewWatcher(cfg.Rules, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
-	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
-	}
-	if !watcher.Current().HasDomain(cfg.Domain) {
-		return fmt.Errorf("proxy: domain %q is in no rule file of %s (domains: %s)", cfg.Domain, cfg.Rules, strings.Join(watcher.Current().Domains(), ", "))
-	}
-	store := memory.New(memory.Options{})
+	store := memory.New(memory.Options{}) // concurrency leases, and the counters when in process
 	defer store.Close()
-	engine, err := service.New(service.DefaultConfig(), watcher, store, nil, log.With("component", "service"))
-	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
+	var checker httplimit.Checker
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if cfg.RLS != "" {
+		conn, err := grpc.NewClient(cfg.RLS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("proxy: --rls: %w", err)
+		}
+		defer conn.Close()
+		checker = remote.New(conn, remote.Options{})
+	} else {
+		watcher, err := rules.NewWatcher(cfg.Rules, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
+		if err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+		if !watcher.Current().HasDomain(cfg.Domain) {
+			return fmt.Errorf("proxy: domain %q is in no rule file of %s (domains: %s)", cfg.Domain, cfg.Rules, strings.Join(watcher.Current().Domains(), ", "))
+		}
+		engine, err := service.New(service.DefaultConfig(), watcher, store, nil, log.With("component", "service"))
+		if err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+		checker = engine
+		go func() { _ = watcher.Run(wctx) }()
 	}
 	glog := log.With("component", "gateway")
-	handler, err := gateway.New(cfg, engine, store, func(r *http.Request, err error) {
+	handler, err := gateway.New(cfg, checker, store, func(r *http.Request, err error) {
 		glog.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	})
 	if err != nil {
@@ -163,12 +186,10 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(glog.Handler(), slog.LevelWarn),
 	}
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go func() { _ = watcher.Run(wctx) }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("proxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "domain", cfg.Domain, "descriptors", strings.Join(cfg.Descriptors, "; "))
+	log.Info("proxy listening", "addr", ln.Addr().String(), "upstream", cfg.Upstream, "domain", cfg.Domain,
+		"descriptors", strings.Join(cfg.Descriptors, "; "), "rls", cfg.RLS)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("proxy: %w", err)

@@ -44,8 +44,13 @@ type Config struct {
 	Upstream string `yaml:"upstream"`
 	// Listen is the address to serve on. Default ":8080".
 	Listen string `yaml:"listen"`
-	// Rules is the rule directory. Required.
+	// Rules is the rule directory, applied in process. Required unless RLS
+	// is set.
 	Rules string `yaml:"rules"`
+	// RLS is the host:port of a remote rate limit service (sluice serve's
+	// gRPC address, or envoyproxy/ratelimit) to ask instead of applying
+	// Rules in process, so that several gateways share one set of counters.
+	RLS string `yaml:"rls"`
 	// Domain is the rule domain requests are checked in. Required.
 	Domain string `yaml:"domain"`
 	// TrustedProxies lists the CIDRs or addresses whose X-Forwarded-For and
@@ -119,8 +124,15 @@ func (c Config) Validate() error {
 	} else if u, err := url.Parse(c.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("upstream: %q is not an http(s) URL with a host", c.Upstream)
 	}
-	if c.Rules == "" {
-		bad("rules: required (a directory of rule files)")
+	switch {
+	case c.Rules == "" && c.RLS == "":
+		bad("rules: required (a directory of rule files), or rls (a rate limit service)")
+	case c.Rules != "" && c.RLS != "":
+		bad("rules and rls: give one; with rls the service applies its own rules")
+	case c.RLS != "":
+		if _, _, err := net.SplitHostPort(c.RLS); err != nil {
+			bad("rls: %q is not host:port: %v", c.RLS, err)
+		}
 	}
 	if c.Domain == "" {
 		bad("domain: required (the domain of the rule file to apply)")

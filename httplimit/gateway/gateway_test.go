@@ -172,6 +172,9 @@ legacy_headers: true
 max_delay: 2s
 `, ""},
 		{"empty file", "", "upstream: required"},
+		{"remote service", "upstream: http://u:1\nrls: 127.0.0.1:8081\ndomain: d\n", ""},
+		{"rules and rls", "upstream: http://u:1\nrules: r\nrls: 127.0.0.1:8081\ndomain: d\n", "give one"},
+		{"bad rls", "upstream: http://u:1\nrls: nowhere\ndomain: d\n", "rls:"},
 		{"unknown field", "upstream: http://u:1\nrules: r\ndomain: d\nlisten_addr: x\n", "line 4: field listen_addr not found"},
 		{"bad upstream", "upstream: ftp://x\nrules: r\ndomain: d\n", "upstream"},
 		{"bad proxy", "upstream: http://u:1\nrules: r\ndomain: d\ntrusted_proxies: [nope]\n", "trusted_proxies"},

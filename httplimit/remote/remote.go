@@ -5,8 +5,9 @@
 // The wire carries less than the in-process engine knows: each status has
 // the limit's requests_per_unit, unit and name, the remaining count and the
 // time until reset, but no algorithm, burst or exact retry time. The
-// middleware's fields are built from those: q is requests_per_unit, w the
-// unit's length, and a refused request's wait is duration_until_reset.
+// middleware's fields are built from those: q is requests_per_unit (or the
+// remaining count, when a burst makes that larger), w the unit's length, and
+// a refused request's wait is duration_until_reset.
 package remote
 
 import (
@@ -135,8 +136,10 @@ func Response(in *rlsv3.RateLimitResponse, n int) (service.Response, error) {
 			reset = 0
 		}
 		st.Result = sluice.Result{
-			Allowed:    !over,
-			Limit:      int64(cl.GetRequestsPerUnit()),
+			Allowed: !over,
+			// A bucket with a burst above its rate reports more remaining
+			// than requests_per_unit; q must not be below r.
+			Limit:      max(int64(cl.GetRequestsPerUnit()), int64(s.GetLimitRemaining())),
 			Remaining:  int64(s.GetLimitRemaining()),
 			ResetAfter: reset,
 		}
