@@ -97,8 +97,9 @@ type Handler struct {
 	cfg      Config
 	nEntries int
 
-	mu       sync.Mutex                             // serializes policy cache writers
+	mu       sync.Mutex                             // serializes cache writers
 	policies atomic.Pointer[map[*rules.Rule]string] // rendered RateLimit-Policy members, copy-on-write
+	bodies   atomic.Pointer[map[string][]byte]      // 429 bodies by violated policy, copy-on-write
 }
 
 // New returns a Handler that checks each request before passing it to next.
@@ -149,6 +150,7 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 	}
 	h := &Handler{next: next, cfg: cfg, nEntries: n}
 	h.policies.Store(&map[*rules.Rule]string{})
+	h.bodies.Store(&map[string][]byte{})
 	return h, nil
 }
 
@@ -513,17 +515,42 @@ func (h *Handler) refuse(w http.ResponseWriter, d decision, sc *scratch) {
 	if d.retryAfter > 0 {
 		hdr["Retry-After"] = []string{strconv.FormatInt(d.retryAfter, 10)}
 	}
-	var p headers.Problem
-	if d.status == http.StatusTooManyRequests {
-		p = headers.QuotaExceeded(sc.names, d.detail)
-	} else {
-		p = headers.Unavailable(d.detail)
+	var body []byte
+	switch {
+	case d.status == http.StatusTooManyRequests && len(sc.names) == 1 && d.detail == "":
+		body = h.quotaBody(sc.names[0]) // the common case, rendered once per policy
+	case d.status == http.StatusTooManyRequests:
+		sc.buf = headers.QuotaExceeded(sc.names, d.detail).Append(sc.buf[:0])
+		body = sc.buf
+	default:
+		sc.buf = headers.Unavailable(d.detail).Append(sc.buf[:0])
+		body = sc.buf
 	}
-	sc.buf = p.Append(sc.buf[:0])
 	// Shared values: nothing runs after us on this response to change them.
 	// net/http adds Content-Length itself for a body this small.
 	hdr["Content-Type"] = problemType
 	hdr["Cache-Control"] = noStore
 	w.WriteHeader(d.status)
-	_, _ = w.Write(sc.buf)
+	_, _ = w.Write(body)
+}
+
+// quotaBody returns the problem+json body of a 429 refused by one policy.
+// The returned slice is shared and must not be modified.
+func (h *Handler) quotaBody(name string) []byte {
+	if b, ok := (*h.bodies.Load())[name]; ok {
+		return b
+	}
+	b := headers.QuotaExceeded([]string{name}, "").Marshal()
+	h.mu.Lock()
+	old := *h.bodies.Load()
+	m := make(map[string][]byte, len(old)+1)
+	if len(old) < 4096 { // names come from rules; bound it anyway
+		for k, v := range old {
+			m[k] = v
+		}
+	}
+	m[name] = b
+	h.bodies.Store(&m)
+	h.mu.Unlock()
+	return b
 }
