@@ -48,15 +48,17 @@ func need(t testing.TB, binary string) string {
 // Server is one redis-server process. Its methods are safe for concurrent
 // use; Kill, Pause, Resume and Restart fail the test on error.
 type Server struct {
-	t      testing.TB
-	bin    string
-	dir    string
-	port   int
-	extra  []string
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	paused bool
+	t     testing.TB
+	bin   string
+	dir   string
+	port  int
+	extra []string
+	// sentinel is the config file of a Sentinel; empty for a data node.
+	sentinel string
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	paused   bool
 }
 
 // Start starts a redis-server on a free loopback port in a temporary
@@ -79,15 +81,20 @@ func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
 func (s *Server) start() {
 	s.t.Helper()
-	args := []string{
+	var args []string
+	if s.sentinel != "" {
+		args = append(args, s.sentinel, "--sentinel")
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
-		"--save", "",
-		"--appendonly", "no",
 		"--daemonize", "no",
 		"--logfile", "redis.log",
 		"--protected-mode", "no",
+	)
+	if s.sentinel == "" {
+		args = append(args, "--save", "", "--appendonly", "no")
 	}
 	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
@@ -258,6 +265,28 @@ func readReply(r *bufio.Reader) (any, error) {
 	}
 	return nil, fmt.Errorf("redistest: unexpected reply %q", line)
 }
+
+// StartSentinel starts one Redis Sentinel on a free loopback port that
+// monitors master under the name "mymaster" (quorum 1), and stops it when
+// the test ends. Its URL is redis-sentinel://127.0.0.1:port/mymaster.
+func StartSentinel(t testing.TB, master *Server) *Server {
+	t.Helper()
+	bin := need(t, "redis-server")
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t, false)}
+	conf := filepath.Join(s.dir, "sentinel.conf")
+	body := fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %d 1\nsentinel down-after-milliseconds mymaster 2000\n", master.port)
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		t.Fatalf("redistest: write sentinel.conf: %v", err)
+	}
+	s.sentinel = conf
+	t.Cleanup(s.stop)
+	s.start()
+	return s
+}
+
+// SentinelURL returns redis-sentinel://127.0.0.1:port/mymaster for a server
+// started by StartSentinel.
+func (s *Server) SentinelURL() string { return "redis-sentinel://" + s.Addr() + "/mymaster" }
 
 // Cluster is a three-master Redis Cluster without replicas.
 type Cluster struct {

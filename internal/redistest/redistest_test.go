@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +56,20 @@ func TestCluster(t *testing.T) {
 	}
 	if u := c.URL(); strings.Count(u, "addr=") != 2 {
 		t.Fatalf("URL() = %q, want two addr= parameters", u)
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	m := Start(t)
+	s := StartSentinel(t, m)
+	r, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.([]any); len(got) != 2 || got[1] != strconv.Itoa(m.port) {
+		t.Fatalf("SENTINEL GET-MASTER-ADDR-BY-NAME = %v, want [127.0.0.1 %d]", r, m.port)
+	}
+	if !strings.HasPrefix(s.SentinelURL(), "redis-sentinel://127.0.0.1:") {
+		t.Fatalf("SentinelURL() = %q", s.SentinelURL())
 	}
 }

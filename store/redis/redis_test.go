@@ -225,3 +225,30 @@ func TestCoalescing(t *testing.T) {
 		t.Errorf("Stats = %+v: %d calls for %d Takes, want fewer calls (coalescing)", s, s.Calls, s.Groups)
 	}
 }
+
+// TestSentinel reaches the master through a Sentinel URL.
+func TestSentinel(t *testing.T) {
+	m := redistest.Start(t)
+	sen := redistest.StartSentinel(t, m)
+	st, err := New(Options{URL: sen.SentinelURL(), Prefix: "sen:", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("New(%q) = %v", sen.SentinelURL(), err)
+	}
+	defer st.Close()
+	if st.Cluster() {
+		t.Fatal("a Sentinel store reports cluster mode")
+	}
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 2, Window: time.Hour}
+	res := make([]sluice.Result, 1)
+	for i, want := range []bool{true, true, false} {
+		if err := st.Take(context.Background(), []sluice.Op{{Key: "s", Limit: limit, Cost: 1}}, res); err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Allowed != want {
+			t.Fatalf("take %d: Allowed = %v, want %v", i, res[0].Allowed, want)
+		}
+	}
+	if n, err := m.Do("DBSIZE"); err != nil || n != int64(1) {
+		t.Fatalf("master DBSIZE = %v, %v; want 1 (the store wrote to the monitored master)", n, err)
+	}
+}
