@@ -3,6 +3,7 @@ package headers
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"reflect"
 	"testing"
 	"time"
@@ -127,6 +128,33 @@ func FuzzProblem(f *testing.F) {
 		_ = json.Unmarshal(want, &viaStd)
 		if !reflect.DeepEqual(back, viaStd) {
 			t.Fatalf("Marshal(%+v) decodes to %+v; encoding/json gives %+v", p, back, viaStd)
+		}
+	})
+}
+
+// FuzzParseLegacy: any X-RateLimit-* values, never a panic; what parses is
+// non-negative and renders back to the same numbers.
+func FuzzParseLegacy(f *testing.F) {
+	f.Add("60", "45", "1767225631", "15")
+	f.Add(`10, 10;w=1;name="per-ip", 1000;w=3600`, "7", "", "")
+	f.Add("-1", "x", "1e9", "99999999999999999999")
+	f.Fuzz(func(t *testing.T, limit, remaining, reset, used string) {
+		h := http.Header{}
+		h.Set(XRateLimitLimit, limit)
+		h.Set(XRateLimitRemaining, remaining)
+		h.Set(XRateLimitReset, reset)
+		h.Set(XRateLimitUsed, used)
+		l, ok := ParseLegacy(h)
+		if !ok {
+			return
+		}
+		if l.Limit < 0 || l.Remaining < 0 || l.Reset < 0 || l.Used < 0 {
+			t.Fatalf("ParseLegacy(%q, %q, %q, %q) = %+v: negative", limit, remaining, reset, used, l)
+		}
+		h2 := http.Header{}
+		SetLegacy(h2, l)
+		if back, ok := ParseLegacy(h2); !ok || back != l {
+			t.Fatalf("round trip of %+v = %+v, %v", l, back, ok)
 		}
 	})
 }
