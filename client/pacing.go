@@ -142,15 +142,21 @@ func (t *Transport) observe(r *http.Request, resp *http.Response, now time.Time)
 		t.routes = make(map[string][]policyKey)
 		t.blocks = make(map[string]time.Time)
 	}
-	if len(limits) == 0 {
-		if !retryAt.IsZero() {
-			t.blocks[host] = retryAt
-		}
-		return
-	}
 	keys := make([]policyKey, 0, len(limits))
 	blockedAny := false
 	for _, l := range limits {
+		var pol *headers.Policy
+		for i := range policies {
+			if policies[i].Name == l.Name && string(policies[i].PartitionKey) == string(l.PartitionKey) {
+				pol = &policies[i]
+			}
+		}
+		if pol != nil && pol.Unit == headers.ConcurrentRequests {
+			continue // requests in flight, not a rate: nothing to spread over time
+		}
+		if l.Reset < 0 && (pol == nil || pol.Window == 0) {
+			continue // no time to spread the remaining requests over
+		}
 		k := policyKey{host: host, name: l.Name, pk: string(l.PartitionKey)}
 		keys = append(keys, k)
 		p := t.pacers[k]
@@ -158,20 +164,16 @@ func (t *Transport) observe(r *http.Request, resp *http.Response, now time.Time)
 			p = &pacer{}
 			t.pacers[k] = p
 		}
-		for _, pol := range policies {
-			if pol.Name == l.Name && string(pol.PartitionKey) == string(l.PartitionKey) {
-				p.quota, p.window = pol.Quota, time.Duration(pol.Window)*time.Second
-			}
+		if pol != nil {
+			p.quota, p.window = pol.Quota, time.Duration(pol.Window)*time.Second
 		}
 		// Requests still in flight will spend some of what the server reports.
 		p.remaining = l.Remaining - p.inflight
 		switch {
 		case l.Reset >= 0:
 			p.resetAt = now.Add(time.Duration(l.Reset) * time.Second)
-		case p.window > 0:
-			p.resetAt = now.Add(p.window)
 		default:
-			p.resetAt = now.Add(time.Second)
+			p.resetAt = now.Add(p.window)
 		}
 		if l.Remaining == 0 && !retryAt.IsZero() {
 			p.blocked = retryAt
@@ -180,6 +182,9 @@ func (t *Transport) observe(r *http.Request, resp *http.Response, now time.Time)
 	}
 	if !retryAt.IsZero() && !blockedAny {
 		t.blocks[host] = retryAt
+	}
+	if len(keys) == 0 {
+		return
 	}
 	rk := t.routeKey(r)
 	if !sameKeys(t.routes[rk], keys) {

@@ -140,3 +140,18 @@ func TestPacingIgnoresMalformed(t *testing.T) {
 		t.Errorf("malformed RateLimit changed pacing: slept %v, want nothing", got)
 	}
 }
+
+func TestPacingIgnoresConcurrencyPolicies(t *testing.T) {
+	base := &fakeBase{fn: func(int, *http.Request) (int, http.Header) {
+		return 200, hdr("RateLimit", `"inflight";r=1, "no_reset";r=1`,
+			"RateLimit-Policy", `"inflight";q=50;qu="concurrent-requests"`)
+	}}
+	tr := &Transport{Base: base, Pacing: true}
+	ft := newFakeTime(tr, 0)
+	for i := 0; i < 5; i++ {
+		get(t, tr, "http://api.test/x")
+	}
+	if got := ft.slept(); len(got) != 0 {
+		t.Errorf("a concurrency policy and a policy without t or w paced requests: slept %v, want nothing", got)
+	}
+}
