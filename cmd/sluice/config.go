@@ -41,7 +41,8 @@ type listenConfig struct {
 	GRPC string
 	// HTTP serves /v1/check, /json, health, /metrics and /debug/rules.
 	HTTP string
-	// Debug serves pprof (and /metrics, /debug/rules); "" turns it off.
+	// Debug serves pprof (and /metrics, /debug/rules); "" or "off" turns it
+	// off.
 	Debug string
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// responses (envoy response_headers_to_add; HTTP headers).
@@ -104,7 +105,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Rules.DefaultAlgorithm, "default-algorithm", c.Rules.DefaultAlgorithm, "algorithm of rules that name none: "+algorithmList())
 	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "gRPC listen address (envoy RLS v3, health, reflection)")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
-	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" turns it off`)
+	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
 	fs.BoolVar(&c.Listen.ResponseHeaders, "response-headers", c.Listen.ResponseHeaders, "add RateLimit, RateLimit-Policy and Retry-After headers to answers")
 	fs.StringVar(&c.Store.Kind, "store", c.Store.Kind, "where counters live: memory or redis")
 	fs.StringVar(&c.Store.Redis.URL, "redis-url", c.Store.Redis.URL, "Redis URL: redis://host:port/db, redis-sentinel://h:p,h:p/master, redis-cluster://h:p,h:p")
@@ -174,7 +175,7 @@ func (c serveConfig) Validate() error {
 		bad("--default-algorithm: %v", err)
 	}
 	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", c.Listen.GRPC}, {"--http-addr", c.Listen.HTTP}, {"--debug-addr", c.Listen.Debug}} {
-		if a.addr == "" && a.flag == "--debug-addr" {
+		if a.flag == "--debug-addr" && !debugOn(a.addr) {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {

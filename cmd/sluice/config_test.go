@@ -49,6 +49,13 @@ func TestServeFlagsAndEnv(t *testing.T) {
 			}
 			return ""
 		}},
+		{"debug listener off from the environment", nil, map[string]string{"SLUICE_DEBUG_ADDR": "off"}, func(c serveConfig) string {
+			c.Rules.Dir = "../../examples/rules"
+			if debugOn(c.Listen.Debug) || c.Validate() != nil {
+				return "SLUICE_DEBUG_ADDR=off did not turn the debug listener off validly"
+			}
+			return ""
+		}},
 		{"flag wins over env", []string{"--log-format", "json"}, map[string]string{"SLUICE_LOG_FORMAT": "text", "SLUICE_LOG_LEVEL": "debug"}, func(c serveConfig) string {
 			if c.Log.Format != "json" || c.Log.Level != "debug" {
 				return "flag did not win, or env not applied to the other flag"

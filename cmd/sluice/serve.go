@@ -153,13 +153,22 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: http: %w", err)
 	}
-	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	if cfg.Listen.Debug != "" {
+	s.http = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if debugOn(cfg.Listen.Debug) {
 		dh, err := api.NewDebug(aopts)
 		if err != nil {
 			return nil, fmt.Errorf("serve: debug: %w", err)
 		}
-		s.debug = &http.Server{Handler: dh, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		// No write timeout: a CPU profile or trace streams for as long as asked.
+		s.debug = &http.Server{Handler: dh, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
 
 	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
@@ -175,6 +184,10 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	return s, nil
 }
+
+// debugOn reports whether the debug listener is wanted: "" and "off" turn
+// it off (SLUICE_DEBUG_ADDR=off, since an empty variable means unset).
+func debugOn(addr string) bool { return addr != "" && addr != "off" }
 
 // ready is /readyz: not while draining; otherwise the engine's readiness
 // (rules loaded, store answering).

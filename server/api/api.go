@@ -6,6 +6,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -235,7 +236,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := DecodeCheckRequest(strings.NewReader(string(b)))
+	req, err := DecodeCheckRequest(bytes.NewReader(b))
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error())
 		return
