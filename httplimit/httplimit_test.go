@@ -379,3 +379,31 @@ func TestLeakyBucketShaping(t *testing.T) {
 		t.Errorf("delay over MaxDelay: status %d Retry-After %q; want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
 	}
 }
+
+func TestCostAndTwoRefusals(t *testing.T) {
+	clock := storetest.NewClock()
+	h := mustNew(t, &okHandler{}, Config{
+		Checker:     newEngine(t, clock, nil),
+		Domain:      "web",
+		Descriptors: [][]KeyFunc{{ClientIP("remote_address", nil)}, {Header("api_key", "X-API-Key")}},
+		Cost:        func(r *http.Request) uint64 { return 3 },
+	})
+	// per_ip allows 3 a minute and per_key holds 5: a cost of 3 empties
+	// per_ip at once, and the next request is refused by both policies.
+	w := do(h, "198.51.100.1:1", "X-API-Key", "k")
+	if w.Code != 200 || fieldOf(w, "RateLimit") != `"per_ip";r=0;t=60, "per_key";r=2;t=1` {
+		t.Fatalf("cost 3: status %d RateLimit %q", w.Code, fieldOf(w, "RateLimit"))
+	}
+	w = do(h, "198.51.100.1:1", "X-API-Key", "k")
+	if w.Code != 429 {
+		t.Fatalf("second request: status %d, want 429", w.Code)
+	}
+	p, err := headers.ParseProblem(w.Body.Bytes())
+	if err != nil || !reflect.DeepEqual(p.ViolatedPolicies, []string{"per_ip", "per_key"}) {
+		t.Errorf("problem %+v (%v), want both policies violated", p, err)
+	}
+	// Retry-After is the later of the two waits: per_ip's window end.
+	if got := w.Header().Get("Retry-After"); got != "60" {
+		t.Errorf("Retry-After = %q, want 60", got)
+	}
+}
