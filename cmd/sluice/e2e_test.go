@@ -107,11 +107,11 @@ func startServer(t *testing.T, dir string, edit func(*serveConfig)) *testServer 
 			case <-time.After(10 * time.Second):
 				t.Errorf("run did not return within 10s of shutdown")
 			}
-			ts.conn.Close()
 		})
 	}
 	t.Cleanup(func() {
 		ts.stop()
+		ts.conn.Close()
 		if t.Failed() {
 			t.Logf("server log:\n%s", ts.logs.String())
 		}

@@ -24,6 +24,10 @@ func withRedis(url string, edit func(*serveConfig)) func(*serveConfig) {
 	return func(c *serveConfig) {
 		c.Store.Kind = "redis"
 		c.Store.Redis.URL = url
+		// Generous, so that a loaded machine (-race, neighbours) does not
+		// turn a slow reply into a store failure; tests of failures set
+		// their own.
+		c.Store.Redis.Timeout = 2 * time.Second
 		if edit != nil {
 			edit(c)
 		}
@@ -156,7 +160,7 @@ func TestRedisKilled(t *testing.T) {
 // for the store any more.
 func TestRedisHungBreaker(t *testing.T) {
 	rd := redistest.Start(t)
-	const storeTimeout = 250 * time.Millisecond
+	const storeTimeout = 600 * time.Millisecond
 	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
 		c.Store.Redis.Timeout = storeTimeout
 	}))
@@ -227,7 +231,7 @@ func TestRedisDownAtStart(t *testing.T) {
 // waiting on a hung Redis) completes with its answer before serve returns.
 func TestShutdownDrainsInFlight(t *testing.T) {
 	rd := redistest.Start(t)
-	const storeTimeout = 700 * time.Millisecond
+	const storeTimeout = 1500 * time.Millisecond
 	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
 		c.Store.Redis.Timeout = storeTimeout
 	}))
