@@ -40,6 +40,11 @@ type request struct {
 	undo   []string // modeUndo: (op, old, new) triples
 	err    error
 	done   chan struct{}
+
+	// Backing arrays for a one-op group.
+	key1 [1]string
+	arg1 [3 + opFields]string
+	res1 [5]int64
 }
 
 func (r *request) n() int { return len(r.keys) }
@@ -57,8 +62,12 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	if idx != nil {
 		n = len(idx)
 	}
-	r := &request{mode: mode, now: now, idx: idx, done: make(chan struct{}),
-		keys: make([]string, n), args: make([]string, 3, 3+n*opFields)}
+	r := &request{mode: mode, now: now, idx: idx, done: make(chan struct{})}
+	if n == 1 { // the common case, in one allocation
+		r.keys, r.args = r.key1[:], r.arg1[:3]
+	} else {
+		r.keys, r.args = make([]string, n), make([]string, 3, 3+n*opFields)
+	}
 	r.args[0], r.args[1], r.args[2] = strconv.Itoa(n), mode, now
 	for k := range n {
 		op := &ops[r.op(k)]
@@ -76,7 +85,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 			r.leases[k] = s.newLease()
 			lease = strconv.FormatUint(r.leases[k], 10)
 		}
-		r.args = append(r.args, s.limitSpec(op.Limit), cost, lease)
+		r.args = append(r.args, limitSpec(op.Limit), cost, lease)
 	}
 	return r
 }
@@ -215,12 +224,9 @@ func (s *Store) exec(batch []*request) {
 		algs |= r.algs
 		nkeys += r.n()
 		nargs += len(r.args)
-		if r.deadline.After(deadline) {
+		if deadline.IsZero() || r.deadline.Before(deadline) {
 			deadline = r.deadline
 		}
-	}
-	if deadline.IsZero() {
-		deadline = time.Now().Add(s.timeout)
 	}
 	keys := make([]string, 0, nkeys)
 	args := make([]string, 0, nargs)
@@ -268,7 +274,11 @@ func parseReply(vals []rueidis.RedisMessage, batch []*request) error {
 		if r.nowOut, err = next(); err != nil {
 			return fmt.Errorf("reply: %w", err)
 		}
-		r.res = make([]int64, 5*r.n())
+		if r.n() == 1 {
+			r.res = r.res1[:]
+		} else {
+			r.res = make([]int64, 5*r.n())
+		}
 		for i := range r.res {
 			if r.res[i], err = next(); err != nil {
 				return fmt.Errorf("reply: %w", err)

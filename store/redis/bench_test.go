@@ -159,7 +159,7 @@ func BenchmarkRueidisEVALSHA(b *testing.B) {
 	}
 	defer c.Close()
 	script := rueidis.NewLuaScript(singleScript)
-	spec := (&Store{limits: map[sluice.Limit]string{}}).limitSpec(benchLimit)
+	spec := limitSpec(benchLimit)
 	runDecisions(b, addr, func(ctx context.Context, key string) error {
 		return script.Exec(ctx, c, []string{"br:" + key}, []string{spec, "1", ""}).Error()
 	})
@@ -173,7 +173,7 @@ func BenchmarkGoRedisEVALSHA(b *testing.B) {
 	c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: benchWorkers})
 	defer c.Close()
 	script := goredis.NewScript(singleScript)
-	spec := (&Store{limits: map[sluice.Limit]string{}}).limitSpec(benchLimit)
+	spec := limitSpec(benchLimit)
 	runDecisions(b, addr, func(ctx context.Context, key string) error {
 		return script.Run(ctx, c, []string{"bg:" + key}, spec, 1, "").Err()
 	})

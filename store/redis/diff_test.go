@@ -173,7 +173,7 @@ func TestSingleScript(t *testing.T) {
 	mem := memory.New(memory.Options{Now: clock.Now})
 	defer mem.Close()
 	limit := sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 5, Window: 10 * time.Millisecond, Burst: 8}
-	spec := (&Store{limits: map[sluice.Limit]string{}}).limitSpec(limit)
+	spec := limitSpec(limit)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for step := range 500 {
 		clock.Advance(time.Duration(rng.IntN(3000)) * time.Microsecond)

@@ -184,9 +184,6 @@ type Store struct {
 	one   batcher // single node, Sentinel
 	slots []atomic.Pointer[batcher]
 
-	limitMu sync.RWMutex
-	limits  map[sluice.Limit]string
-
 	leaseMu sync.Mutex
 	leases  *mrand.ChaCha8
 }
@@ -250,7 +247,6 @@ func New(opts Options) (*Store, error) {
 		minTTL:      strconv.FormatInt(opts.MinTTL.Milliseconds(), 10),
 		maxBatch:    opts.MaxBatch,
 		maxInFlight: opts.MaxInFlight,
-		limits:      map[sluice.Limit]string{},
 		leases:      mrand.NewChaCha8(seed),
 	}
 	s.one.s = s
@@ -302,23 +298,32 @@ func (s *Store) script(m algMask) *rueidis.Lua {
 	return p.Load()
 }
 
+// specs caches limitSpec: a map replaced, never changed, on each new limit,
+// so that readers take no lock.
+var (
+	specs   atomic.Pointer[map[sluice.Limit]string]
+	specsMu sync.Mutex
+)
+
 // limitSpec returns the script's encoding of a valid limit,
 // "alg:quota:window:burst:interval" (algorithm.Params), cached.
-func (s *Store) limitSpec(l sluice.Limit) string {
-	s.limitMu.RLock()
-	spec, ok := s.limits[l]
-	s.limitMu.RUnlock()
-	if ok {
-		return spec
+func limitSpec(l sluice.Limit) string {
+	if m := specs.Load(); m != nil {
+		if spec, ok := (*m)[l]; ok {
+			return spec
+		}
 	}
 	p := l.Params()
-	spec = fmt.Sprintf("%d:%d:%d:%d:%d", l.Algorithm, p.Quota, p.Window, p.Burst, p.Interval)
-	s.limitMu.Lock()
-	if len(s.limits) > 4096 { // limits come from rules; a flood of distinct ones only costs the cache
-		clear(s.limits)
+	spec := fmt.Sprintf("%d:%d:%d:%d:%d", l.Algorithm, p.Quota, p.Window, p.Burst, p.Interval)
+	specsMu.Lock()
+	defer specsMu.Unlock()
+	next := map[sluice.Limit]string{l: spec}
+	if old := specs.Load(); old != nil && len(*old) < 4096 { // limits come from rules; past that, start over
+		for k, v := range *old {
+			next[k] = v
+		}
 	}
-	s.limits[l] = spec
-	s.limitMu.Unlock()
+	specs.Store(&next)
 	return spec
 }
 
@@ -357,12 +362,14 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
+	deadline := time.Now().Add(s.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
 
 	if !s.cluster {
 		r := s.newRequest(ops, nil, now, modeDecide)
-		if err := s.do(ctx, &s.one, r); err != nil {
+		if err := s.do(ctx, &s.one, r, deadline); err != nil {
 			return err
 		}
 		r.results(ops, results, !r.denied())
@@ -375,18 +382,18 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	}
 	if same {
 		r := s.newRequest(ops, nil, now, modeDecide)
-		if err := s.do(ctx, s.slotBatcher(first), r); err != nil {
+		if err := s.do(ctx, s.slotBatcher(first), r, deadline); err != nil {
 			return err
 		}
 		r.results(ops, results, !r.denied())
 		return nil
 	}
-	return s.takeSlots(ctx, ops, results, now)
+	return s.takeSlots(ctx, ops, results, now, deadline)
 }
 
 // takeSlots decides a Take whose ops span hash slots: one group per slot,
 // all in parallel, then refunds if any slot denied.
-func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
+func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string, deadline time.Time) error {
 	bySlot := map[int][]int{}
 	var order []int
 	for i := range ops {
@@ -399,7 +406,7 @@ func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice
 	reqs := make([]*request, len(order))
 	for k, sl := range order {
 		reqs[k] = s.newRequest(ops, bySlot[sl], now, modeUndo)
-		if err := s.submit(ctx, s.slotBatcher(sl), reqs[k]); err != nil {
+		if err := s.submit(ctx, s.slotBatcher(sl), reqs[k], deadline); err != nil {
 			return err
 		}
 	}
@@ -416,7 +423,7 @@ func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice
 	for k, r := range reqs {
 		if denied && !r.denied() && r.charged(ops) {
 			f := s.newRefund(ops, r)
-			if err := s.submit(ctx, s.slotBatcher(order[k]), f); err != nil {
+			if err := s.submit(ctx, s.slotBatcher(order[k]), f, time.Now().Add(s.timeout)); err != nil {
 				return err
 			}
 			refunds = append(refunds, f)
@@ -449,18 +456,21 @@ func (s *Store) slotBatcher(slot int) *batcher {
 }
 
 // do submits r and waits for it.
-func (s *Store) do(ctx context.Context, b *batcher, r *request) error {
-	if err := s.submit(ctx, b, r); err != nil {
+func (s *Store) do(ctx context.Context, b *batcher, r *request, deadline time.Time) error {
+	if err := s.submit(ctx, b, r, deadline); err != nil {
 		return err
 	}
 	return r.wait(ctx)
 }
 
-func (s *Store) submit(ctx context.Context, b *batcher, r *request) error {
+// submit queues r, to be decided by deadline. The script call that carries
+// r ends by the earliest deadline of its requests, so a Take waits at most
+// until its own deadline (and less if its context ends first).
+func (s *Store) submit(ctx context.Context, b *batcher, r *request, deadline time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r.deadline, _ = ctx.Deadline()
+	r.deadline = deadline
 	b.submit(r)
 	return nil
 }
