@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -432,6 +434,28 @@ func TestHTTP(t *testing.T) {
 	code, index := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/pprof/")
 	if code != 200 || !strings.Contains(index, "goroutine") {
 		t.Errorf("debug listener GET /debug/pprof/ = %d, want 200 with the profile index", code)
+	}
+
+	stream, err := reflectionpb.NewServerReflectionClient(ts.conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatalf("reflection: %v", err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatalf("reflection send: %v", err)
+	}
+	lr, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("reflection recv: %v", err)
+	}
+	_ = stream.CloseSend()
+	var services []string
+	for _, svc := range lr.GetListServicesResponse().GetService() {
+		services = append(services, svc.GetName())
+	}
+	for _, want := range []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health"} {
+		if !slices.Contains(services, want) {
+			t.Errorf("reflection lists %v, want %s among them", services, want)
+		}
 	}
 
 	hc := healthpb.NewHealthClient(ts.conn)
