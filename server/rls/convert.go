@@ -136,18 +136,25 @@ func CurrentLimitProto(cl *service.CurrentLimit) *rlsv3.RateLimitResponse_RateLi
 	if cl == nil {
 		return nil
 	}
-	out := &rlsv3.RateLimitResponse_RateLimit{Name: cl.Name, RequestsPerUnit: cl.RequestsPerUnit}
+	out := &rlsv3.RateLimitResponse_RateLimit{}
+	fillCurrentLimit(out, cl)
+	return out
+}
+
+// fillCurrentLimit sets out (zero) from cl, as CurrentLimitProto documents.
+func fillCurrentLimit(out *rlsv3.RateLimitResponse_RateLimit, cl *service.CurrentLimit) {
+	out.Name, out.RequestsPerUnit = cl.Name, cl.RequestsPerUnit
 	if cl.Unit != "" {
 		for _, u := range units {
 			if strings.EqualFold(u.name, cl.Unit) {
 				out.Unit = u.unit
-				return out
+				return
 			}
 		}
 	}
 	w := cl.Window
 	if w <= 0 {
-		return out // unit UNKNOWN: nothing better to say
+		return // unit UNKNOWN: nothing better to say
 	}
 	if w%time.Second == 0 {
 		for _, u := range units {
@@ -159,7 +166,7 @@ func CurrentLimitProto(cl *service.CurrentLimit) *rlsv3.RateLimitResponse_RateLi
 					}
 					out.UnitMultiplier = wrapU32(uint32(m))
 				}
-				return out
+				return
 			}
 		}
 	}
@@ -173,7 +180,6 @@ func CurrentLimitProto(cl *service.CurrentLimit) *rlsv3.RateLimitResponse_RateLi
 	default:
 		out.RequestsPerUnit = uint32(perSec)
 	}
-	return out
 }
 
 // ResponseOptions says what ToProto adds beyond the decision itself.
@@ -197,13 +203,30 @@ type ResponseOptions struct {
 //
 // overall_code is OVER_LIMIT if any status is, else OK; never UNKNOWN.
 func ToProto(resp service.Response, opts ResponseOptions) *rlsv3.RateLimitResponse {
-	out := &rlsv3.RateLimitResponse{
-		OverallCode: codeProto(resp.OverallCode),
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses)),
+	n := len(resp.Statuses)
+	var out *rlsv3.RateLimitResponse
+	var ptrs []*rlsv3.RateLimitResponse_DescriptorStatus
+	var statuses []rlsv3.RateLimitResponse_DescriptorStatus
+	var limits []rlsv3.RateLimitResponse_RateLimit
+	var resets []durationpb.Duration
+	if n == 1 {
+		// The common case, one descriptor: every message in one allocation.
+		b := new(oneStatus)
+		out, ptrs, statuses, limits, resets = &b.resp, b.ptrs[:], b.status[:], b.limit[:], b.reset[:]
+	} else {
+		out = new(rlsv3.RateLimitResponse)
+		ptrs = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+		limits = make([]rlsv3.RateLimitResponse_RateLimit, n)
+		resets = make([]durationpb.Duration, n)
 	}
+	out.OverallCode = codeProto(resp.OverallCode)
+	out.Statuses = ptrs
 	for i := range resp.Statuses {
-		out.Statuses[i] = statusProto(&resp.Statuses[i])
-		if out.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		st := &statuses[i]
+		fillStatus(st, &limits[i], &resets[i], &resp.Statuses[i])
+		ptrs[i] = st
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
@@ -215,6 +238,15 @@ func ToProto(resp service.Response, opts ResponseOptions) *rlsv3.RateLimitRespon
 	return out
 }
 
+// oneStatus holds every message of a one-descriptor response.
+type oneStatus struct {
+	resp   rlsv3.RateLimitResponse
+	ptrs   [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status [1]rlsv3.RateLimitResponse_DescriptorStatus
+	limit  [1]rlsv3.RateLimitResponse_RateLimit
+	reset  [1]durationpb.Duration
+}
+
 func codeProto(c service.Code) rlsv3.RateLimitResponse_Code {
 	if c == service.CodeOverLimit {
 		return rlsv3.RateLimitResponse_OVER_LIMIT
@@ -222,21 +254,25 @@ func codeProto(c service.Code) rlsv3.RateLimitResponse_Code {
 	return rlsv3.RateLimitResponse_OK
 }
 
-func statusProto(s *service.Status) *rlsv3.RateLimitResponse_DescriptorStatus {
-	out := &rlsv3.RateLimitResponse_DescriptorStatus{Code: codeProto(s.Code)}
+// fillStatus sets out (zero) from s, using limit and reset (zero) as its
+// current_limit and duration_until_reset when it has them.
+func fillStatus(out *rlsv3.RateLimitResponse_DescriptorStatus, limit *rlsv3.RateLimitResponse_RateLimit, reset *durationpb.Duration, s *service.Status) {
+	out.Code = codeProto(s.Code)
 	switch {
 	case s.Unlimited:
 		out.LimitRemaining = Unlimited
-		return out
+		return
 	case s.CurrentLimit == nil:
-		return out
+		return
 	}
-	out.CurrentLimit = CurrentLimitProto(s.CurrentLimit)
+	fillCurrentLimit(limit, s.CurrentLimit)
+	out.CurrentLimit = limit
 	if s.Code == service.CodeOK {
 		out.LimitRemaining = clampU32(s.Result.Remaining)
 	}
-	out.DurationUntilReset = durationpb.New(ResetDuration(s))
-	return out
+	d := ResetDuration(s)
+	reset.Seconds, reset.Nanos = int64(d/time.Second), int32(d%time.Second)
+	out.DurationUntilReset = reset
 }
 
 // ResetDuration is duration_until_reset for a limited status: the store's
