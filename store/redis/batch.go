@@ -167,6 +167,7 @@ type batcher struct {
 	s        *Store
 	mu       sync.Mutex
 	queue    []*request
+	queued   int // ops in queue
 	inflight int
 }
 
@@ -174,7 +175,11 @@ type batcher struct {
 func (b *batcher) submit(r *request) {
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
-	if b.inflight >= b.s.maxInFlight {
+	b.queued += r.n()
+	// A call starts at once when none is in flight; another only once a
+	// quarter batch waits, so that calls stay large (Redis spends most of
+	// its time per op, not per call, but the per-call part is not free).
+	if b.inflight >= b.s.maxInFlight || (b.inflight > 0 && b.queued < b.s.maxBatch/4) {
 		b.mu.Unlock()
 		return // a call in flight takes the queue when it returns
 	}
@@ -192,6 +197,7 @@ func (b *batcher) takeLocked() []*request {
 		ops += b.queue[k].n()
 		k++
 	}
+	b.queued -= ops
 	batch := make([]*request, k)
 	copy(batch, b.queue)
 	rest := copy(b.queue, b.queue[k:])
