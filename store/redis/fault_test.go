@@ -68,6 +68,15 @@ func TestFaults(t *testing.T) {
 	srv.Resume()
 	mustRecover("resumed")
 
+	// Paused longer than the connection's write timeout: the client drops
+	// the connection and redials once Redis answers again.
+	srv.Pause()
+	mustFailFast("paused again")
+	time.Sleep(1500 * time.Millisecond)
+	mustFailFast("paused for 1.5s")
+	srv.Resume()
+	mustRecover("resumed after a long pause")
+
 	srv.Kill()
 	mustFailFast("killed")
 	srv.Restart() // a fresh, empty server on the same port: scripts reload via NOSCRIPT fallback
