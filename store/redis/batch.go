@@ -95,11 +95,16 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 func (s *Store) newRefund(ops []sluice.Op, r *request) *request {
 	f := &request{mode: modeRefund, now: strconv.FormatInt(r.nowOut, 10), idx: r.idx,
 		keys: r.keys, algs: r.algs, done: make(chan struct{})}
-	f.args = make([]string, 0, len(r.args)+1+len(r.undo))
+	f.args = make([]string, 0, len(r.args)+2+len(r.undo))
 	f.args = append(f.args, r.args...)
 	f.args[1], f.args[2] = modeRefund, f.now
 	f.args = append(f.args, strconv.Itoa(len(r.undo)/3))
 	f.args = append(f.args, r.undo...)
+	clock := "" // the charge used the given now: so does the refund
+	if r.now == "" {
+		clock = "t" // the charge read Redis TIME: the refund reads it again
+	}
+	f.args = append(f.args, clock)
 	return f
 }
 

@@ -19,10 +19,12 @@
 // algorithm (t g l f s o c, in the order of sluice.Algorithms: like
 // store/memory, the store keeps one state per algorithm and key), and the
 // op's key; a key that has no hash tag of its own is wrapped in one
-// ("sluice:g{key}"), so each key is its own slot. Ops of one Take whose keys share a slot run in one script and
-// are all-or-nothing exactly as in store/memory. To make a request's keys
-// share a slot, give them the same tag, e.g. "{tenant-42}:per_user:alice" and
-// "{tenant-42}:per_tenant".
+// ("sluice:g{key}"), so each key is its own slot. With a single node or
+// Sentinel all ops of a Take run in one script call, whatever their slots.
+// In a cluster, ops of one Take whose keys share a slot run in one script
+// call and are all-or-nothing exactly as in store/memory; to make a
+// request's keys share a slot, give them the same tag, e.g.
+// "{tenant-42}:per_user:alice" and "{tenant-42}:per_tenant".
 //
 // Ops in different slots (only possible with Redis Cluster) are decided per
 // slot, in parallel, each slot atomically; if any slot denies, the charges
@@ -32,7 +34,9 @@
 // slots' keys charged and be denied although the batch that charged them is
 // finally refused: a race that can only deny too much, never admit too much.
 // A refund puts a key's old state back when nothing else touched it since
-// the charge, and otherwise subtracts the charge from the current state.
+// the charge; otherwise it subtracts the charge from the current state, but
+// only the part of it not yet drained (buckets) or still in the same window,
+// so a refund never gives back more than the charge still holds.
 //
 // # Time
 //

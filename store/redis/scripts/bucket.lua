@@ -46,10 +46,11 @@ local tat_kind = {
   fresh = function(s, now, p)
     return s.tat - now
   end,
-  -- unstep takes back a charge of cost (a refund after other requests
-  -- changed the key, so the old state cannot simply be put back).
-  unstep = function(s, now, cost, p)
-    s.tat = s.tat - cost * p.interval
+  -- unstep takes back a charge of cost, whose result was the state ours,
+  -- from s, a state other requests changed since (so the old state cannot
+  -- simply be put back): at most what the charge still holds at rnow.
+  unstep = function(s, ours, cost, p, rnow)
+    s.tat = s.tat - min(cost * p.interval, max(ours.tat - rnow, 0))
   end,
 }
 

@@ -8,7 +8,8 @@
 --   n, mode, now, then n ops of (limit, cost, lease)
 -- where mode is 0 (decide), 1 (decide and report how to undo: the store
 -- uses it when a Take spans hash slots) or 2 (refund a group decided with
--- mode 1; followed by k and k undo triples); now is µs, or "" for Redis TIME;
+-- mode 1; followed by k, k undo triples (op, old, new) and "t" when the
+-- charge read Redis TIME, else ""); now is µs, or "" for Redis TIME;
 -- limit is "alg:quota:window:burst:interval" (algorithm.Params); cost is an
 -- integer or "r" for a concurrency release; lease is a decimal ID or "".
 -- KEYS: one per op, in order.
@@ -182,15 +183,28 @@ for _ = 1, groups do
           c.restore = ARGV[ai + 1]
           c.st = c.alg.load(c.restore ~= '' and c.restore)
         elseif c.raw then
-          c.inverse = true
+          c.inverse, c.ours, c.owed = true, c.alg.load(ARGV[ai + 2]), 0
         end
         ai = ai + 3
       end
-      -- Changed by others since: take back each of this group's charges.
+      -- Changed by others since: take back this group's charges, but only
+      -- the part not already drained by now (the real now, when the group
+      -- read Redis TIME), so that a refund never gives back more than the
+      -- charge still holds.
+      local rnow = now
+      if ARGV[ai] == 't' then
+        rnow = max(time_now(), now)
+      end
+      ai = ai + 1
       for j = 1, n do
         local op, c = ops[j], get(g, j)
         if c.inverse and op.cost > 0 and not op.rel then
-          c.alg.unstep(c.st, now, op.cost, op.p)
+          c.owed = c.owed + op.cost
+        end
+      end
+      for _, c in ipairs(g.order) do
+        if c.inverse and c.owed > 0 then
+          c.alg.unstep(c.st, c.ours, c.owed, c.p, rnow)
           c.restore = c.alg.encode(c.st)
         end
       end

@@ -12,8 +12,8 @@ A[4] = {
   encode = function(s)
     return pack('<dd', s.id, s.cur)
   end,
-  unstep = function(s, now, cost, p)
-    if s.id >= fdiv(now, p.window) then
+  unstep = function(s, ours, cost)
+    if s.id == ours.id then
       s.cur = max(s.cur - cost, 0)
     end
   end,

@@ -49,8 +49,8 @@ A[5] = {
   encode = function(s)
     return pack('<ddd', s.id, s.cur, s.prev)
   end,
-  unstep = function(s, now, cost, p)
-    if s.id >= fdiv(now, p.window) then
+  unstep = function(s, ours, cost)
+    if s.id == ours.id then
       s.cur = max(s.cur - cost, 0)
     end
   end,

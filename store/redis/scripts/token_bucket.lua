@@ -16,8 +16,9 @@ A[1] = {
   fresh = function(s, now, p)
     return s.l + s.m * p.interval - now
   end,
-  unstep = function(s, now, cost, p)
-    s.m = max(s.m - cost, 0)
+  unstep = function(s, ours, cost, p, rnow)
+    local held = fdiv(max(ours.l + ours.m * p.interval - rnow, 0), p.interval)
+    s.m = max(s.m - min(cost, held), 0)
   end,
   step = function(s, now, cost, p)
     local m, l = s.m, s.l
