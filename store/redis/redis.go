@@ -135,7 +135,7 @@ const (
 	DefaultPrefix      = "sluice:"
 	DefaultTimeout     = 50 * time.Millisecond
 	DefaultMaxBatch    = 128
-	DefaultMaxInFlight = 1
+	DefaultMaxInFlight = 2
 )
 
 // Options configure a Store. Only URL is required.
@@ -161,10 +161,11 @@ type Options struct {
 	MaxBatch int
 	// MaxInFlight is how many script calls each batch target (the server, or
 	// a cluster slot) may have in flight at once; Takes arriving meanwhile
-	// queue and leave together in the next call. Default 1: on a loaded
-	// server one call at a time makes the largest batches and the least Redis
-	// CPU per decision (see BENCHMARKS.md); raise it when the round trip to
-	// Redis is long compared with a script call.
+	// queue and leave together in the next call. A call beyond the first
+	// starts only once MaxBatch/4 ops wait, so calls stay large. Default 2:
+	// one call is being decided while the next is on the wire (see
+	// BENCHMARKS.md); raise it when the round trip to Redis is long compared
+	// with a script call.
 	MaxInFlight int
 }
 
