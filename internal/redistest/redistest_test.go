@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,5 +72,32 @@ func TestSentinel(t *testing.T) {
 	}
 	if !strings.HasPrefix(s.SentinelURL(), "redis-sentinel://127.0.0.1:") {
 		t.Fatalf("SentinelURL() = %q", s.SentinelURL())
+	}
+}
+
+// recorder stands in for a test to see whether need skips or fails.
+type recorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *recorder) Helper()           {}
+func (r *recorder) Skip(args ...any)  { r.skipped = fmt.Sprint(args...) }
+func (r *recorder) Fatal(args ...any) { r.failed = fmt.Sprint(args...) }
+
+func TestMissingBinary(t *testing.T) {
+	for _, ci := range []string{"", "true"} {
+		t.Setenv("CI", ci)
+		r := &recorder{TB: t}
+		need(r, "no-such-redis-server-binary")
+		if ci == "true" && (r.failed == "" || r.skipped != "") {
+			t.Errorf("CI=true: failed %q skipped %q, want a failure", r.failed, r.skipped)
+		}
+		if ci == "" && (r.skipped == "" || r.failed != "") {
+			t.Errorf("CI unset: failed %q skipped %q, want a skip", r.failed, r.skipped)
+		}
+		if msg := r.failed + r.skipped; !strings.Contains(msg, "apt-get install") {
+			t.Errorf("message %q does not say what to install", msg)
+		}
 	}
 }
