@@ -157,7 +157,8 @@ type Options struct {
 	// set it defaults to one hour, because a fake clock says nothing about
 	// Redis's own expiry clock.
 	MinTTL time.Duration
-	// MaxBatch is the most ops one script call decides. Default 128.
+	// MaxBatch is the most ops one script call decides, summed over the
+	// Takes it carries (a Take with more ops goes alone). Default 128.
 	MaxBatch int
 	// MaxInFlight is how many script calls each batch target (the server, or
 	// a cluster slot) may have in flight at once; Takes arriving meanwhile
