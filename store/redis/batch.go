@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -269,36 +270,40 @@ func (s *Store) exec(batch []*request) {
 	}
 }
 
-// parseReply distributes the script's flat reply over the groups.
+// parseReply distributes the script's reply over the groups: per group a
+// string of packed little-endian doubles (now, then 5 per op), and for a
+// modeUndo group the undo count and triples.
 func parseReply(vals []rueidis.RedisMessage, batch []*request) error {
 	pos := 0
-	next := func() (int64, error) {
-		if pos >= len(vals) {
-			return 0, errors.New("reply too short")
-		}
-		v, err := vals[pos].AsInt64()
-		pos++
-		return v, err
-	}
 	for _, r := range batch {
-		var err error
-		if r.nowOut, err = next(); err != nil {
+		if pos >= len(vals) {
+			return errors.New("reply: too short")
+		}
+		packed, err := vals[pos].ToString()
+		pos++
+		if err != nil {
 			return fmt.Errorf("reply: %w", err)
 		}
+		if len(packed) != 8*(1+5*r.n()) {
+			return fmt.Errorf("reply: %d bytes for %d ops, want %d", len(packed), r.n(), 8*(1+5*r.n()))
+		}
+		r.nowOut = unpackInt(packed, 0)
 		if r.n() == 1 {
 			r.res = r.res1[:]
 		} else {
 			r.res = make([]int64, 5*r.n())
 		}
 		for i := range r.res {
-			if r.res[i], err = next(); err != nil {
-				return fmt.Errorf("reply: %w", err)
-			}
+			r.res[i] = unpackInt(packed, i+1)
 		}
 		if r.mode != modeUndo {
 			continue
 		}
-		k, err := next()
+		if pos >= len(vals) {
+			return errors.New("reply: no undo count")
+		}
+		k, err := vals[pos].AsInt64()
+		pos++
 		if err != nil || k < 0 || pos+3*int(k) > len(vals) {
 			return fmt.Errorf("reply: bad undo count %d: %v", k, err)
 		}
@@ -320,4 +325,13 @@ func parseReply(vals []rueidis.RedisMessage, batch []*request) error {
 		return fmt.Errorf("reply has %d values, want %d", len(vals), pos)
 	}
 	return nil
+}
+
+// unpackInt reads the i-th little-endian double of b as an integer (the
+// script packs only integers below 2^53, which doubles hold exactly).
+func unpackInt(b string, i int) int64 {
+	b = b[8*i : 8*i+8]
+	bits := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+	return int64(math.Float64frombits(bits))
 }
