@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,13 +120,7 @@ func selfCPU() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
-func testingProcs() int {
-	n, _ := strconv.Atoi(os.Getenv("GOMAXPROCS"))
-	if n > 0 {
-		return n
-	}
-	return runtimeProcs
-}
+func testingProcs() int { return runtime.GOMAXPROCS(0) }
 
 // BenchmarkStore: decisions through the Store (coalesced into multi-group
 // script calls).

@@ -1,5 +1,0 @@
-package redis
-
-import "runtime"
-
-var runtimeProcs = runtime.GOMAXPROCS(0)
