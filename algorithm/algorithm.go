@@ -84,12 +84,12 @@ type Decision struct {
 func (d Decision) OK() bool { return d.Reason == Allowed }
 
 // CeilDiv returns ⌈a/b⌉ for a ≥ 0 and b > 0.
-func CeilDiv(a, b int64) int64 { return (a + b - 1) / b }
+func CeilDiv(a, b int64) int64 { return FloorDiv(a+b-1, b) }
 
 // FloorDiv returns ⌊a/b⌋ for any a and b > 0 (Go's / truncates toward zero).
 func FloorDiv(a, b int64) int64 {
 	q := a / b
-	if (a%b != 0) && (a < 0) {
+	if a%b != 0 && a < 0 {
 		q--
 	}
 	return q

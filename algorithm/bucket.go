@@ -71,28 +71,16 @@ type TokenState struct {
 
 // TokenBucket refills one token per Interval up to Burst and admits a cost if
 // that many tokens are in the bucket. It decides exactly as GCRA does with the
-// same Params.
+// same Params: the bucket is full at Last + Missing × Interval, which is the
+// GCRA's TAT, so the refill since Last needs no separate step.
 func TokenBucket(s TokenState, now, cost int64, p Params) (TokenState, Decision) {
-	if s.Missing > 0 && p.Interval > 0 {
-		if n := (now - s.Last) / p.Interval; n > 0 {
-			if n >= s.Missing {
-				s.Missing = 0
-			} else {
-				s.Missing -= n
-				s.Last += n * p.Interval
-			}
-		}
-	}
-	if s.Missing == 0 {
-		// A full bucket holds no partial token: refill restarts now, unless
-		// the clock stepped backward, in which case it stays where it was.
-		s.Last = max(s.Last, now)
-	}
-	tat := s.Last + s.Missing*p.Interval
-	newTAT, d := bucketDecide(tat, now, cost, p)
+	newTAT, d := bucketDecide(s.Last+s.Missing*p.Interval, now, cost, p)
 	if d.Reason == Allowed && cost > 0 {
-		s.Missing += cost
-		_ = newTAT // equal to s.Last + s.Missing*p.Interval
+		// Store the canonical form: the tokens still missing at now, and
+		// the instant up to which refill has been credited (within one
+		// interval before now).
+		s.Missing = CeilDiv(newTAT-now, p.Interval)
+		s.Last = newTAT - s.Missing*p.Interval
 	}
 	return s, d
 }

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"sync"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algorithm"
@@ -147,129 +148,150 @@ func put[V any](s *store, sh *shard, t *table[V], h uint64, key string, i int, f
 
 // apply performs one op, whose key hashes to h, on its shard and writes its
 // Result to out. When undos is non-nil (a batch), every committed charge is
-// recorded there. Requires sh.mu.
+// recorded there. Requires sh.mu. Each algorithm family has its own method,
+// so the hot single-op path carries only the locals its algorithm needs.
 func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]undo, out *sluice.Result) error {
 	p, err := sh.params(&op.Limit)
 	if err != nil {
 		return err
 	}
-	alg, cost := op.Limit.Algorithm, op.Cost
 	var d algorithm.Decision
 	var lease uint64
-	// The undo record is built only in a batch (undos != nil): zeroing it
-	// costs more than the rest of a single-op decision.
-	newUndo := func() undo { return undo{sh: sh, alg: alg, h: h, key: op.Key} }
-	switch alg {
+	switch op.Limit.Algorithm {
 	case sluice.GCRA, sluice.LeakyBucket:
-		t := &sh.gcra
-		if alg == sluice.LeakyBucket {
-			t = &sh.leaky
-		}
-		i, found := t.find(h, op.Key)
-		var old tatState
-		if found {
-			old = t.slots[i].v
-		}
-		var tat int64
-		if alg == sluice.GCRA {
-			tat, d = algorithm.GCRA(old.tat, now, cost, p)
-		} else {
-			tat, d = algorithm.LeakyBucket(old.tat, now, cost, p)
-		}
-		if d.OK() && cost > 0 {
-			put(s, sh, t, h, op.Key, i, found, tatState{tat}, now)
-			if undos != nil {
-				u := newUndo()
-				u.isNew, u.tat = !found, old
-				*undos = append(*undos, u)
-			}
-		}
+		d = s.applyTAT(sh, op, h, now, p, undos)
 	case sluice.TokenBucket:
-		t := &sh.token
-		i, found := t.find(h, op.Key)
-		var old tokenState
-		if found {
-			old = t.slots[i].v
-		}
-		var ns algorithm.TokenState
-		ns, d = algorithm.TokenBucket(old.s, now, cost, p)
-		if d.OK() && cost > 0 {
-			put(s, sh, t, h, op.Key, i, found, tokenState{s: ns, exp: now + d.ResetAfter}, now)
-			if undos != nil {
-				u := newUndo()
-				u.isNew, u.token = !found, old
-				*undos = append(*undos, u)
-			}
-		}
+		d = s.applyToken(sh, op, h, now, p, undos)
 	case sluice.FixedWindow, sluice.SlidingWindow:
-		t := &sh.fixed
-		if alg == sluice.SlidingWindow {
-			t = &sh.slide
-		}
-		i, found := t.find(h, op.Key)
-		var old windowState
-		if found {
-			old = t.slots[i].v
-		}
-		var ns algorithm.WindowState
-		if alg == sluice.FixedWindow {
-			ns, d = algorithm.FixedWindow(old.s, now, cost, p)
-		} else {
-			ns, d = algorithm.SlidingWindow(old.s, now, cost, p)
-		}
-		if d.OK() && cost > 0 {
-			put(s, sh, t, h, op.Key, i, found, windowState{s: ns, exp: now + d.ResetAfter}, now)
-			if undos != nil {
-				u := newUndo()
-				u.isNew, u.win = !found, old
-				*undos = append(*undos, u)
-			}
-		}
-	case sluice.SlidingLog, sluice.Concurrency:
-		t := &sh.slog
-		if alg == sluice.Concurrency {
-			t = &sh.conc
-		}
-		i, found := t.find(h, op.Key)
-		var st *logState
-		var log []algorithm.Entry
-		if found {
-			st = t.slots[i].v
-			log = st.log
-		}
-		var entry algorithm.Entry
-		switch {
-		case op.Release:
-			log, d = algorithm.Release(log, now, op.Lease, p)
-		case alg == sluice.Concurrency:
-			if cost > 0 {
-				lease = s.lease.Add(1)
-				entry = algorithm.Entry{At: now + p.Window, N: cost, ID: lease}
-			}
-			log, d = algorithm.Concurrency(log, now, cost, lease, p)
-		default:
-			entry = algorithm.Entry{At: now, N: cost}
-			log, d = algorithm.SlidingLog(log, now, cost, p)
-		}
-		if found {
-			// Pruning and releases are kept even when denied: they change
-			// no later decision (pruning) or are not charges (releases).
-			st.log, st.exp = log, now+d.ResetAfter
-		}
-		if d.OK() && cost > 0 && !op.Release {
-			if !found {
-				put(s, sh, t, h, op.Key, i, false, &logState{log: log, exp: now + d.ResetAfter}, now)
-			}
-			if undos != nil {
-				u := newUndo()
-				u.isNew, u.entry = !found, entry
-				*undos = append(*undos, u)
-			}
-		} else {
-			lease = 0
-		}
+		d = s.applyWindow(sh, op, h, now, p, undos)
+	default:
+		d, lease = s.applyLog(sh, op, h, now, p, undos)
 	}
-	*out = sluice.FromDecision(d)
+	out.Allowed = d.Reason == algorithm.Allowed
+	out.Reason = sluice.Reason(d.Reason)
+	out.Limit = d.Limit
+	out.Remaining = d.Remaining
+	out.ResetAfter = time.Duration(d.ResetAfter) * time.Microsecond
+	out.RetryAfter = time.Duration(d.RetryAfter) * time.Microsecond
+	out.Delay = time.Duration(d.Delay) * time.Microsecond
 	out.Lease = lease
 	return nil
+}
+
+func (s *store) applyTAT(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
+	alg, cost := op.Limit.Algorithm, op.Cost
+	t := &sh.gcra
+	if alg == sluice.LeakyBucket {
+		t = &sh.leaky
+	}
+	i, found := t.find(h, op.Key)
+	var old tatState
+	if found {
+		old = t.slots[i].v
+	}
+	var tat int64
+	var d algorithm.Decision
+	if alg == sluice.GCRA {
+		tat, d = algorithm.GCRA(old.tat, now, cost, p)
+	} else {
+		tat, d = algorithm.LeakyBucket(old.tat, now, cost, p)
+	}
+	if d.OK() && cost > 0 {
+		put(s, sh, t, h, op.Key, i, found, tatState{tat}, now)
+		if undos != nil {
+			*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, tat: old})
+		}
+	}
+	return d
+}
+
+func (s *store) applyToken(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
+	cost := op.Cost
+	t := &sh.token
+	i, found := t.find(h, op.Key)
+	var old tokenState
+	if found {
+		old = t.slots[i].v
+	}
+	ns, d := algorithm.TokenBucket(old.s, now, cost, p)
+	if d.OK() && cost > 0 {
+		put(s, sh, t, h, op.Key, i, found, tokenState{s: ns, exp: now + d.ResetAfter}, now)
+		if undos != nil {
+			*undos = append(*undos, undo{sh: sh, alg: sluice.TokenBucket, h: h, key: op.Key, isNew: !found, token: old})
+		}
+	}
+	return d
+}
+
+func (s *store) applyWindow(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
+	alg, cost := op.Limit.Algorithm, op.Cost
+	t := &sh.fixed
+	if alg == sluice.SlidingWindow {
+		t = &sh.slide
+	}
+	i, found := t.find(h, op.Key)
+	var old windowState
+	if found {
+		old = t.slots[i].v
+	}
+	var ns algorithm.WindowState
+	var d algorithm.Decision
+	if alg == sluice.FixedWindow {
+		ns, d = algorithm.FixedWindow(old.s, now, cost, p)
+	} else {
+		ns, d = algorithm.SlidingWindow(old.s, now, cost, p)
+	}
+	if d.OK() && cost > 0 {
+		put(s, sh, t, h, op.Key, i, found, windowState{s: ns, exp: now + d.ResetAfter}, now)
+		if undos != nil {
+			*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, win: old})
+		}
+	}
+	return d
+}
+
+func (s *store) applyLog(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) (algorithm.Decision, uint64) {
+	alg, cost := op.Limit.Algorithm, op.Cost
+	t := &sh.slog
+	if alg == sluice.Concurrency {
+		t = &sh.conc
+	}
+	i, found := t.find(h, op.Key)
+	var st *logState
+	var log []algorithm.Entry
+	if found {
+		st = t.slots[i].v
+		log = st.log
+	}
+	var d algorithm.Decision
+	var entry algorithm.Entry
+	var lease uint64
+	switch {
+	case op.Release:
+		log, d = algorithm.Release(log, now, op.Lease, p)
+	case alg == sluice.Concurrency:
+		if cost > 0 {
+			lease = s.lease.Add(1)
+			entry = algorithm.Entry{At: now + p.Window, N: cost, ID: lease}
+		}
+		log, d = algorithm.Concurrency(log, now, cost, lease, p)
+	default:
+		entry = algorithm.Entry{At: now, N: cost}
+		log, d = algorithm.SlidingLog(log, now, cost, p)
+	}
+	if found {
+		// Pruning and releases are kept even when denied: they change no
+		// later decision (pruning) or are not charges (releases).
+		st.log, st.exp = log, now+d.ResetAfter
+	}
+	if !d.OK() || cost == 0 || op.Release {
+		return d, 0
+	}
+	if !found {
+		put(s, sh, t, h, op.Key, i, false, &logState{log: log, exp: now + d.ResetAfter}, now)
+	}
+	if undos != nil {
+		*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, entry: entry})
+	}
+	return d, lease
 }
