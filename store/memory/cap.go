@@ -28,7 +28,7 @@ func (s *store) evictOne(sh *shard, now int64) (fresh bool) {
 	}{
 		{sh.gcra.n, func() (int64, bool) { return evictFrom(s, &sh.gcra, func(v *tatState) int64 { return v.tat }) }},
 		{sh.leaky.n, func() (int64, bool) { return evictFrom(s, &sh.leaky, func(v *tatState) int64 { return v.tat }) }},
-		{sh.token.n, func() (int64, bool) { return evictFrom(s, &sh.token, func(v *tokenState) int64 { return v.exp }) }},
+		{sh.token.n, func() (int64, bool) { return evictFrom(s, &sh.token, func(v *tatState) int64 { return v.tat }) }},
 		{sh.fixed.n, func() (int64, bool) { return evictFrom(s, &sh.fixed, func(v *windowState) int64 { return v.exp }) }},
 		{sh.slide.n, func() (int64, bool) { return evictFrom(s, &sh.slide, func(v *windowState) int64 { return v.exp }) }},
 		{sh.slog.n, func() (int64, bool) { return evictFrom(s, &sh.slog, func(v **logState) int64 { return (*v).exp }) }},
@@ -69,7 +69,7 @@ func evictFrom[V any](s *store, t *table[V], exp func(*V) int64) (int64, bool) {
 func (s *store) sweepShard(sh *shard, now int64) int {
 	n := sweepTable(s, &sh.gcra, func(v *tatState) bool { return v.tat <= now }) +
 		sweepTable(s, &sh.leaky, func(v *tatState) bool { return v.tat <= now }) +
-		sweepTable(s, &sh.token, func(v *tokenState) bool { return v.exp <= now }) +
+		sweepTable(s, &sh.token, func(v *tatState) bool { return v.tat <= now }) +
 		sweepTable(s, &sh.fixed, func(v *windowState) bool { return v.exp <= now }) +
 		sweepTable(s, &sh.slide, func(v *windowState) bool { return v.exp <= now }) +
 		sweepTable(s, &sh.slog, func(v **logState) bool { return (*v).exp <= now }) +

@@ -12,11 +12,12 @@ import (
 // algorithm needs. exp is when the key is back in its fresh state (then it
 // can be dropped without changing any decision).
 type (
-	tatState   struct{ tat int64 } // gcra, leaky_bucket: exp is tat itself
-	tokenState struct {
-		s   algorithm.TokenState
-		exp int64
-	}
+	// tatState is the state of gcra and leaky_bucket, and of token_bucket
+	// too: a bucket's (missing tokens, last refill) is encoded losslessly as
+	// the instant it is full again, Last + Missing × Interval, which is also
+	// when the key is fresh (exp). One int64 instead of three keeps the
+	// table small enough to stay in cache.
+	tatState struct{ tat int64 }
 	windowState struct {
 		s   algorithm.WindowState
 		exp int64
@@ -38,7 +39,7 @@ type shard struct {
 	mu    sync.Mutex
 	gcra  table[tatState]
 	leaky table[tatState]
-	token table[tokenState]
+	token table[tatState]
 	fixed table[windowState]
 	slide table[windowState]
 	slog  table[*logState]
@@ -75,7 +76,6 @@ type undo struct {
 	key   string
 	isNew bool
 	tat   tatState
-	token tokenState
 	win   windowState
 	entry algorithm.Entry // the log entry that was added
 }
@@ -88,7 +88,7 @@ func (u *undo) revert(s *store) {
 	case sluice.LeakyBucket:
 		restore(s, sh, &sh.leaky, u, u.tat)
 	case sluice.TokenBucket:
-		restore(s, sh, &sh.token, u, u.token)
+		restore(s, sh, &sh.token, u, u.tat)
 	case sluice.FixedWindow:
 		restore(s, sh, &sh.fixed, u, u.win)
 	case sluice.SlidingWindow:
@@ -209,15 +209,15 @@ func (s *store) applyToken(sh *shard, op *sluice.Op, h uint64, now int64, p algo
 	cost := op.Cost
 	t := &sh.token
 	i, found := t.find(h, op.Key)
-	var old tokenState
+	var old tatState
 	if found {
 		old = t.slots[i].v
 	}
-	ns, d := algorithm.TokenBucket(old.s, now, cost, p)
+	ns, d := algorithm.TokenBucket(algorithm.TokenState{Last: old.tat}, now, cost, p)
 	if d.OK() && cost > 0 {
-		put(s, sh, t, h, op.Key, i, found, tokenState{s: ns, exp: now + d.ResetAfter}, now)
+		put(s, sh, t, h, op.Key, i, found, tatState{ns.Last + ns.Missing*p.Interval}, now)
 		if undos != nil {
-			*undos = append(*undos, undo{sh: sh, alg: sluice.TokenBucket, h: h, key: op.Key, isNew: !found, token: old})
+			*undos = append(*undos, undo{sh: sh, alg: sluice.TokenBucket, h: h, key: op.Key, isNew: !found, tat: old})
 		}
 	}
 	return d
