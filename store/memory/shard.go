@@ -17,7 +17,7 @@ type (
 	// the instant it is full again, Last + Missing × Interval, which is also
 	// when the key is fresh (exp). One int64 instead of three keeps the
 	// table small enough to stay in cache.
-	tatState struct{ tat int64 }
+	tatState    struct{ tat int64 }
 	windowState struct {
 		s   algorithm.WindowState
 		exp int64
