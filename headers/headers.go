@@ -200,36 +200,26 @@ func (l ServiceLimit) Item() (httpsfv.Item, error) {
 
 // FormatPolicies renders a RateLimit-Policy field value. It returns "" for no
 // policies (send no field then).
-func FormatPolicies(ps ...Policy) (string, error) {
-	l := make(httpsfv.List, 0, len(ps))
-	for i, p := range ps {
-		it, err := p.Item()
-		if err != nil {
-			return "", fmt.Errorf("RateLimit-Policy member %d: %w", i, err)
-		}
-		l = append(l, it)
-	}
-	s, err := httpsfv.Marshal(l)
-	if err != nil {
-		return "", fmt.Errorf("%w: RateLimit-Policy: %w", ErrInvalid, err)
-	}
-	return s, nil
-}
+func FormatPolicies(ps ...Policy) (string, error) { return formatList("RateLimit-Policy", ps) }
 
 // FormatServiceLimits renders a RateLimit field value. It returns "" for no
 // limits (send no field then).
-func FormatServiceLimits(ls ...ServiceLimit) (string, error) {
-	l := make(httpsfv.List, 0, len(ls))
-	for i, sl := range ls {
-		it, err := sl.Item()
+func FormatServiceLimits(ls ...ServiceLimit) (string, error) { return formatList("RateLimit", ls) }
+
+// formatList renders the members of one List field through the
+// structured-fields library.
+func formatList[T interface{ Item() (httpsfv.Item, error) }](field string, members []T) (string, error) {
+	l := make(httpsfv.List, 0, len(members))
+	for i, m := range members {
+		it, err := m.Item()
 		if err != nil {
-			return "", fmt.Errorf("RateLimit member %d: %w", i, err)
+			return "", fmt.Errorf("%s member %d: %w", field, i, err)
 		}
 		l = append(l, it)
 	}
 	s, err := httpsfv.Marshal(l)
 	if err != nil {
-		return "", fmt.Errorf("%w: RateLimit: %w", ErrInvalid, err)
+		return "", fmt.Errorf("%w: %s: %w", ErrInvalid, field, err)
 	}
 	return s, nil
 }
