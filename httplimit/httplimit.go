@@ -6,9 +6,12 @@
 //
 // The engine may be in process (*service.Engine) or a remote Sluice
 // (package httplimit/remote, over Envoy's gRPC rate limit protocol); both are
-// Checkers. Concurrency limits, which need their leases released when the
-// handler returns, are applied by the middleware itself through
-// sluice.Limiter (see Concurrency), because the engine has no release path.
+// Checkers. Concurrency limits hold a lease from before the handler runs
+// until it returns — also when it panics or the client goes away. Rule-file
+// limits with algorithm concurrency work through a Checker that is also a
+// Releaser (*service.Engine is; the remote Checker is not, because Envoy's
+// protocol cannot release). Config.Concurrency applies such limits in the
+// middleware itself, through sluice.Limiter, with any Checker.
 package httplimit
 
 import (
@@ -32,6 +35,15 @@ import (
 // returns: the middleware reuses them.
 type Checker interface {
 	Check(ctx context.Context, req service.Request) (service.Response, error)
+}
+
+// Releaser is a Checker that can give back the concurrency leases a Check
+// took (service.Status.Lease). *service.Engine is one. The middleware
+// releases them when the handler returns, panics, or loses its client; with
+// a Checker that is not a Releaser, leases are freed only when their limit's
+// window passes.
+type Releaser interface {
+	Release(ctx context.Context, resp service.Response) error
 }
 
 // Concurrency is a limit on requests in flight, held from before the handler
@@ -66,9 +78,9 @@ type Config struct {
 	// Cost returns what a request costs (Request.Hits); nil means 1.
 	Cost func(*http.Request) uint64
 	// Concurrency limits requests in flight; see Concurrency. Rule-file
-	// limits with algorithm concurrency do not work through the middleware:
-	// the engine takes their leases but has no way to give them back, so
-	// they would be freed only by expiry. Put such limits here instead.
+	// limits with algorithm concurrency work too when the Checker is a
+	// Releaser (the in-process engine); with a remote Checker their leases
+	// are freed only when they expire, so put such limits here instead.
 	Concurrency []Concurrency
 	// MaxDelay bounds the wait of a request a leaky_bucket limit admitted
 	// with a Delay: a longer Delay is answered 503 instead of queued. Zero
@@ -96,6 +108,7 @@ type Handler struct {
 	next     http.Handler
 	cfg      Config
 	nEntries int
+	releaser Releaser // cfg.Checker, when it can release leases
 
 	mu       sync.Mutex                             // serializes cache writers
 	policies atomic.Pointer[map[*rules.Rule]string] // rendered RateLimit-Policy members, copy-on-write
@@ -149,6 +162,7 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 		cfg.Now = time.Now
 	}
 	h := &Handler{next: next, cfg: cfg, nEntries: n}
+	h.releaser, _ = cfg.Checker.(Releaser)
 	h.policies.Store(&map[*rules.Rule]string{})
 	h.bodies.Store(&map[string][]byte{})
 	return h, nil
@@ -258,6 +272,9 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, sc *scratch) (d 
 			}
 		} else {
 			d = h.render(sc, &resp)
+			if h.releaser != nil && resp.Leases() {
+				sc.leases = append(sc.leases, h.releaseFunc(resp))
+			}
 		}
 	}
 	if d.status == 0 {
@@ -462,6 +479,13 @@ func concurrencyPolicy(name string, quota int64) string {
 		return `"invalid";q=0` // unreachable: the name is sanitized, the quota bounded
 	}
 	return s
+}
+
+// releaseFunc returns the release of the leases resp holds. It is a function
+// of its own so that only requests holding leases pay for the closure.
+func (h *Handler) releaseFunc(resp service.Response) func(context.Context) error {
+	rel := h.releaser
+	return func(ctx context.Context) error { return rel.Release(ctx, resp) }
 }
 
 // releaseAll gives back concurrency slots. It runs after the handler, when the

@@ -14,6 +14,8 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
@@ -206,15 +208,42 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+const concurrencyRules = `
+domain: web
+descriptors:
+  - key: inflight
+    rate_limit: {name: inflight, algorithm: concurrency, requests_per_unit: 1, window: 1m}
+`
+
 // concurrencyServer runs the middleware with a concurrency limit of 1 in a
-// real server; the handler does what the "do" query parameter says.
-func concurrencyServer(t *testing.T, shed bool) (*httptest.Server, chan struct{}, chan struct{}) {
+// real server; the handler does what the "do" query parameter says. The
+// limit is Config.Concurrency's, or with fromRules a rule-file limit that
+// the engine applies and the middleware releases.
+func concurrencyServer(t *testing.T, shed, fromRules bool) (*httptest.Server, chan struct{}, chan struct{}) {
 	t.Helper()
 	mem := memory.New(memory.Options{})
 	t.Cleanup(func() { mem.Close() })
 	lim, err := sluice.NewLimiter(mem, sluice.Limit{Algorithm: sluice.Concurrency, Quota: 1, Window: time.Minute})
 	if err != nil {
 		t.Fatal(err)
+	}
+	cfg := Config{
+		Checker:     failingChecker{}, // no rate limits here, only concurrency
+		Domain:      "web",
+		Concurrency: []Concurrency{{Name: "inflight", Limiter: lim, Shed: shed}},
+	}
+	if fromRules {
+		snap, err := rules.Parse("web.yaml", []byte(concurrencyRules), rules.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, mem, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Checker, cfg.Concurrency = eng, nil
+		cfg.Descriptors = [][]KeyFunc{{Static("inflight", "all")}}
+		cfg.OnError = func(_ *http.Request, err error) { t.Errorf("OnError: %v", err) }
 	}
 	entered, unblock := make(chan struct{}, 10), make(chan struct{})
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -228,11 +257,7 @@ func concurrencyServer(t *testing.T, shed bool) (*httptest.Server, chan struct{}
 			<-r.Context().Done()
 		}
 	})
-	h := mustNew(t, next, Config{
-		Checker:     failingChecker{}, // no rate limits here, only concurrency
-		Domain:      "web",
-		Concurrency: []Concurrency{{Name: "inflight", Limiter: lim, Shed: shed}},
-	})
+	h := mustNew(t, next, cfg)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, entered, unblock
@@ -268,7 +293,7 @@ func waitFree(t *testing.T, url, why string) {
 func TestConcurrency(t *testing.T) {
 	for _, shed := range []bool{false, true} {
 		t.Run("shed="+strconv.FormatBool(shed), func(t *testing.T) {
-			srv, entered, unblock := concurrencyServer(t, shed)
+			srv, entered, unblock := concurrencyServer(t, shed, false)
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); getStatus(t, srv.URL+"?do=block") }()
@@ -305,8 +330,44 @@ func drain(c chan struct{}) {
 	}
 }
 
+// TestRuleConcurrency: a rule-file concurrency limit holds its lease while
+// the handler runs and gives it back when it returns.
+func TestRuleConcurrency(t *testing.T) {
+	srv, entered, unblock := concurrencyServer(t, false, true)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); getStatus(t, srv.URL+"?do=block") }()
+	<-entered
+	code, h := getStatus(t, srv.URL)
+	if code != 429 {
+		t.Errorf("second request while one is in flight: status %d, want 429", code)
+	}
+	if got := h.Get("RateLimit-Policy"); got != `"inflight";q=1;qu="concurrent-requests"` {
+		t.Errorf("RateLimit-Policy = %q", got)
+	}
+	close(unblock)
+	wg.Wait()
+	drain(entered)
+	waitFree(t, srv.URL, "after the handler returned")
+	// Every request since gave its lease back: the slot is free at once.
+	drain(entered)
+	for i := range 3 {
+		if code, _ := getStatus(t, srv.URL); code != 200 {
+			t.Fatalf("request %d after release: status %d, want 200", i, code)
+		}
+	}
+}
+
 func TestConcurrencyReleasedOnPanicAndDisconnect(t *testing.T) {
-	srv, entered, _ := concurrencyServer(t, false)
+	for _, fromRules := range []bool{false, true} {
+		t.Run("rules="+strconv.FormatBool(fromRules), func(t *testing.T) {
+			testReleasedOnPanicAndDisconnect(t, fromRules)
+		})
+	}
+}
+
+func testReleasedOnPanicAndDisconnect(t *testing.T, fromRules bool) {
+	srv, entered, _ := concurrencyServer(t, false, fromRules)
 
 	if code, _ := getStatus(t, srv.URL+"?do=panic"); code != 0 {
 		t.Errorf("panicking handler: status %d, want a dropped connection", code)

@@ -266,6 +266,9 @@ func (s *scratch) release() {
 // unlimited rule is always OK. A descriptor's cost is its own Hits if set
 // (zero looks without charging), else req.Hits, else 1.
 //
+// An admitted concurrency limit holds a lease (Status.Lease) until Release
+// gives it back or the limit's window passes.
+//
 // When only shadow-mode limits deny, the batch is taken a second time with
 // those limits as looks, so the enforced limits are charged: shadow mode
 // must not change what is admitted.
@@ -446,6 +449,7 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) {
 		e.fail(ctx, sc, resp, err)
 		return
 	}
+	charged := allAllowed(sc.results)
 	for i := range sc.plans {
 		p := &sc.plans[i]
 		if p.op < 0 || p.dropped {
@@ -460,7 +464,116 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) {
 		if !r.Allowed {
 			st.Code = CodeOverLimit
 		}
+		holdLease(st, charged && !p.shadowHit, &sc.ops[p.op])
 	}
+}
+
+// allAllowed reports whether a batch was charged: a store charges a batch
+// only when it admits every op.
+func allAllowed(results []sluice.Result) bool {
+	for i := range results {
+		if !results[i].Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// holdLease records in st the lease its result names, with what Release
+// needs to give it back, if the batch was charged; otherwise it clears any
+// lease the result names (an uncharged acquire holds nothing).
+func holdLease(st *Status, charged bool, op *sluice.Op) {
+	if !charged || st.Result.Lease == 0 || st.Rule == nil || op.Limit.Algorithm != sluice.Concurrency || op.Cost == 0 {
+		st.Result.Lease = 0
+		return
+	}
+	st.Lease, st.key = st.Result.Lease, op.Key
+}
+
+// Release gives back the concurrency leases that the statuses of resp hold
+// (Status.Lease), in one call to the store (and one to the local fallback
+// store for leases it granted). Call it once the work a Check admitted is
+// done. A Response without leases costs nothing. Releasing a lease twice, or
+// one that has expired, is harmless.
+//
+// Release returns an error when a store could not release; the leases are
+// then freed when their limit's window passes. It goes through the store
+// circuit breaker, so it fails fast while the store is known to be down.
+func (e *Engine) Release(ctx context.Context, resp Response) error {
+	var ops, local []sluice.Op
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if st.Lease == 0 || st.key == "" || st.Rule == nil {
+			continue
+		}
+		// The limit the check used: the rule's, or for a lease the local
+		// fallback granted, the rule's scaled as fail does.
+		op := sluice.Op{Key: st.key, Limit: st.Rule.Limit, Release: true, Lease: st.Lease}
+		if st.Degraded == "local" {
+			op.Limit = scaleLimit(op.Limit, e.cfg.ExpectedReplicas)
+			local = append(local, op)
+		} else {
+			ops = append(ops, op)
+		}
+	}
+	return e.release(ctx, ops, local)
+}
+
+// ReleaseLeases is Release for a caller that kept the request and the leases
+// instead of the Response, such as a client of the HTTP API: leases[i] is the
+// lease (Status.Lease) the check of req gave req.Descriptors[i], zero for
+// none. The store keys are rebuilt from req under the rules in force now; a
+// lease whose descriptor no longer matches a concurrency rule (a reload
+// changed it) is left to expire. For a rule with failure mode local, the
+// lease is also released in the local fallback store, where it may have been
+// granted (releasing a lease a store does not hold does nothing).
+//
+// ReleaseLeases returns an error wrapping ErrInvalidRequest when req is
+// invalid or len(leases) differs from len(req.Descriptors), and an error
+// when a store could not release.
+func (e *Engine) ReleaseLeases(ctx context.Context, req Request, leases []uint64) error {
+	if err := validate(&req); err != nil {
+		return err
+	}
+	if len(leases) != len(req.Descriptors) {
+		return fmt.Errorf("service: %w: %d leases for %d descriptors", ErrInvalidRequest, len(leases), len(req.Descriptors))
+	}
+	snap := e.src.Current()
+	c := e.rulesFor(snap)
+	var ops, local []sluice.Op
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		if leases[i] == 0 || d.Limit != nil { // an override is never a concurrency limit
+			continue
+		}
+		r := snap.Match(req.Domain, d.Entries)
+		if r == nil || r.Unlimited || r.Limit.Algorithm != sluice.Concurrency {
+			continue
+		}
+		info := c.rules[r]
+		key := string(appendKey(nil, req.Domain, d.Entries, r.Path, info.middle))
+		ops = append(ops, sluice.Op{Key: key, Limit: r.Limit, Release: true, Lease: leases[i]})
+		if info.mode == rules.FailureLocal {
+			local = append(local, sluice.Op{Key: key, Limit: info.local, Release: true, Lease: leases[i]})
+		}
+	}
+	return e.release(ctx, ops, local)
+}
+
+// release gives back leases: ops in the store, local in the fallback store.
+func (e *Engine) release(ctx context.Context, ops, local []sluice.Op) error {
+	var errs []error
+	if len(ops) > 0 {
+		if err := e.take(ctx, ops, make([]sluice.Result, len(ops))); err != nil {
+			errs = append(errs, fmt.Errorf("service: release: %w", err))
+		}
+	}
+	if len(local) > 0 && e.cfg.Fallback != nil {
+		if err := e.cfg.Fallback.Take(ctx, local, make([]sluice.Result, len(local))); err != nil {
+			errs = append(errs, fmt.Errorf("service: release from the local fallback: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func growResults(r []sluice.Result, n int) []sluice.Result {
@@ -560,6 +673,7 @@ func (e *Engine) fail(ctx context.Context, sc *scratch, resp *Response, err erro
 	}
 	sc.lres = growResults(sc.lres, len(sc.local))
 	lerr := e.cfg.Fallback.Take(ctx, sc.local, sc.lres)
+	localCharged := lerr == nil && allAllowed(sc.lres)
 	j := 0
 	for i := range sc.plans {
 		p := &sc.plans[i]
@@ -575,6 +689,7 @@ func (e *Engine) fail(ctx context.Context, sc *scratch, resp *Response, err erro
 			if !st.Result.Allowed {
 				st.Code = CodeOverLimit
 			}
+			holdLease(st, localCharged, &sc.local[j])
 		}
 		j++
 	}

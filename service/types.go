@@ -91,6 +91,15 @@ type Status struct {
 	// Degraded says how the failure policy decided, "" when the store
 	// answered: "failed_open", "failed_closed", "local".
 	Degraded string
+	// Lease names the lease an admitted concurrency limit holds for this
+	// descriptor until Engine.Release gives it back (or the limit's window
+	// passes). Zero when the status holds none: not a concurrency limit, or
+	// the request was denied (a denied request charges nothing).
+	Lease uint64
+
+	// key is the store key the check used, for Engine.Release (which finds
+	// the limit in Rule, and the store in Degraded).
+	key string
 }
 
 // Response is the decision for a whole request.
@@ -99,4 +108,15 @@ type Response struct {
 	OverallCode Code
 	// Statuses has one entry per request descriptor, in request order.
 	Statuses []Status
+}
+
+// Leases reports whether any status of r holds a lease that Engine.Release
+// must give back.
+func (r *Response) Leases() bool {
+	for i := range r.Statuses {
+		if r.Statuses[i].Lease != 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,11 @@
 // middleware's fields are built from those: q is requests_per_unit (or the
 // remaining count, when a burst makes that larger), w the unit's length, and
 // a refused request's wait is duration_until_reset.
+//
+// The Checker is not an httplimit.Releaser: Envoy's protocol has no way to
+// give a concurrency lease back, so a server-side concurrency rule's leases
+// are freed only when their window passes. Apply concurrency limits with
+// httplimit.Config.Concurrency instead.
 package remote
 
 import (

@@ -1,5 +1,5 @@
-// Package api is Sluice's HTTP interface: POST /v1/check (Sluice's own JSON),
-// POST /json (envoyproxy/ratelimit's protojson endpoint), /healthz, /readyz
+// Package api is Sluice's HTTP interface: POST /v1/check and POST
+// /v1/release (Sluice's own JSON), POST /json (envoyproxy/ratelimit's protojson endpoint), /healthz, /readyz
 // (and envoy's /healthcheck), /metrics and /debug/rules; and, on a separate
 // debug listener only, pprof. Decisions come from the engine (package
 // service); this package decodes, validates and encodes.
@@ -29,6 +29,13 @@ import (
 // Checker decides rate-limit requests. *service.Engine implements it.
 type Checker interface {
 	Check(ctx context.Context, req service.Request) (service.Response, error)
+}
+
+// Releaser gives back the concurrency leases a check took (see
+// service.Engine.ReleaseLeases). When the Checker is also a Releaser,
+// POST /v1/release is served.
+type Releaser interface {
+	ReleaseLeases(ctx context.Context, req service.Request, leases []uint64) error
 }
 
 // RuleSource is where /debug/rules reads the rules in force. *rules.Watcher
@@ -88,7 +95,8 @@ func newHandler(opts Options) (*handler, error) {
 	return &handler{opts: opts, log: log, served: map[string]bool{}}, nil
 }
 
-// New returns the public HTTP handler: /v1/check, /json, /healthz, /readyz,
+// New returns the public HTTP handler: /v1/check, /v1/release (when the
+// Checker is a Releaser), /json, /healthz, /readyz,
 // /healthcheck, and /metrics and /debug/rules when configured. It is safe
 // for concurrent use.
 func New(opts Options) (http.Handler, error) {
@@ -98,6 +106,9 @@ func New(opts Options) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	h.handle(mux, "POST /v1/check", h.check)
+	if rel, ok := opts.Checker.(Releaser); ok {
+		h.handle(mux, "POST /v1/release", h.release(rel))
+	}
 	h.handle(mux, "POST /json", h.json)
 	h.handle(mux, "GET /healthz", h.healthz)
 	h.handle(mux, "GET /readyz", h.readyz)
@@ -167,7 +178,7 @@ func problem(w http.ResponseWriter, status int, detail string) {
 
 // methods names the method of each endpoint, for 405 answers.
 var methods = map[string]string{
-	"/v1/check": http.MethodPost, "/json": http.MethodPost,
+	"/v1/check": http.MethodPost, "/v1/release": http.MethodPost, "/json": http.MethodPost,
 	"/healthz": http.MethodGet, "/readyz": http.MethodGet, "/healthcheck": http.MethodGet,
 	"/metrics": http.MethodGet, "/debug/rules": http.MethodGet,
 }
@@ -249,6 +260,34 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(marshal(EncodeCheckResponse(resp)))
+}
+
+// release serves POST /v1/release: 204 once the leases are given back, 400
+// with problem+json for a malformed request, 503 when the store could not
+// release (the leases are then freed when their limits' windows pass).
+func (h *handler) release(rel Releaser) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, ok := h.body(w, r)
+		if !ok {
+			return
+		}
+		req, leases, err := DecodeReleaseRequest(bytes.NewReader(b))
+		if err != nil {
+			problem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		err = rel.ReleaseLeases(r.Context(), req, leases)
+		switch {
+		case err == nil:
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusNoContent)
+		case errors.Is(err, service.ErrInvalidRequest):
+			problem(w, http.StatusBadRequest, err.Error())
+		default:
+			h.log.WarnContext(r.Context(), "release failed; the leases will expire", "err", err)
+			problem(w, http.StatusServiceUnavailable, err.Error()+" (the leases are freed when their window passes)")
+		}
+	}
 }
 
 // DecodeEnvoyJSON decodes the body of POST /json, a protojson

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -274,5 +276,117 @@ func TestDebugRules(t *testing.T) {
 	}
 	if code, _, _ := do(t, dh, "POST", "/v1/check", `{}`); code != 404 {
 		t.Errorf("debug POST /v1/check = %d, want 404 (checks only on the public listener)", code)
+	}
+}
+
+func TestReleaseEndpoint(t *testing.T) {
+	snap, err := rules.Parse("edge.yaml", []byte(`domain: edge
+descriptors:
+  - key: slots
+    rate_limit: {algorithm: concurrency, requests_per_unit: 1, window: 1m}
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 100}
+`), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Options{Checker: newEngine(t, service.StaticRules{Snapshot: snap})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]},{"entries":[{"key":"slots","value":"a"}]}]}`
+	checkOnce := func(wantCode string) CheckResponse {
+		t.Helper()
+		code, _, out := do(t, h, "POST", "/v1/check", check)
+		var got CheckResponse
+		if err := json.Unmarshal([]byte(out), &got); code != 200 || err != nil {
+			t.Fatalf("POST /v1/check = %d %s (%v)", code, out, err)
+		}
+		if got.Code != wantCode {
+			t.Fatalf("POST /v1/check: code %s, want %s: %s", got.Code, wantCode, out)
+		}
+		return got
+	}
+	first := checkOnce("OK")
+	if first.Statuses[0].Lease != 0 || first.Statuses[1].Lease == 0 {
+		t.Fatalf("leases = %d, %d; want none for the rate limit, one for the concurrency limit", first.Statuses[0].Lease, first.Statuses[1].Lease)
+	}
+	denied := checkOnce("OVER_LIMIT")
+	if denied.Statuses[1].Lease != 0 {
+		t.Errorf("denied check holds lease %d", denied.Statuses[1].Lease)
+	}
+	_, _, out := do(t, h, "POST", "/v1/check", check)
+	if strings.Contains(out, `"lease"`) {
+		t.Errorf("a status without a lease names one: %s", out)
+	}
+
+	release := fmt.Sprintf(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]},{"entries":[{"key":"slots","value":"a"}]}],"leases":[0,%d]}`, first.Statuses[1].Lease)
+	for i := range 2 { // the second time is harmless
+		if code, hdr, out := do(t, h, "POST", "/v1/release", release); code != 204 || out != "" || hdr.Get("Cache-Control") != "no-store" {
+			t.Fatalf("#%d: POST /v1/release = %d %q, want 204", i, code, out)
+		}
+	}
+	checkOnce("OK")
+	checkOnce("OVER_LIMIT")
+
+	for _, tt := range []struct {
+		method, body string
+		code         int
+		want         string
+	}{
+		{"POST", `{"domain":"edge","descriptors":[{"entries":[{"key":"slots","value":"a"}]}]}`, 400, "leases: 0 given for 1 descriptors"},
+		{"POST", `{"domain":"edge","descriptors":[{"entries":[{"key":"slots","value":"a"}]}],"leases":[1,2]}`, 400, "leases: 2 given for 1 descriptors"},
+		{"POST", `{"domain":"edge","descriptors":[{"entries":[{"key":"slots","value":"a"}]}],"leases":[-1]}`, 400, "want a non-negative integer"},
+		{"POST", `{"domain":"edge","descriptors":[{"entries":[{"key":"slots","value":"a"}]}],"leases":[1],"lease":1}`, 400, `unknown field \"lease\"`},
+		{"POST", `{"domain":"","descriptors":[{"entries":[{"key":"slots","value":"a"}]}],"leases":[1]}`, 400, "domain: empty"},
+		{"GET", "", 405, ""},
+	} {
+		code, _, out := do(t, h, tt.method, "/v1/release", tt.body)
+		if code != tt.code || !strings.Contains(out, tt.want) {
+			t.Errorf("%s /v1/release %.60q = %d %s, want %d containing %q", tt.method, tt.body, code, out, tt.code, tt.want)
+		}
+	}
+}
+
+// downStore is a store that is down.
+type downStore struct{}
+
+func (downStore) Take(context.Context, []sluice.Op, []sluice.Result) error {
+	return errors.New("connection refused")
+}
+
+func TestReleaseEndpointStoreDown(t *testing.T) {
+	snap, err := rules.Parse("edge.yaml", []byte(`domain: edge
+descriptors:
+  - key: slots
+    rate_limit: {algorithm: concurrency, requests_per_unit: 1, window: 1m}
+`), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, downStore{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Options{Checker: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, hdr, out := do(t, h, "POST", "/v1/release", `{"domain":"edge","descriptors":[{"entries":[{"key":"slots","value":"a"}]}],"leases":[7]}`)
+	if code != 503 || !strings.Contains(out, "connection refused") || hdr.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("POST /v1/release with the store down = %d %s, want 503 problem+json", code, out)
+	}
+}
+
+// checkerOnly is a Checker that cannot release.
+type checkerOnly struct{ Checker }
+
+func TestReleaseEndpointNeedsReleaser(t *testing.T) {
+	h, err := New(Options{Checker: checkerOnly{newEngine(t, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := do(t, h, "POST", "/v1/release", `{}`); code != 404 {
+		t.Errorf("POST /v1/release without a Releaser = %d, want 404", code)
 	}
 }

@@ -94,3 +94,38 @@ func FuzzDecodeEnvoyJSON(f *testing.F) {
 		checkDecoded(t, e, req)
 	})
 }
+
+// FuzzDecodeReleaseRequest: any /v1/release body decodes to a valid request
+// with one lease per descriptor, or a clear error, never a panic; the engine
+// releases it or rejects it as invalid.
+func FuzzDecodeReleaseRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]}],"leases":[1]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]},{"entries":[{"key":"b"}],"hits":2}],"leases":[0,18446744073709551615]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"limit":{"requests_per_unit":1,"unit":"second"}}],"leases":[3]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}],"leases":[1,2]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}],"leases":[-1]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}],"leases":null}`,
+		`{"leases":[]}`, `[]`, ``,
+	} {
+		f.Add(s)
+	}
+	e := newEngine(f, nil)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, leases, err := DecodeReleaseRequest(strings.NewReader(body))
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("empty error message for %q", body)
+			}
+			return
+		}
+		if len(leases) != len(req.Descriptors) {
+			t.Fatalf("%d leases for %d descriptors", len(leases), len(req.Descriptors))
+		}
+		checkDecoded(t, e, req)
+		if err := e.ReleaseLeases(context.Background(), req, leases); err != nil && !errors.Is(err, service.ErrInvalidRequest) {
+			t.Fatalf("ReleaseLeases: %v, want nil or ErrInvalidRequest", err)
+		}
+	})
+}

@@ -91,6 +91,23 @@ type CheckStatus struct {
 	// Degraded says how the failure policy decided when the store failed:
 	// "failed_open", "failed_closed" or "local".
 	Degraded string `json:"degraded,omitempty"`
+	// Lease names the slot an admitted concurrency limit holds; give it back
+	// with POST /v1/release when the work is done (else it is freed when the
+	// limit's window passes). Absent when the status holds none.
+	Lease uint64 `json:"lease,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /v1/release: the check's request as it
+// was sent (its hits are ignored) and the leases its answer named.
+//
+//	{"domain": "edge",
+//	 "descriptors": [{"entries": [{"key": "tenant", "value": "acme"}]}],
+//	 "leases": [42]}
+type ReleaseRequest struct {
+	CheckRequest
+	// Leases has one entry per descriptor, in order: the lease of its
+	// status, or 0 for none.
+	Leases []uint64 `json:"leases"`
 }
 
 // LimitJSON describes a limit.
@@ -120,6 +137,29 @@ func DecodeCheckRequest(r io.Reader) (service.Request, error) {
 		return service.Request{}, errors.New("body: want exactly one JSON object, found more after it")
 	}
 	return req.toService()
+}
+
+// DecodeReleaseRequest reads one ReleaseRequest from r, as strictly as
+// DecodeCheckRequest, and returns the request and its leases. It never
+// panics.
+func DecodeReleaseRequest(r io.Reader) (service.Request, []uint64, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var req ReleaseRequest
+	if err := dec.Decode(&req); err != nil {
+		return service.Request{}, nil, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return service.Request{}, nil, errors.New("body: want exactly one JSON object, found more after it")
+	}
+	out, err := req.toService()
+	if err != nil {
+		return service.Request{}, nil, err
+	}
+	if len(req.Leases) != len(req.Descriptors) {
+		return service.Request{}, nil, fmt.Errorf("leases: %d given for %d descriptors, want one per descriptor (0 for none)", len(req.Leases), len(req.Descriptors))
+	}
+	return out, req.Leases, nil
 }
 
 func (r *CheckRequest) toService() (service.Request, error) {
@@ -202,6 +242,7 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 			Unlimited: s.Unlimited,
 			Shadowed:  s.Shadowed,
 			Degraded:  s.Degraded,
+			Lease:     s.Lease,
 		}
 		if s.Code == service.CodeOverLimit {
 			out.Allowed = false
