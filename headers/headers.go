@@ -288,21 +288,14 @@ func appendString(dst []byte, s string) []byte {
 // List yields ErrMalformed and no policies; members that are not Strings, or
 // lack a valid q, or carry a w, qu or pk of the wrong type, are skipped.
 func ParsePolicies(values []string) ([]Policy, error) {
-	list, err := parseList(values)
+	items, err := namedItems("RateLimit-Policy", values)
 	if err != nil {
-		return nil, fmt.Errorf("RateLimit-Policy: %w", err)
+		return nil, err
 	}
 	var out []Policy
-	for _, m := range list {
-		it, ok := m.(httpsfv.Item)
-		if !ok {
-			continue
-		}
-		name, ok := it.Value.(string)
-		if !ok {
-			continue
-		}
-		p := Policy{Name: name}
+	for _, it := range items {
+		p := Policy{Name: it.name}
+		var ok bool
 		q, ok := nonNegInt(it.Params, "q")
 		if !ok {
 			continue
@@ -336,21 +329,14 @@ func ParsePolicies(values []string) ([]Policy, error) {
 // valid r, or carry a t or pk of the wrong type are skipped. An absent t is
 // reported as Reset -1.
 func ParseServiceLimits(values []string) ([]ServiceLimit, error) {
-	list, err := parseList(values)
+	items, err := namedItems("RateLimit", values)
 	if err != nil {
-		return nil, fmt.Errorf("RateLimit: %w", err)
+		return nil, err
 	}
 	var out []ServiceLimit
-	for _, m := range list {
-		it, ok := m.(httpsfv.Item)
-		if !ok {
-			continue
-		}
-		name, ok := it.Value.(string)
-		if !ok {
-			continue
-		}
-		l := ServiceLimit{Name: name, Reset: -1}
+	for _, it := range items {
+		l := ServiceLimit{Name: it.name, Reset: -1}
+		var ok bool
 		if l.Remaining, ok = nonNegInt(it.Params, "r"); !ok {
 			continue
 		}
@@ -363,6 +349,33 @@ func ParseServiceLimits(values []string) ([]ServiceLimit, error) {
 			continue
 		}
 		out = append(out, l)
+	}
+	return out, nil
+}
+
+// namedItem is a List member whose value is a String: a policy's name and
+// its parameters.
+type namedItem struct {
+	name   string
+	Params *httpsfv.Params
+}
+
+// namedItems parses the lines of one List field and keeps the members that
+// are Items named by a String, the shape both rate-limit fields share.
+func namedItems(field string, values []string) ([]namedItem, error) {
+	list, err := parseList(values)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	out := make([]namedItem, 0, len(list))
+	for _, m := range list {
+		it, ok := m.(httpsfv.Item)
+		if !ok {
+			continue
+		}
+		if name, ok := it.Value.(string); ok {
+			out = append(out, namedItem{name: name, Params: it.Params})
+		}
 	}
 	return out, nil
 }
