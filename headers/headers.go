@@ -296,26 +296,26 @@ func ParsePolicies(values []string) ([]Policy, error) {
 	for _, it := range items {
 		p := Policy{Name: it.name}
 		var ok bool
-		q, ok := nonNegInt(it.Params, "q")
+		q, ok := nonNegInt(it.params, "q")
 		if !ok {
 			continue
 		}
 		p.Quota = q
-		if v, present := it.Params.Get("w"); present {
+		if v, present := it.params.Get("w"); present {
 			w, ok := v.(int64)
 			if !ok || w <= 0 {
 				continue
 			}
 			p.Window = w
 		}
-		if v, present := it.Params.Get("qu"); present {
+		if v, present := it.params.Get("qu"); present {
 			u, ok := v.(string)
 			if !ok {
 				continue
 			}
 			p.Unit = QuotaUnit(u)
 		}
-		if p.PartitionKey, ok = partitionKey(it.Params); !ok {
+		if p.PartitionKey, ok = partitionKey(it.params); !ok {
 			continue
 		}
 		out = append(out, p)
@@ -337,15 +337,15 @@ func ParseServiceLimits(values []string) ([]ServiceLimit, error) {
 	for _, it := range items {
 		l := ServiceLimit{Name: it.name, Reset: -1}
 		var ok bool
-		if l.Remaining, ok = nonNegInt(it.Params, "r"); !ok {
+		if l.Remaining, ok = nonNegInt(it.params, "r"); !ok {
 			continue
 		}
-		if _, present := it.Params.Get("t"); present {
-			if l.Reset, ok = nonNegInt(it.Params, "t"); !ok {
+		if _, present := it.params.Get("t"); present {
+			if l.Reset, ok = nonNegInt(it.params, "t"); !ok {
 				continue
 			}
 		}
-		if l.PartitionKey, ok = partitionKey(it.Params); !ok {
+		if l.PartitionKey, ok = partitionKey(it.params); !ok {
 			continue
 		}
 		out = append(out, l)
@@ -357,7 +357,7 @@ func ParseServiceLimits(values []string) ([]ServiceLimit, error) {
 // its parameters.
 type namedItem struct {
 	name   string
-	Params *httpsfv.Params
+	params *httpsfv.Params
 }
 
 // namedItems parses the lines of one List field and keeps the members that
@@ -374,7 +374,7 @@ func namedItems(field string, values []string) ([]namedItem, error) {
 			continue
 		}
 		if name, ok := it.Value.(string); ok {
-			out = append(out, namedItem{name: name, Params: it.Params})
+			out = append(out, namedItem{name: name, params: it.Params})
 		}
 	}
 	return out, nil
