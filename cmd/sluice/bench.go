@@ -321,10 +321,7 @@ func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.IntVar(&rounds, "rounds", 3, "with --compare: interleaved rounds at full speed (medians are reported)")
 	fs.DurationVar(&redisTimeout, "redis-timeout", 250*time.Millisecond, "with --compare: --redis-timeout of the Redis-backed server (above the default 50ms, so a loaded shared machine does not trip the breaker mid-run)")
 	fs.StringVar(&redisOpt, "redis", "auto", "with --compare: auto (start redis-server if on PATH), off, or a redis:// URL to use")
-	if err := parseFlags(fs, args, func(string) string { return "" }); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if done, err := parseOptions(fs, args, func(string) string { return "" }); done || err != nil {
 		return err
 	}
 	if spec.concurrency < 1 || spec.keys < 1 || spec.duration <= 0 || spec.warmup < 0 || spec.rate < 0 || (spec.method != "rls" && spec.method != "health") {
@@ -644,10 +641,7 @@ func runBenchBaseline(ctx context.Context, args []string, getenv env, stdout, st
 	fs := flag.NewFlagSet("bench-baseline", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8091", "listen address")
-	if err := parseFlags(fs, args, func(string) string { return "" }); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if done, err := parseOptions(fs, args, func(string) string { return "" }); done || err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", *addr)

@@ -133,6 +133,22 @@ func envName(flagName string) string {
 
 // parseFlags parses args into fs, then applies SLUICE_* variables to every
 // flag the command line did not set: a flag wins over the environment.
+// parseOptions is parseFlags for commands that take flags only: done is true
+// when the caller asked for help (already printed), and any positional
+// argument is a usage error.
+func parseOptions(fs *flag.FlagSet, args []string, getenv env) (done bool, err error) {
+	if err := parseFlags(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("%s: unexpected arguments %q: %w", fs.Name(), fs.Args(), errUsage)
+	}
+	return false, nil
+}
+
 func parseFlags(fs *flag.FlagSet, args []string, getenv env) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -69,14 +69,8 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, getenv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if done, err := parseOptions(fs, args, getenv); done || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("proxy: unexpected arguments %q: %w", fs.Args(), errUsage)
 	}
 
 	var cfg gateway.Config

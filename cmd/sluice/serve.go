@@ -41,14 +41,8 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args, getenv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if done, err := parseOptions(fs, args, getenv); done || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected arguments %q: %w", fs.Args(), errUsage)
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("serve: %w", err)
