@@ -104,7 +104,37 @@ var (
 	ErrResultsLength = errors.New("sluice: len(results) != len(ops)")
 	// ErrWouldExceedDeadline: Wait would have to wait past ctx's deadline.
 	ErrWouldExceedDeadline = errors.New("sluice: wait would exceed context deadline")
+	// ErrStoreUnavailable: the store declined a Take without trying it,
+	// because the node that owns one of its keys is known to be down (its
+	// circuit breaker is open). Nothing was charged.
+	ErrStoreUnavailable = errors.New("sluice: store unavailable")
+	// ErrStoreTimeout: the store sent a Take but no reply came within the
+	// store's own timeout, counted from when the call was written (not from
+	// when it was queued). The outcome is unknown: the Take may have charged.
+	ErrStoreTimeout = errors.New("sluice: store did not answer in time")
 )
+
+// HealthReporter is implemented by stores that can tell the health of each
+// node they talk to (store/redis: one entry per node, each with its own
+// circuit breaker). Health must be safe for concurrent use and cheap enough
+// to call on every metrics scrape or readiness probe.
+type HealthReporter interface {
+	Health() []NodeHealth
+}
+
+// NodeHealth is one store node's health, as a HealthReporter tells it.
+type NodeHealth struct {
+	// Node names the node: a host:port, never a URL or anything carrying
+	// credentials.
+	Node string
+	// State is the node's circuit breaker: "closed" (healthy), "half-open"
+	// (probing) or "open" (Takes for its keys fail fast with
+	// ErrStoreUnavailable).
+	State string
+	// LastError is the last failure seen on the node, free of secrets; empty
+	// when none.
+	LastError string
+}
 
 // Check returns nil if a store can apply o, or an error naming the problem.
 // It does not allocate when o is valid, so stores call it on every op.

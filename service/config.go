@@ -3,7 +3,6 @@ package service
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -21,34 +20,13 @@ type Config struct {
 	// limits given in the request. Default FailureOpen, as envoy's filter
 	// fails open.
 	DefaultFailureMode rules.FailureMode
-	// Breaker guards the store: after enough consecutive failures, checks
-	// stop calling it and go straight to the failure policy.
-	Breaker BreakerConfig
 	// NearLimitRatio: an allowed hit that leaves less than (1 − ratio) of the
 	// limit counts in sluice_near_limit_total. In (0, 1]; default 0.8.
 	NearLimitRatio float64
-	// StoreTimeout bounds each store call; a call that takes longer counts as
-	// a store failure. Zero adds no deadline of its own (the caller's context
-	// and the store's own timeouts still apply). Default zero.
-	StoreTimeout time.Duration
 	// Fallback is the in-process store the local failure mode uses (cmd
 	// builds a store/memory store). It is a dependency rather than a setting;
 	// nil makes local behave as open (counted as failed_open).
 	Fallback sluice.Store
-}
-
-// BreakerConfig configures the circuit breaker around the store.
-type BreakerConfig struct {
-	// ConsecutiveFailures opens the breaker after this many store calls fail
-	// in a row. At least 1; default 5.
-	ConsecutiveFailures uint32
-	// OpenTimeout is how long the breaker stays open before letting probes
-	// through. Positive; default 2s.
-	OpenTimeout time.Duration
-	// HalfOpenProbes is how many calls may probe the store while half-open;
-	// that many successes in a row close the breaker, one failure opens it
-	// again. At least 1; default 1.
-	HalfOpenProbes uint32
 }
 
 // DefaultConfig returns the configuration `sluice serve` runs with when no
@@ -57,12 +35,7 @@ func DefaultConfig() Config {
 	return Config{
 		ExpectedReplicas:   1,
 		DefaultFailureMode: rules.FailureOpen,
-		Breaker: BreakerConfig{
-			ConsecutiveFailures: 5,
-			OpenTimeout:         2 * time.Second,
-			HalfOpenProbes:      1,
-		},
-		NearLimitRatio: 0.8,
+		NearLimitRatio:     0.8,
 	}
 }
 
@@ -78,20 +51,8 @@ func (c Config) Validate() error {
 	default:
 		bad("service: default failure mode: %d, want open, closed or local", c.DefaultFailureMode)
 	}
-	if c.Breaker.ConsecutiveFailures < 1 {
-		bad("service: breaker consecutive failures: %d, want at least 1", c.Breaker.ConsecutiveFailures)
-	}
-	if c.Breaker.OpenTimeout <= 0 {
-		bad("service: breaker open timeout: %v, want a positive duration", c.Breaker.OpenTimeout)
-	}
-	if c.Breaker.HalfOpenProbes < 1 {
-		bad("service: breaker half-open probes: %d, want at least 1", c.Breaker.HalfOpenProbes)
-	}
 	if !(c.NearLimitRatio > 0 && c.NearLimitRatio <= 1) {
 		bad("service: near-limit ratio: %v, want a number in (0, 1]", c.NearLimitRatio)
-	}
-	if c.StoreTimeout < 0 {
-		bad("service: store timeout: %v, want zero (none) or positive", c.StoreTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -45,17 +44,16 @@ func (s StaticRules) Current() *rules.Snapshot { return s.Snapshot }
 // descriptors (two in one rare case: when only shadow-mode limits denied,
 // the batch is taken again without them so the enforced limits are charged;
 // see Check). Store failures are never returned: each limit's failure mode
-// decides, and a circuit breaker keeps checks from waiting on a store that
-// keeps failing.
+// decides. The engine has no timeout or circuit breaker of its own: a store
+// bounds the time of each call it sends and keeps a breaker per node
+// (store/redis), and time spent waiting for a busy store or CPU is
+// backpressure, bounded only by the caller's context, never a failure.
 type Engine struct {
-	cfg     Config
-	src     RuleSource
-	store   sluice.Store
-	m       *Metrics
-	logger  *slog.Logger
-	breaker *gobreaker.CircuitBreaker[struct{}]
-
-	suspect atomic.Bool // the store failed lately: route calls through the breaker
+	cfg    Config
+	src    RuleSource
+	store  sluice.Store
+	m      *Metrics
+	logger *slog.Logger
 
 	mu    sync.Mutex // serializes cache rebuilds
 	cache atomic.Pointer[compiled]
@@ -100,45 +98,39 @@ func New(cfg Config, src RuleSource, store sluice.Store, m *Metrics, logger *slo
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	e := &Engine{cfg: cfg, src: src, store: store, m: m, logger: logger}
-	threshold := cfg.Breaker.ConsecutiveFailures
-	e.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        "store",
-		MaxRequests: cfg.Breaker.HalfOpenProbes,
-		Timeout:     cfg.Breaker.OpenTimeout,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= threshold },
-		// A caller that gave up says nothing about the store's health.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
-			m.breaker.Set(float64(breakerGauge(to)))
-			logger.Warn("store circuit breaker changed state", "from", from.String(), "to", to.String())
-		},
-	})
-	m.breaker.Set(0)
 	e.rulesFor(src.Current()) // metric series of every rule exist from the start
 	return e, nil
 }
 
-func breakerGauge(s gobreaker.State) int {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return 1
-	case gobreaker.StateOpen:
-		return 2
+// Health returns the health of each store node, or nil when the store does
+// not report it (sluice.HealthReporter).
+func (e *Engine) Health() []sluice.NodeHealth {
+	if hr, ok := e.store.(sluice.HealthReporter); ok {
+		return hr.Health()
 	}
-	return 0
+	return nil
 }
 
-// BreakerState returns the store circuit breaker's state: "closed",
-// "half-open" or "open".
-func (e *Engine) BreakerState() string { return e.breaker.State().String() }
-
 // Ready reports whether the engine can decide with the store: rules are
-// loaded and the store answers a look (cost 0) at a reserved key. Use it for
-// readiness probes. It bypasses the circuit breaker, so it tells the store's
-// own state.
+// loaded, and the store answers a look (cost 0) at a reserved key or, for a
+// store that reports the health of its nodes, at least one node is not
+// open. Use it for readiness probes: an instance whose store is partly down
+// still decides the keys of its healthy nodes, so it stays ready; the error
+// of a store that is wholly down names every node that is out.
 func (e *Engine) Ready(ctx context.Context) error {
 	if e.src.Current() == nil {
 		return errors.New("service: no rules loaded")
+	}
+	if h := e.Health(); len(h) > 0 {
+		var out []string
+		for _, n := range h {
+			if n.State == "open" {
+				out = append(out, n.Node)
+			}
+		}
+		if len(out) == len(h) {
+			return fmt.Errorf("service: every store node is out (circuit breaker open): %s", strings.Join(out, ", "))
+		}
 	}
 	ops := []sluice.Op{{Key: "{sluice}|ready", Limit: sluice.PerSecond(sluice.FixedWindow, 1)}}
 	res := make([]sluice.Result, 1)
@@ -275,8 +267,11 @@ func (s *scratch) release() {
 //
 // When the store fails, each limit's failure mode decides: open allows,
 // closed denies, local asks the in-process fallback store at the limit
-// divided by ExpectedReplicas. Check returns an error only for an invalid
-// request, wrapping ErrInvalidRequest.
+// divided by ExpectedReplicas. A store that is merely slow is waited for:
+// if ctx ends first, Check returns an error wrapping ctx.Err() (the caller
+// gave up; that says nothing about the store, so no failure mode applies
+// and nothing is counted as a store error). Otherwise Check returns an
+// error only for an invalid request, wrapping ErrInvalidRequest.
 func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	start := time.Now()
 	if err := validate(&req); err != nil {
@@ -368,7 +363,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 				sc.ops[p.op].Key = keys[p.ks:p.ke]
 			}
 		}
-		e.decide(ctx, sc, &resp)
+		if err := e.decide(ctx, sc, &resp); err != nil {
+			return Response{}, err
+		}
 	}
 	e.record(sc, &req, &resp)
 	e.m.duration.Observe(time.Since(start).Seconds())
@@ -415,8 +412,9 @@ func replaced(r *rules.Rule, plans []plan) bool {
 }
 
 // decide takes the ops from the store, or applies the failure policy, and
-// fills the statuses of the planned descriptors.
-func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) {
+// fills the statuses of the planned descriptors. It returns an error only
+// when ctx ended before the store answered.
+func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error {
 	sc.results = growResults(sc.results, len(sc.ops))
 	err := e.take(ctx, sc.ops, sc.results)
 	for pass := 0; err == nil && pass < 2; pass++ {
@@ -446,8 +444,12 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) {
 		err = e.take(ctx, sc.ops, sc.results)
 	}
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			e.m.abandoned.Inc()
+			return fmt.Errorf("service: caller gave up before the store answered: %w", cerr)
+		}
 		e.fail(ctx, sc, resp, err)
-		return
+		return nil
 	}
 	charged := allAllowed(sc.results)
 	for i := range sc.plans {
@@ -466,6 +468,7 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) {
 		}
 		holdLease(st, charged && !p.shadowHit, &sc.ops[p.op])
 	}
+	return nil
 }
 
 // allAllowed reports whether a batch was charged: a store charges a batch
@@ -497,8 +500,8 @@ func holdLease(st *Status, charged bool, op *sluice.Op) {
 // one that has expired, is harmless.
 //
 // Release returns an error when a store could not release; the leases are
-// then freed when their limit's window passes. It goes through the store
-// circuit breaker, so it fails fast while the store is known to be down.
+// then freed when their limit's window passes. A store that keeps a circuit
+// breaker fails it fast while the node is known to be down.
 func (e *Engine) Release(ctx context.Context, resp Response) error {
 	var ops, local []sluice.Op
 	for i := range resp.Statuses {
@@ -585,39 +588,8 @@ func growResults(r []sluice.Result, n int) []sluice.Result {
 	return r
 }
 
-// take calls the store, guarded by the circuit breaker.
-//
-// While the store is healthy the call goes straight to it: gobreaker reads
-// the clock twice per call, which costs more here than the rest of a check.
-// The first failure marks the store suspect and is recorded in the breaker;
-// from then on every call goes through the breaker, until a success leaves it
-// closed with no failures counted. This trips exactly as the breaker alone
-// would, except that a success racing with the first failure is not counted.
+// take calls the store.
 func (e *Engine) take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
-	if !e.suspect.Load() {
-		err := e.callStore(ctx, ops, results)
-		if err == nil || errors.Is(err, context.Canceled) {
-			return err
-		}
-		e.suspect.Store(true)
-		_, _ = e.breaker.Execute(func() (struct{}, error) { return struct{}{}, err })
-		return err
-	}
-	_, err := e.breaker.Execute(func() (struct{}, error) {
-		return struct{}{}, e.callStore(ctx, ops, results)
-	})
-	if err == nil && e.breaker.State() == gobreaker.StateClosed && e.breaker.Counts().ConsecutiveFailures == 0 {
-		e.suspect.Store(false)
-	}
-	return err
-}
-
-func (e *Engine) callStore(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
-	if e.cfg.StoreTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.cfg.StoreTimeout)
-		defer cancel()
-	}
 	return e.store.Take(ctx, ops, results)
 }
 
@@ -625,9 +597,9 @@ func (e *Engine) callStore(ctx context.Context, ops []sluice.Op, results []sluic
 func (e *Engine) fail(ctx context.Context, sc *scratch, resp *Response, err error) {
 	reason := "error"
 	switch {
-	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+	case errors.Is(err, sluice.ErrStoreUnavailable):
 		reason = "breaker_open"
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, sluice.ErrStoreTimeout):
 		reason = "timeout"
 	}
 	e.m.storeErrors.WithLabelValues(reason).Inc()
@@ -707,7 +679,7 @@ func (e *Engine) logFailure(reason string, err error) {
 		return
 	}
 	e.logger.Warn("store failed; applying failure policy", "reason", reason, "err", err,
-		"suppressed", e.suppressed.Swap(0), "breaker", e.breaker.State().String())
+		"suppressed", e.suppressed.Swap(0))
 }
 
 // record applies shadow mode to the statuses, sets the overall code, and

@@ -381,7 +381,6 @@ descriptors:
 			cfg := DefaultConfig()
 			cfg.DefaultFailureMode = tt.dflt
 			cfg.ExpectedReplicas = 2
-			cfg.Breaker.ConsecutiveFailures = 1000 // keep the breaker out of this test
 			h := newHarnessSnap(t, snap, cfg, fs)
 			h.eng.cfg.Fallback = h.store // the memory store as the local fallback
 			for i, s := range tt.steps {
@@ -417,7 +416,6 @@ descriptors:
 	fs := &failingStore{err: errStoreDown}
 	fs.fail.Store(true)
 	cfg := DefaultConfig()
-	cfg.Breaker.ConsecutiveFailures = 1000
 	h := newHarnessSnap(t, snap, cfg, fs) // no Fallback: local acts as open
 	for range 3 {
 		resp := h.check(t, req(desc("open", "a"), desc("local", "a")))
@@ -435,110 +433,6 @@ descriptors:
 		if got := h.decisions("test", c.rule, c.outcome); got != c.want {
 			t.Errorf("decisions{rule=%s,outcome=%s} = %v, want %v", c.rule, c.outcome, got, c.want)
 		}
-	}
-}
-
-func TestBreakerStopsCallingAFailingStore(t *testing.T) {
-	snap, err := rules.Parse("test.yaml", []byte(testRules), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := &failingStore{err: errStoreDown}
-	fs.fail.Store(true)
-	cfg := DefaultConfig()
-	cfg.Breaker = BreakerConfig{ConsecutiveFailures: 3, OpenTimeout: 100 * time.Millisecond, HalfOpenProbes: 1}
-	h := newHarnessSnap(t, snap, cfg, fs)
-	fs.next = h.store
-	r := req(desc("big", "a"))
-	for range 3 {
-		h.check(t, r)
-	}
-	if got := fs.calls.Load(); got != 3 {
-		t.Fatalf("store calls = %d, want 3", got)
-	}
-	if got := h.eng.BreakerState(); got != "open" {
-		t.Fatalf("breaker = %s after 3 failures, want open", got)
-	}
-	for range 20 {
-		resp := h.check(t, r)
-		if resp.Statuses[0].Degraded != OutcomeFailedOpen {
-			t.Fatalf("with the breaker open: degraded = %q, want failed_open", resp.Statuses[0].Degraded)
-		}
-	}
-	if got := fs.calls.Load(); got != 3 {
-		t.Errorf("store calls while open = %d, want still 3", got)
-	}
-	if got := testutil.ToFloat64(h.m.storeErrors.WithLabelValues("breaker_open")); got != 20 {
-		t.Errorf("store_errors{breaker_open} = %v, want 20", got)
-	}
-	if got := testutil.ToFloat64(h.m.breaker); got != 2 {
-		t.Errorf("sluice_store_breaker_state = %v, want 2 (open)", got)
-	}
-	fs.fail.Store(false) // the store recovers
-	time.Sleep(150 * time.Millisecond)
-	resp := h.check(t, r)
-	if resp.Statuses[0].Degraded != "" || resp.Statuses[0].Result.Remaining != 9 {
-		t.Errorf("after recovery: degraded %q remaining %d, want \"\" and 9", resp.Statuses[0].Degraded, resp.Statuses[0].Result.Remaining)
-	}
-	if got := h.eng.BreakerState(); got != "closed" {
-		t.Errorf("breaker = %s after a successful probe, want closed", got)
-	}
-	if got := testutil.ToFloat64(h.m.breaker); got != 0 {
-		t.Errorf("sluice_store_breaker_state = %v, want 0 (closed)", got)
-	}
-}
-
-func TestBreakerOpenMeansNoWaiting(t *testing.T) {
-	snap, err := rules.Parse("test.yaml", []byte(testRules), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := &failingStore{block: true}
-	fs.fail.Store(true)
-	cfg := DefaultConfig()
-	cfg.StoreTimeout = 50 * time.Millisecond
-	cfg.Breaker = BreakerConfig{ConsecutiveFailures: 2, OpenTimeout: time.Minute, HalfOpenProbes: 1}
-	h := newHarnessSnap(t, snap, cfg, fs)
-	for range 2 {
-		start := time.Now()
-		resp := h.check(t, req(desc("big", "a")))
-		if took := time.Since(start); took < cfg.StoreTimeout {
-			t.Errorf("a check against a hung store returned in %v, before the %v timeout", took, cfg.StoreTimeout)
-		}
-		if resp.Statuses[0].Degraded != OutcomeFailedOpen {
-			t.Errorf("hung store: degraded = %q, want failed_open", resp.Statuses[0].Degraded)
-		}
-	}
-	if got := testutil.ToFloat64(h.m.storeErrors.WithLabelValues("timeout")); got != 2 {
-		t.Errorf("store_errors{timeout} = %v, want 2", got)
-	}
-	start := time.Now()
-	for range 100 {
-		h.check(t, req(desc("big", "a")))
-	}
-	if took := time.Since(start); took > cfg.StoreTimeout {
-		t.Errorf("100 checks with the breaker open took %v; they must not wait for the store (timeout %v)", took, cfg.StoreTimeout)
-	}
-	if got := fs.calls.Load(); got != 2 {
-		t.Errorf("store calls = %d, want 2", got)
-	}
-}
-
-func TestCanceledCallerDoesNotTripBreaker(t *testing.T) {
-	snap, err := rules.Parse("test.yaml", []byte(testRules), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := &failingStore{err: fmt.Errorf("redis: %w", context.Canceled)}
-	fs.fail.Store(true)
-	cfg := DefaultConfig()
-	cfg.Breaker.ConsecutiveFailures = 2
-	h := newHarnessSnap(t, snap, cfg, fs)
-	for range 10 {
-		h.check(t, req(desc("big", "a")))
-	}
-	if got := h.eng.BreakerState(); got != "closed" {
-		t.Errorf("breaker = %s after canceled calls, want closed", got)
 	}
 }
 
@@ -725,11 +619,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"replicas", func(c *Config) { c.ExpectedReplicas = 0 }, "expected replicas: 0"},
 		{"failure mode", func(c *Config) { c.DefaultFailureMode = rules.FailureDefault }, "default failure mode"},
-		{"breaker failures", func(c *Config) { c.Breaker.ConsecutiveFailures = 0 }, "consecutive failures: 0"},
-		{"breaker timeout", func(c *Config) { c.Breaker.OpenTimeout = 0 }, "open timeout: 0s"},
-		{"probes", func(c *Config) { c.Breaker.HalfOpenProbes = 0 }, "half-open probes: 0"},
 		{"near limit", func(c *Config) { c.NearLimitRatio = 1.5 }, "near-limit ratio: 1.5"},
-		{"store timeout", func(c *Config) { c.StoreTimeout = -time.Second }, "store timeout: -1s"},
 	}
 	for _, tt := range tests {
 		c := DefaultConfig()
@@ -750,44 +640,5 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := ParseFailureMode("sideways"); err == nil {
 		t.Error(`ParseFailureMode("sideways") = nil error, want one`)
-	}
-}
-
-func TestBreakerCountsOnlyConsecutiveFailures(t *testing.T) {
-	snap, err := rules.Parse("test.yaml", []byte(testRules), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := &failingStore{err: errStoreDown}
-	cfg := DefaultConfig()
-	cfg.Breaker = BreakerConfig{ConsecutiveFailures: 3, OpenTimeout: time.Minute, HalfOpenProbes: 1}
-	h := newHarnessSnap(t, snap, cfg, fs)
-	fs.next = h.store
-	pattern := []bool{true, true, false, true, true, false, false, true, true, false} // true: the store fails
-	for round := range 3 {
-		for i, fail := range pattern {
-			fs.fail.Store(fail)
-			resp := h.check(t, req(desc("big", fmt.Sprint(round, i))))
-			wantDegraded := ""
-			if fail {
-				wantDegraded = OutcomeFailedOpen
-			}
-			if got := resp.Statuses[0].Degraded; got != wantDegraded {
-				t.Fatalf("round %d step %d: degraded = %q, want %q", round, i, got, wantDegraded)
-			}
-		}
-	}
-	if got := h.eng.BreakerState(); got != "closed" {
-		t.Errorf("breaker = %s after at most 2 failures in a row, want closed", got)
-	}
-	if got, want := fs.calls.Load(), int64(3*len(pattern)); got != want {
-		t.Errorf("store calls = %d, want %d (every check reached the store)", got, want)
-	}
-	fs.fail.Store(true)
-	for range 5 {
-		h.check(t, req(desc("big", "x")))
-	}
-	if got := h.eng.BreakerState(); got != "open" {
-		t.Errorf("breaker = %s after 5 failures in a row, want open", got)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice"
 )
 
 // Outcomes, the values of the outcome label of sluice_decisions_total.
@@ -53,7 +55,7 @@ type Metrics struct {
 	nearLimit   *prometheus.CounterVec
 	duration    prometheus.Histogram
 	storeErrors *prometheus.CounterVec
-	breaker     prometheus.Gauge
+	abandoned   prometheus.Counter
 	reloads     *prometheus.CounterVec
 	reloadTime  prometheus.Gauge
 	reloadOK    prometheus.Gauge
@@ -68,7 +70,7 @@ type Metrics struct {
 //	sluice_near_limit_total{domain, rule}           counter  allowed hits past NearLimitRatio of the limit
 //	sluice_check_duration_seconds                   histogram  Engine.Check latency
 //	sluice_store_errors_total{reason}               counter  error, timeout, breaker_open
-//	sluice_store_breaker_state                      gauge    0 closed, 1 half-open, 2 open
+//	sluice_checks_abandoned_total                   counter  checks whose caller gave up before the store answered
 //	sluice_rule_reloads_total{result}               counter  success, failure
 //	sluice_rules_last_reload_success                gauge    1 if the last reload succeeded
 //	sluice_rules_last_reload_timestamp_seconds      gauge    time of the last successful load
@@ -91,9 +93,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_store_errors_total",
 			Help: "Check requests the store did not decide, by reason (error, timeout, breaker_open).",
 		}, []string{"reason"}),
-		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_store_breaker_state",
-			Help: "State of the circuit breaker around the store: 0 closed, 1 half-open, 2 open.",
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_checks_abandoned_total",
+			Help: "Checks whose caller's context ended before the store answered (backpressure, not a store failure).",
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rule_reloads_total",
@@ -116,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.reloadOK.Set(1)
 	m.reloadTime.SetToCurrentTime()
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.nearLimit, m.duration, m.storeErrors, m.breaker, m.reloads, m.reloadOK, m.reloadTime)
+		reg.MustRegister(m.decisions, m.nearLimit, m.duration, m.storeErrors, m.abandoned, m.reloads, m.reloadOK, m.reloadTime)
 	}
 	return m
 }
@@ -132,4 +134,34 @@ func (m *Metrics) ObserveReload(ok bool, _ error) {
 	}
 	m.reloads.WithLabelValues("failure").Inc()
 	m.reloadOK.Set(0)
+}
+
+// breakerStates are the values of sluice_store_breaker_state.
+var breakerStates = map[string]float64{"closed": 0, "half-open": 1, "open": 2}
+
+// healthCollector exports a store's per-node health at each scrape.
+type healthCollector struct {
+	hr   sluice.HealthReporter
+	desc *prometheus.Desc
+}
+
+// NewHealthCollector returns a collector of
+//
+//	sluice_store_breaker_state{node}   gauge  0 closed, 1 half-open, 2 open
+//
+// read from hr at each scrape: one series per store node (host:port). Register
+// it when the store implements sluice.HealthReporter.
+func NewHealthCollector(hr sluice.HealthReporter) prometheus.Collector {
+	return &healthCollector{hr: hr, desc: prometheus.NewDesc("sluice_store_breaker_state",
+		"State of the circuit breaker of each store node: 0 closed, 1 half-open, 2 open.", []string{"node"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, n := range c.hr.Health() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, breakerStates[n.State], n.Node)
+	}
 }

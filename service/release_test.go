@@ -202,7 +202,6 @@ func TestReleaseLocalFallback(t *testing.T) {
 	fs := &failingStore{err: errStoreDown}
 	fs.fail.Store(true)
 	cfg := DefaultConfig()
-	cfg.Breaker.ConsecutiveFailures = 1000
 	cfg.ExpectedReplicas = 2 // the fallback admits 1 of the rule's 2
 	h := newHarnessSnap(t, snap, cfg, fs)
 	h.eng.cfg.Fallback = h.store

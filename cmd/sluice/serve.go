@@ -126,6 +126,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		s.store = ms
 		s.closers = append(s.closers, ms)
 	}
+	if hr, ok := s.store.(sluice.HealthReporter); ok {
+		reg.MustRegister(service.NewHealthCollector(hr))
+	}
 	s.engine, err = service.New(ecfg, s.watcher, s.store, metrics, log.With("component", "engine"))
 	if err != nil {
 		return nil, fmt.Errorf("serve: engine: %w", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,12 +12,12 @@ import (
 )
 
 // errNotConnected is what a connectingStore answers until Redis is reached.
-var errNotConnected = errors.New("redis store not connected yet")
+var errNotConnected = fmt.Errorf("redis store not connected yet: %w", sluice.ErrStoreUnavailable)
 
 // connectingStore stands in for the Redis store when Redis cannot be reached
 // at start: instead of exiting (and crash-looping under an orchestrator, as
 // envoyproxy/ratelimit does), `sluice serve` starts, every check fails over
-// to its limit's failure mode (the engine's breaker keeps that cheap), and
+// to its limit's failure mode at once (sluice.ErrStoreUnavailable), and
 // /readyz says not ready; meanwhile it keeps dialling, and once connected it
 // passes every Take to the real store.
 //
@@ -56,6 +55,21 @@ func (c *connectingStore) Take(ctx context.Context, ops []sluice.Op, results []s
 		return errNotConnected
 	}
 	return s.Take(ctx, ops, results)
+}
+
+// Health reports the real store's nodes once connected; before, one node
+// "redis" that is out.
+func (c *connectingStore) Health() []sluice.NodeHealth {
+	c.mu.RLock()
+	s := c.store
+	c.mu.RUnlock()
+	if s == nil {
+		return []sluice.NodeHealth{{Node: "redis", State: "open", LastError: "not connected yet"}}
+	}
+	if hr, ok := any(s).(sluice.HealthReporter); ok {
+		return hr.Health()
+	}
+	return nil
 }
 
 // connect dials with exponential backoff (100ms to 5s) until it succeeds or
