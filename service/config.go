@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -27,6 +28,20 @@ type Config struct {
 	// builds a store/memory store). It is a dependency rather than a setting;
 	// nil makes local behave as open (counted as failed_open).
 	Fallback sluice.Store
+	// Observer, when set, sees every decision of a rule-file limit (see
+	// Observer). Nil observes nothing.
+	Observer Observer
+}
+
+// Observer sees the decisions of rule-file limits, one call per limit
+// decided (limits given in the request are not observed). The engine calls
+// it on the hot path: it must be safe for concurrent use, fast, and must
+// not retain key. key is the request's entries for the limit as
+// "k1=v1.k2=v2"; rule is the rule's ID; denied is true when the limit
+// refused the hit (or would have, for a shadow-mode rule), not when a
+// failure mode decided. *observe.Tracker satisfies it.
+type Observer interface {
+	Observe(now time.Time, domain, rule string, key []byte, denied bool)
 }
 
 // DefaultConfig returns the configuration `sluice serve` runs with when no

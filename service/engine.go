@@ -231,6 +231,7 @@ type scratch struct {
 	local   []sluice.Op
 	lres    []sluice.Result
 	key     []byte
+	obs     []byte // an Observer's key
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -241,8 +242,8 @@ func (s *scratch) release() {
 	for i := range s.plans {
 		s.plans[i] = plan{}
 	}
-	s.plans, s.ops, s.results, s.local, s.lres, s.key =
-		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0]
+	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs =
+		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0]
 	scratchPool.Put(s)
 }
 
@@ -368,6 +369,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		}
 	}
 	e.record(sc, &req, &resp)
+	if e.cfg.Observer != nil {
+		e.observe(start, sc, &req, &resp)
+	}
 	e.m.duration.Observe(time.Since(start).Seconds())
 	return resp, nil
 }
@@ -741,19 +745,37 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 	}
 }
 
+// observe tells the Observer each rule-file limit's decision.
+func (e *Engine) observe(now time.Time, sc *scratch, req *Request, resp *Response) {
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.dropped || p.op < 0 || p.rule == nil {
+			continue
+		}
+		st := &resp.Statuses[p.desc]
+		denied := st.Shadowed || (st.Code == CodeOverLimit && st.Degraded != OutcomeFailedClosed)
+		sc.obs = appendEntries(sc.obs[:0], req.Descriptors[p.desc].Entries)
+		e.cfg.Observer.Observe(now, req.Domain, p.rule.ID, sc.obs, denied)
+	}
+}
+
+// appendEntries appends entries as "k1=v1.k2=v2".
+func appendEntries(b []byte, entries []rules.Entry) []byte {
+	for i, en := range entries {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, en.Key...)
+		b = append(b, '=')
+		b = append(b, en.Value...)
+	}
+	return b
+}
+
 // detailedLabel is the rule label of a detailed_metric rule: the request's
 // entries as key=value joined with ".".
 func detailedLabel(entries []rules.Entry) string {
-	var b strings.Builder
-	for i, en := range entries {
-		if i > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(en.Key)
-		b.WriteByte('=')
-		b.WriteString(en.Value)
-	}
-	return b.String()
+	return string(appendEntries(nil, entries))
 }
 
 // validate checks a request's shape.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,5 +182,39 @@ sluice_store_breaker_state{node="10.0.0.2:6379"} 2
 	err = h.eng.Ready(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "10.0.0.1:6379") || !strings.Contains(err.Error(), "10.0.0.2:6379") {
 		t.Errorf("Ready with every node out = %v, want an error naming both nodes", err)
+	}
+}
+
+// recordingObserver records Observe calls.
+type recordingObserver struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recordingObserver) Observe(_ time.Time, domain, rule string, key []byte, denied bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf("%s/%s/%s/%v", domain, rule, key, denied))
+}
+
+func TestObserverSeesRuleDecisions(t *testing.T) {
+	snap, err := rules.Parse("test.yaml", []byte(testRules), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &recordingObserver{}
+	cfg := DefaultConfig()
+	cfg.Observer = obs
+	h := newHarnessSnap(t, snap, cfg, nil)
+	h.check(t, req(desc("one", "a")))
+	h.check(t, req(desc("one", "a")))                           // denied
+	h.check(t, req(desc("shadow", "s"), desc("internal", "x"))) // unlimited: not observed
+	h.check(t, req(desc("shadow", "s")))                        // shadow: would deny
+	lim := req(desc("ip", "1.2.3.4"))
+	lim.Descriptors[0].Limit = &LimitOverride{RequestsPerUnit: 1, Unit: "second"} // overrides: not observed
+	h.check(t, lim)
+	want := []string{"test/one/one=a/false", "test/one/one=a/true", "test/shadow/shadow=s/false", "test/shadow/shadow=s/true"}
+	if fmt.Sprint(obs.calls) != fmt.Sprint(want) {
+		t.Errorf("observed %q, want %q", obs.calls, want)
 	}
 }
