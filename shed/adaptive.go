@@ -1,0 +1,371 @@
+package shed
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// AdaptiveConfig configures an Adaptive limiter. Zero fields take the
+// defaults in DefaultAdaptiveConfig.
+//
+// The controller, every SampleWindow: sample = the Percentile of the
+// latencies of requests that finished in the window; gradient =
+// minRTT × (1 + Tolerance) / sample, clamped to [0.5, 2]; limit ← (1 −
+// Smoothing) × limit + Smoothing × limit × gradient, clamped to
+// [MinLimit, MaxLimit]. So the limit rises (by up to Tolerance a window)
+// while latency stays within Tolerance of the unloaded minimum, and falls as
+// soon as queueing shows. It never rises while less than half of it is used.
+//
+// minRTT, the unloaded latency, is measured by a probe: for ProbeSamples
+// requests the limit of non-critical work drops to MinLimit, so nothing
+// queues, and minRTT becomes the Percentile of their latencies. A probe runs
+// at the start, every ProbeInterval (± ProbeJitter), and at once whenever
+// the limit falls to MinLimit (the old minRTT is then suspect: a slower
+// backend, not a longer queue). Critical work keeps the limit it had during
+// a probe.
+type AdaptiveConfig struct {
+	// InitialLimit is the limit after the first probe. Default 20.
+	InitialLimit int `yaml:"initial_limit" json:"initial_limit"`
+	// MinLimit is the floor of the limit, and the concurrency of a probe.
+	// Default 4.
+	MinLimit int `yaml:"min_limit" json:"min_limit"`
+	// MaxLimit is the ceiling of the limit. Default 1000.
+	MaxLimit int `yaml:"max_limit" json:"max_limit"`
+	// SampleWindow is how long latencies are gathered before the limit is
+	// recomputed. Default 100ms.
+	SampleWindow time.Duration `yaml:"sample_window" json:"sample_window"`
+	// MinSamples is how many latencies a window needs; a window with fewer
+	// is extended. Default 10.
+	MinSamples int `yaml:"min_samples" json:"min_samples"`
+	// Percentile of a window's latencies that is compared with minRTT, in
+	// (0, 1]. Default 0.9.
+	Percentile float64 `yaml:"percentile" json:"percentile"`
+	// Tolerance is how far above minRTT latency may go before the limit
+	// falls, as a fraction of minRTT. Default 0.25.
+	Tolerance float64 `yaml:"tolerance" json:"tolerance"`
+	// Smoothing is the weight of a new value of the limit against the old,
+	// in (0, 1]; 1 is no smoothing. Default 0.5.
+	Smoothing float64 `yaml:"smoothing" json:"smoothing"`
+	// ProbeInterval is how often minRTT is measured again. Default 30s.
+	ProbeInterval time.Duration `yaml:"probe_interval" json:"probe_interval"`
+	// ProbeJitter spreads probes of a fleet apart: each interval is drawn
+	// from ProbeInterval × (1 ± ProbeJitter). In [0, 1). Default 0.1.
+	ProbeJitter float64 `yaml:"probe_jitter" json:"probe_jitter"`
+	// ProbeSamples is how many latencies a probe gathers. Default 25.
+	ProbeSamples int `yaml:"probe_samples" json:"probe_samples"`
+	// Seed seeds the jitter and the sampling of latencies; zero picks a
+	// fixed seed (results are reproducible for a given request sequence).
+	Seed uint64 `yaml:"-" json:"-"`
+}
+
+// DefaultAdaptiveConfig holds the defaults of AdaptiveConfig.
+var DefaultAdaptiveConfig = AdaptiveConfig{
+	InitialLimit:  20,
+	MinLimit:      4,
+	MaxLimit:      1000,
+	SampleWindow:  100 * time.Millisecond,
+	MinSamples:    10,
+	Percentile:    0.9,
+	Tolerance:     0.25,
+	Smoothing:     0.5,
+	ProbeInterval: 30 * time.Second,
+	ProbeJitter:   0.1,
+	ProbeSamples:  25,
+}
+
+// MaxAdaptiveLimit bounds AdaptiveConfig.MaxLimit.
+const MaxAdaptiveLimit = 1_000_000
+
+func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
+	d := DefaultAdaptiveConfig
+	setI := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setF := func(v *float64, def float64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setI(&c.MinLimit, d.MinLimit)
+	setI(&c.MaxLimit, max(d.MaxLimit, c.MinLimit))
+	setI(&c.InitialLimit, min(max(d.InitialLimit, c.MinLimit), c.MaxLimit))
+	setD(&c.SampleWindow, d.SampleWindow)
+	setI(&c.MinSamples, d.MinSamples)
+	setF(&c.Percentile, d.Percentile)
+	setF(&c.Tolerance, d.Tolerance)
+	setF(&c.Smoothing, d.Smoothing)
+	setD(&c.ProbeInterval, d.ProbeInterval)
+	setF(&c.ProbeJitter, d.ProbeJitter)
+	setI(&c.ProbeSamples, d.ProbeSamples)
+	return c
+}
+
+// validate reports the problems of a defaulted configuration under path.
+func (c AdaptiveConfig) validate(path string, errs *FieldErrors) {
+	if c.MinLimit < 1 {
+		errs.add(path+".min_limit", "%d must be at least 1", c.MinLimit)
+	}
+	if c.MaxLimit < c.MinLimit || c.MaxLimit > MaxAdaptiveLimit {
+		errs.add(path+".max_limit", "%d is outside min_limit (%d) … %d", c.MaxLimit, c.MinLimit, MaxAdaptiveLimit)
+	}
+	if c.InitialLimit < c.MinLimit || c.InitialLimit > c.MaxLimit {
+		errs.add(path+".initial_limit", "%d is outside min_limit … max_limit (%d … %d)", c.InitialLimit, c.MinLimit, c.MaxLimit)
+	}
+	if c.SampleWindow < time.Millisecond {
+		errs.add(path+".sample_window", "%v is shorter than 1ms", c.SampleWindow)
+	}
+	if c.MinSamples < 1 || c.MinSamples > maxSamples {
+		errs.add(path+".min_samples", "%d is outside 1 … %d", c.MinSamples, maxSamples)
+	}
+	if !(c.Percentile > 0 && c.Percentile <= 1) {
+		errs.add(path+".percentile", "%v is outside (0, 1]", c.Percentile)
+	}
+	if !(c.Tolerance > 0 && c.Tolerance <= 10) {
+		errs.add(path+".tolerance", "%v is outside (0, 10]", c.Tolerance)
+	}
+	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
+		errs.add(path+".smoothing", "%v is outside (0, 1]", c.Smoothing)
+	}
+	if c.ProbeInterval < c.SampleWindow {
+		errs.add(path+".probe_interval", "%v is shorter than sample_window %v", c.ProbeInterval, c.SampleWindow)
+	}
+	if !(c.ProbeJitter >= 0 && c.ProbeJitter < 1) {
+		errs.add(path+".probe_jitter", "%v is outside [0, 1)", c.ProbeJitter)
+	}
+	if c.ProbeSamples < 1 || c.ProbeSamples > maxSamples {
+		errs.add(path+".probe_samples", "%d is outside 1 … %d", c.ProbeSamples, maxSamples)
+	}
+}
+
+// maxSamples is how many latencies a window keeps (a uniform sample of them
+// when more finish), which bounds the memory and the sort of a window.
+const maxSamples = 512
+
+// Adaptive is a concurrency limit that finds its own value from observed
+// latency; see AdaptiveConfig for the algorithm. Each class p may use up to
+// its level × the limit (Levels); critical work may use all of it.
+//
+// Create it with NewAdaptive; it is safe for concurrent use. Its methods take
+// the time as a parameter: it reads no clock.
+type Adaptive struct {
+	cfg    AdaptiveConfig
+	levels Levels
+
+	mu       sync.Mutex
+	limit    float64 // requires mu
+	inflight int
+	minRTT   time.Duration
+	probing  bool
+	preProbe float64 // limit before the probe began
+	epoch    uint64  // bumped when a probe starts or ends; samples of older epochs are dropped
+	next     time.Time
+	started  bool
+
+	winStart    time.Time
+	maxInflight int
+	n           int // latencies seen in this window (or probe)
+	samples     []time.Duration
+	rng         uint64
+
+	lastSample   time.Duration
+	lastGradient float64
+}
+
+// NewAdaptive returns a limiter; it reports the configuration's problems.
+// Zero levels take DefaultLevels.
+func NewAdaptive(c AdaptiveConfig, levels Levels) (*Adaptive, error) {
+	c = c.withDefaults()
+	levels = levels.withDefaults()
+	var errs FieldErrors
+	c.validate("adaptive", &errs)
+	levels.validate("levels", &errs)
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	seed := c.Seed
+	if seed == 0 {
+		seed = 0x9e3779b97f4a7c15
+	}
+	return &Adaptive{cfg: c, levels: levels, limit: float64(c.InitialLimit), rng: seed,
+		samples: make([]time.Duration, 0, maxSamples)}, nil
+}
+
+// Token is an admitted request's hold on the limiter; give it back with Done.
+type Token struct {
+	start time.Time
+	epoch uint64
+	ok    bool
+}
+
+// Acquire admits a request of class p at time now, or refuses it (ok false)
+// when the class's share of the limit is in use.
+func (a *Adaptive) Acquire(now time.Time, p Priority) (t Token, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.started {
+		a.started = true
+		a.startProbe(now)
+	} else if !a.probing && !now.Before(a.next) {
+		a.startProbe(now)
+	}
+	if a.inflight >= a.capLocked(p) {
+		return Token{}, false
+	}
+	a.inflight++
+	a.maxInflight = max(a.maxInflight, a.inflight)
+	return Token{start: now, epoch: a.epoch, ok: true}, true
+}
+
+// capLocked is how many requests may be in flight when one of class p is
+// admitted. Requires mu.
+func (a *Adaptive) capLocked(p Priority) int {
+	limit := a.limit
+	if a.probing {
+		if p.norm() == Critical {
+			return max(int(a.preProbe), a.cfg.MinLimit)
+		}
+		limit = float64(a.cfg.MinLimit)
+	}
+	return max(1, int(math.Floor(a.levels.of(p)*limit+1e-9)))
+}
+
+// Done gives back t at time now. sample reports whether the request's
+// latency says something about the server's capacity: true for a response
+// the server produced (successful or not), false for work refused before it
+// ran (a 429), or abandoned by its client. Done on a zero Token does nothing.
+func (a *Adaptive) Done(t Token, now time.Time, sample bool) {
+	if !t.ok {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inflight--
+	if !sample || t.epoch != a.epoch {
+		return
+	}
+	a.addSample(now.Sub(t.start))
+	switch {
+	case a.probing:
+		if a.n >= a.cfg.ProbeSamples {
+			a.endProbe(now)
+		}
+	case a.n >= a.cfg.MinSamples && now.Sub(a.winStart) >= a.cfg.SampleWindow:
+		a.update(now)
+	}
+}
+
+// addSample keeps a uniform sample of at most maxSamples latencies
+// (reservoir sampling). Requires mu.
+func (a *Adaptive) addSample(d time.Duration) {
+	a.n++
+	if len(a.samples) < maxSamples {
+		a.samples = append(a.samples, d)
+		return
+	}
+	if j := a.rand() % uint64(a.n); j < maxSamples {
+		a.samples[j] = d
+	}
+}
+
+// rand is xorshift64*. Requires mu.
+func (a *Adaptive) rand() uint64 {
+	a.rng ^= a.rng >> 12
+	a.rng ^= a.rng << 25
+	a.rng ^= a.rng >> 27
+	return a.rng * 2685821657736338717
+}
+
+// percentile returns the configured percentile of the samples. Requires mu.
+func (a *Adaptive) percentile() time.Duration {
+	slices.Sort(a.samples)
+	i := int(math.Ceil(a.cfg.Percentile*float64(len(a.samples)))) - 1
+	return a.samples[max(i, 0)]
+}
+
+func (a *Adaptive) resetWindow(now time.Time) {
+	a.winStart = now
+	a.n = 0
+	a.samples = a.samples[:0]
+	a.maxInflight = a.inflight
+}
+
+// startProbe pins non-critical work to MinLimit until ProbeSamples requests
+// admitted from now on have finished. Requires mu.
+func (a *Adaptive) startProbe(now time.Time) {
+	a.probing = true
+	a.preProbe = a.limit
+	a.epoch++
+	a.resetWindow(now)
+}
+
+// endProbe sets minRTT from the probe's samples. Requires mu.
+func (a *Adaptive) endProbe(now time.Time) {
+	a.minRTT = max(a.percentile(), time.Microsecond)
+	a.lastSample = a.minRTT
+	a.probing = false
+	a.limit = max(a.preProbe, float64(a.cfg.MinLimit)) // restore limit from before the probe
+	a.epoch++
+	jitter := 1 + a.cfg.ProbeJitter*(2*float64(a.rand()>>11)/(1<<53)-1)
+	a.next = now.Add(time.Duration(float64(a.cfg.ProbeInterval) * jitter))
+	a.resetWindow(now)
+}
+
+// update recomputes the limit from the window's latencies. Requires mu.
+func (a *Adaptive) update(now time.Time) {
+	sample := a.percentile()
+	target := float64(a.minRTT) * (1 + a.cfg.Tolerance)
+	g := min(max(target/float64(sample), 0.5), 2)
+	if g > 1 && float64(a.maxInflight) < a.limit/2 {
+		g = 1 // demand, not capacity, bounds the use: nothing learned about more
+	}
+	next := (1-a.cfg.Smoothing)*a.limit + a.cfg.Smoothing*a.limit*g
+	a.limit = min(max(next, float64(a.cfg.MinLimit)), float64(a.cfg.MaxLimit))
+	a.lastSample, a.lastGradient = sample, g
+	if a.limit <= float64(a.cfg.MinLimit) && g < 1 {
+		a.startProbe(now) // at the floor and still slow: measure the baseline again
+		return
+	}
+	a.resetWindow(now)
+}
+
+// AdaptiveStats is a snapshot of an Adaptive limiter.
+type AdaptiveStats struct {
+	// Limit is the current limit (critical work's share; the other classes
+	// get their level of it). During a probe it is the limit before it.
+	Limit int
+	// InFlight is the number of requests holding a Token.
+	InFlight int
+	// MinRTT is the last measured unloaded latency; zero before the first
+	// probe has ended.
+	MinRTT time.Duration
+	// Sample is the latency percentile of the last window.
+	Sample time.Duration
+	// Gradient is the last gradient (1 before the first update).
+	Gradient float64
+	// Probing reports whether a probe is under way.
+	Probing bool
+}
+
+// Stats returns a snapshot.
+func (a *Adaptive) Stats() AdaptiveStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := AdaptiveStats{Limit: int(a.limit), InFlight: a.inflight, MinRTT: a.minRTT, Sample: a.lastSample,
+		Gradient: a.lastGradient, Probing: a.probing}
+	if a.probing {
+		s.Limit = int(a.preProbe)
+	}
+	if s.Gradient == 0 {
+		s.Gradient = 1
+	}
+	return s
+}
