@@ -124,7 +124,7 @@ type Levels struct {
 }
 
 // DefaultLevels are the levels used for zero fields.
-var DefaultLevels = Levels{Test: 0.5, Sheddable: 0.7, Default: 0.9}
+var DefaultLevels = Levels{Test: 0.4, Sheddable: 0.6, Default: 0.8}
 
 func (l Levels) withDefaults() Levels {
 	if l.Test == 0 {

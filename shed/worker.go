@@ -7,16 +7,20 @@ import (
 )
 
 // WorkerConfig configures a Worker. At least one of MaxInFlight and
-// MaxQueueDelay must be set.
+// MaxQueueDelay must be set. Two signals, both measured:
 //
-// Utilization u is the larger of in-flight / MaxInFlight and queueing delay
-// / MaxQueueDelay (each only when set). A class starts being shed when u
-// reaches its level (Levels) and stays shed until u has been below its level
-// minus Hysteresis, and at least Hold has passed since shedding of it began:
-// so a busy server does not flap between shedding and not. Shedding a class
-// sheds every class below it. Critical work has no hysteresis: it is refused
-// only while u ≥ 1 (in flight at MaxInFlight, or the queue at
-// MaxQueueDelay).
+//   - In flight: a request of class p is admitted while no more than
+//     level(p) × MaxInFlight requests would then be in flight (Levels;
+//     critical's level is 1). This is a count, checked per request, so it
+//     needs no smoothing and cannot flap.
+//   - Queueing delay, as reported with ObserveQueueDelay and smoothed: a
+//     class starts being shed when the delay reaches level(p) ×
+//     MaxQueueDelay, and stays shed until the delay has been below
+//     (level(p) − Hysteresis) × MaxQueueDelay and at least Hold has passed
+//     since shedding it began, so a busy server does not flap between
+//     shedding and not. Shedding a class sheds every class below it; classes
+//     come back one at a time, highest first. Critical work has no
+//     hysteresis: it is refused only while the delay is at MaxQueueDelay.
 type WorkerConfig struct {
 	// MaxInFlight is the number of requests the process can work on at
 	// once; 0 leaves in-flight out of the utilization.
@@ -121,11 +125,11 @@ func (w *Worker) decayLocked(now time.Time) {
 	w.qdAt = now
 }
 
-// utilization with extra more requests in flight. Requires mu.
-func (w *Worker) utilization(extra int) float64 {
+// utilization is the larger of the two signals. Requires mu.
+func (w *Worker) utilization() float64 {
 	var u float64
 	if w.cfg.MaxInFlight > 0 {
-		u = float64(w.inflight+extra) / float64(w.cfg.MaxInFlight)
+		u = float64(w.inflight) / float64(w.cfg.MaxInFlight)
 	}
 	if w.cfg.MaxQueueDelay > 0 {
 		u = max(u, w.qd/float64(w.cfg.MaxQueueDelay))
@@ -139,22 +143,23 @@ func (w *Worker) Admit(now time.Time, p Priority) bool {
 	p = p.norm()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.decayLocked(now)
-	u := w.utilization(1)
-	w.updateLocked(now, u)
-	if p == Critical {
-		if u > 1+1e-9 {
+	if w.cfg.MaxInFlight > 0 && float64(w.inflight+1) > w.levels.of(p)*float64(w.cfg.MaxInFlight)+1e-9 {
+		return false
+	}
+	if w.cfg.MaxQueueDelay > 0 {
+		w.decayLocked(now)
+		u := w.qd / float64(w.cfg.MaxQueueDelay)
+		w.updateLocked(now, u)
+		if p == Critical && u >= 1 || p != Critical && p <= w.shedding {
 			return false
 		}
-	} else if p <= w.shedding {
-		return false
 	}
 	w.inflight++
 	return true
 }
 
-// updateLocked moves the shed class up to every class whose level u has
-// reached, and down one class at a time once u is below the shed class's
+// updateLocked moves the shed class up to every class whose level the
+// queueing delay's utilization u has reached, and down one class at a time once u is below the shed class's
 // level minus the hysteresis and the hold has passed. Requires mu.
 func (w *Worker) updateLocked(now time.Time, u float64) {
 	for _, p := range [...]Priority{Default, Sheddable, Test} {
@@ -185,10 +190,11 @@ type WorkerStats struct {
 	InFlight int
 	// QueueDelay is the moving average of reported queueing delays.
 	QueueDelay time.Duration
-	// Utilization is the current utilization (see WorkerConfig).
+	// Utilization is the larger of in-flight / MaxInFlight and queueing
+	// delay / MaxQueueDelay.
 	Utilization float64
-	// Shedding is the highest class being shed (with every class below it);
-	// Unspecified when none is.
+	// Shedding is the highest class being shed for queueing delay (with
+	// every class below it); Unspecified when none is.
 	Shedding Priority
 }
 
@@ -197,5 +203,5 @@ func (w *Worker) Stats(now time.Time) WorkerStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.decayLocked(now)
-	return WorkerStats{InFlight: w.inflight, QueueDelay: time.Duration(w.qd), Utilization: w.utilization(0), Shedding: w.shedding}
+	return WorkerStats{InFlight: w.inflight, QueueDelay: time.Duration(w.qd), Utilization: w.utilization(), Shedding: w.shedding}
 }
