@@ -21,6 +21,11 @@ type Problem struct {
 	// ViolatedPolicies names the RateLimit-Policy members that refused the
 	// request (draft-10's quota-exceeded extension member).
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// Layer names the load-shedding layer that refused the request, and
+	// Priority the request's class (extension members of a 503 from package
+	// shed; see Shed).
+	Layer    string `json:"layer,omitempty"`
+	Priority string `json:"priority,omitempty"`
 }
 
 // QuotaExceeded is the problem for a 429: the quota-exceeded type with the
@@ -91,7 +96,10 @@ func (p Problem) Append(dst []byte) []byte {
 			dst = appendJSONString(dst, v)
 		}
 		dst = append(dst, ']')
+		first = false
 	}
+	str("layer", p.Layer)
+	str("priority", p.Priority)
 	return append(dst, '}')
 }
 
