@@ -3,6 +3,7 @@ package shed
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -577,5 +578,46 @@ func TestShedderLayers(t *testing.T) {
 	}
 	if errs.Load() != 0 {
 		t.Errorf("OnError called %d times, want 0", errs.Load())
+	}
+}
+
+func TestDeltaPercentile(t *testing.T) {
+	buckets := []float64{0, 0.001, 0.002, 0.004, math.Inf(1)}
+	for _, tc := range []struct {
+		prev, cur []uint64
+		q         float64
+		want      time.Duration
+		ok        bool
+	}{
+		{[]uint64{0, 0, 0, 0}, []uint64{0, 0, 0, 0}, 0.99, 0, false},
+		{[]uint64{5, 5, 5, 5}, []uint64{95, 14, 5, 5}, 0.5, time.Millisecond, true},
+		{[]uint64{5, 5, 5, 5}, []uint64{95, 14, 5, 5}, 0.99, 2 * time.Millisecond, true},
+		{[]uint64{0, 0, 0, 0}, []uint64{0, 0, 0, 3}, 0.99, 4 * time.Millisecond, true},
+		{[]uint64{0, 0}, []uint64{0, 0, 0, 3}, 0.99, 0, false},
+	} {
+		got, ok := deltaPercentile(buckets, tc.prev, tc.cur, tc.q)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("deltaPercentile(%v → %v, %v) = %v, %v; want %v, %v", tc.prev, tc.cur, tc.q, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestSchedLatencyReports(t *testing.T) {
+	w, _ := NewWorker(WorkerConfig{MaxQueueDelay: time.Second}, Levels{})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { SchedLatency(ctx, w, 10*time.Millisecond, 0.99); close(done) }()
+	// Keep the scheduler busy enough to record some latencies.
+	for ctx.Err() == nil {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() { time.Sleep(time.Millisecond) })
+		}
+		wg.Wait()
+	}
+	<-done
+	if w.qdAt.IsZero() {
+		t.Errorf("SchedLatency reported nothing in 300ms")
 	}
 }
