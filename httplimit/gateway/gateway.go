@@ -67,6 +67,13 @@ type Config struct {
 	LegacyHeaders bool `yaml:"legacy_headers"`
 	// MaxDelay bounds leaky-bucket queueing (httplimit.Config.MaxDelay).
 	MaxDelay time.Duration `yaml:"max_delay"`
+	// Shed turns on load shedding in front of the rate limits (see Shed).
+	Shed *Shed `yaml:"shed"`
+	// MetricsAddr, if set, serves Prometheus metrics (the load shedder's)
+	// on this address at /metrics.
+	MetricsAddr string `yaml:"metrics_addr"`
+
+	src *source // set by ParseFile
 }
 
 // Concurrency is one in-flight limit of the gateway.
@@ -167,6 +174,7 @@ func (c Config) Validate() error {
 	if c.MaxDelay < 0 {
 		bad("max_delay: %v is negative", c.MaxDelay)
 	}
+	errs = append(errs, c.validateShed(tp)...)
 	return errors.Join(errs...)
 }
 
