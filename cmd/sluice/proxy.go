@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-rl/sluice/httplimit/remote"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/shed"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -41,6 +42,7 @@ func (s *specList) Set(v string) error {
 func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	var (
 		configFile, upstream, rulesDir, rlsAddr, listen, domain, trusted, algo, logLevel string
+		metricsAddr                                                                      string
 		descriptors                                                                      specList
 		legacy, failClosed                                                               bool
 		maxDelay                                                                         time.Duration
@@ -60,6 +62,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.BoolVar(&failClosed, "fail-closed", false, "answer 503 when the limiter cannot decide (default: let requests through)")
 	fs.DurationVar(&maxDelay, "max-delay", 0, "longest leaky_bucket queueing delay before answering 503 (default 5s)")
 	fs.Int64Var(&inflight, "max-inflight", 0, "shed (503) requests beyond this many in flight through the proxy; 0: no limit")
+	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the load shedder's) at /metrics on this address; default off")
 	fs.StringVar(&algo, "default-algorithm", "fixed_window", "algorithm of rules that name none: "+algorithmList())
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
@@ -79,8 +82,8 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		if err != nil {
 			return fmt.Errorf("proxy: %w", err)
 		}
-		if cfg, err = gateway.Parse(data); err != nil {
-			return fmt.Errorf("proxy: %s: %w", configFile, err)
+		if cfg, err = gateway.ParseFile(configFile, data); err != nil {
+			return fmt.Errorf("proxy: %w", err)
 		}
 	}
 	set := map[string]bool{}
@@ -114,6 +117,9 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	if set["max-delay"] {
 		cfg.MaxDelay = maxDelay
+	}
+	if set["metrics-addr"] {
+		cfg.MetricsAddr = metricsAddr
 	}
 	if inflight > 0 {
 		cfg.Concurrency = append(cfg.Concurrency, gateway.Concurrency{Name: "inflight", Limit: inflight, Shed: true})
@@ -164,12 +170,19 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		go func() { _ = watcher.Run(wctx) }()
 	}
 	glog := log.With("component", "gateway")
-	handler, err := gateway.New(cfg, checker, store, func(r *http.Request, err error) {
+	handler, shedder, err := gateway.NewHandler(cfg, checker, store, shed.Options{
+		OnError: func(err error) { glog.Warn("load shedder store failed", "err", err) },
+	}, func(r *http.Request, err error) {
 		glog.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	})
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
+	stopShed, err := startShed(wctx, cfg, shedder, glog)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	defer stopShed()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
