@@ -40,13 +40,17 @@ type AdaptiveConfig struct {
 	// is extended. Default 10.
 	MinSamples int `yaml:"min_samples" json:"min_samples"`
 	// Percentile of a window's latencies that is compared with minRTT, in
-	// (0, 1]. Default 0.9.
+	// (0, 1]. Default 0.5: the median shrugs off the odd slow request (a
+	// garbage collection, a busy host) that a high percentile would take
+	// for queueing.
 	Percentile float64 `yaml:"percentile" json:"percentile"`
 	// Tolerance is how far above minRTT latency may go before the limit
 	// falls, as a fraction of minRTT. Default 0.25.
 	Tolerance float64 `yaml:"tolerance" json:"tolerance"`
 	// Smoothing is the weight of a new value of the limit against the old,
-	// in (0, 1]; 1 is no smoothing. Default 0.5.
+	// in (0, 1]; 1 is no smoothing. Default 0.2: the limit moves at most
+	// 10% down (or 5% up, with the default Tolerance) a window, so one noisy
+	// window does not halve it.
 	Smoothing float64 `yaml:"smoothing" json:"smoothing"`
 	// ProbeInterval is how often minRTT is measured again. Default 30s.
 	ProbeInterval time.Duration `yaml:"probe_interval" json:"probe_interval"`
@@ -67,9 +71,9 @@ var DefaultAdaptiveConfig = AdaptiveConfig{
 	MaxLimit:      1000,
 	SampleWindow:  100 * time.Millisecond,
 	MinSamples:    10,
-	Percentile:    0.9,
+	Percentile:    0.5,
 	Tolerance:     0.25,
-	Smoothing:     0.5,
+	Smoothing:     0.2,
 	ProbeInterval: 30 * time.Second,
 	ProbeJitter:   0.1,
 	ProbeSamples:  25,
