@@ -83,8 +83,11 @@ type Point struct {
 // Result is what a run measured.
 type Result struct {
 	Classes [shed.NumPriorities]Class
-	// P50, P99 of the latencies of every answered request (in time or not).
+	// P50, P99 of the latencies of the requests answered in time.
 	P50, P99 time.Duration
+	// ServerP50 is the median latency of every request the backend
+	// answered, in time for its client or not.
+	ServerP50 time.Duration
 	// Goodput is responses in time per second.
 	Goodput float64
 	Series  []Point
@@ -111,6 +114,7 @@ type event struct {
 }
 
 type request struct {
+	counted bool // arrived after the warmup
 	arrive  time.Duration
 	p       shed.Priority
 	ticket  shed.Ticket
@@ -175,7 +179,7 @@ func Run(s Scenario) (Result, error) {
 		push(s.StepAt, 2, nil)
 	}
 	var res Result
-	var lat []time.Duration
+	var lat, all []time.Duration
 	nb := int(s.Duration/s.Bucket) + 1
 	bucketLat := make([][]time.Duration, nb)
 	bucketOK := make([]int, nb)
@@ -212,7 +216,7 @@ func Run(s Scenario) (Result, error) {
 			}
 		case 0:
 			push(now+nextArrival(), 0, nil)
-			r := &request{arrive: now, p: pick(rng, s.Mix, mixSum)}
+			r := &request{arrive: now, p: pick(rng, s.Mix, mixSum), counted: counted}
 			r.service = time.Duration(float64(s.Service) * (0.8 + 0.4*rng.Float64()))
 			if counted {
 				res.Classes[r.p].Offered++
@@ -248,11 +252,12 @@ func Run(s Scenario) (Result, error) {
 				bucketOK[b]++
 				bucketLat[b] = append(bucketLat[b], l)
 			}
-			if !counted {
+			if !r.counted {
 				continue
 			}
-			lat = append(lat, l)
+			all = append(all, l)
 			if inTime {
+				lat = append(lat, l)
 				res.Classes[r.p].OK++
 			} else {
 				res.Classes[r.p].TimedOut++
@@ -277,6 +282,7 @@ func Run(s Scenario) (Result, error) {
 	}
 	res.Series = res.Series[:min(nb, lastBucket+1)]
 	res.P50, res.P99 = percentile(lat, 0.5), percentile(lat, 0.99)
+	res.ServerP50 = percentile(all, 0.5)
 	res.Goodput = float64(res.Total().OK) / (s.Duration - s.Warmup).Seconds()
 	if sh != nil {
 		res.Stats = sh.Stats()
