@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"os"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -149,4 +150,22 @@ func FuzzParseShed(f *testing.F) {
 			t.Fatalf("valid config %q: shed.New: %v", data, err)
 		}
 	})
+}
+
+func TestExampleShedConfig(t *testing.T) {
+	data, err := os.ReadFile("../../examples/gateway/gateway-shed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseFile("gateway-shed.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the example is invalid: %v", err)
+	}
+	if c.Shed == nil || c.Shed.Fleet == nil || c.Shed.Fleet.Capacity != 5000 || c.Shed.Priority.Routes[2].Max != shed.Critical {
+		t.Errorf("example decoded as %+v", c.Shed)
+	}
 }

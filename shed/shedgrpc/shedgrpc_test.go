@@ -79,3 +79,44 @@ func TestUnaryInterceptor(t *testing.T) {
 			st.InFlight, st.Shed[shed.LayerWorker], st.Admitted)
 	}
 }
+
+func TestStreamInterceptor(t *testing.T) {
+	s, err := shed.New(shed.Config{
+		Priority: shed.PriorityConfig{Max: shed.Critical},
+		Worker:   &shed.WorkerConfig{MaxInFlight: 1}, // only critical fits (default's share is 0.8 of 1)
+	}, shed.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer(grpc.StreamInterceptor(StreamServerInterceptor(s, Options{MetadataKey: "prio"})))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient("passthrough:///buf", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("default stream: %v, want Unavailable", err)
+	}
+	w, err = client.Watch(metadata.AppendToOutgoingContext(ctx, "prio", "critical"), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Errorf("critical stream: %v, want a first message", err)
+	}
+	if got := s.Stats().InFlight; got != 1 {
+		t.Errorf("in flight during the stream: %d, want 1", got)
+	}
+}
