@@ -135,7 +135,10 @@ type Ticket struct {
 // layer holds nothing in the others.
 func (s *Shedder) Admit(ctx context.Context, p Priority) (Ticket, *Refusal) {
 	p = p.norm()
-	now := s.now()
+	var now time.Time
+	if s.worker != nil || s.adaptive != nil {
+		now = s.now()
+	}
 	t := Ticket{s: s}
 	if s.worker != nil {
 		if !s.worker.Admit(now, p) {
@@ -187,7 +190,11 @@ func (t Ticket) Done(ctx context.Context, sample bool) {
 		return
 	}
 	t.s.inflight.Add(-1)
-	t.release(ctx, t.s.now(), sample)
+	var now time.Time
+	if t.tok.ok {
+		now = t.s.now()
+	}
+	t.release(ctx, now, sample)
 }
 
 func (t Ticket) release(ctx context.Context, now time.Time, sample bool) {
