@@ -11,7 +11,7 @@ import (
 // with 10% critical traffic.
 func overload(cfg *shed.Config) Scenario {
 	return Scenario{Workers: 20, Service: 20 * time.Millisecond, Offered: 3, Mix: Mix10,
-		Duration: 20 * time.Second, Warmup: 2 * time.Second, Timeout: time.Second, Seed: 1, Shed: cfg}
+		Duration: 12 * time.Second, Warmup: 2 * time.Second, Timeout: time.Second, Seed: 1, Shed: cfg}
 }
 
 func unloadedP99(t *testing.T) time.Duration {
@@ -77,24 +77,24 @@ func TestOverload(t *testing.T) {
 
 func TestStepFollows(t *testing.T) {
 	s := overload(&shed.Config{Adaptive: &shed.AdaptiveConfig{}})
-	s.StepAt, s.StepWorkers, s.Bucket = 10*time.Second, 10, 250*time.Millisecond
+	s.StepAt, s.StepWorkers, s.Bucket = 6*time.Second, 10, 250*time.Millisecond
 	r, err := Run(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	limitAt := func(at time.Duration) int { return r.Series[int(at/s.Bucket)].Limit }
-	before, after := limitAt(9*time.Second), limitAt(13*time.Second)
+	before, after := limitAt(5*time.Second), limitAt(9*time.Second)
 	if before < 20 {
 		t.Fatalf("limit before the step %d, want ≥ 20 (the workers)", before)
 	}
 	// Within 2 s of the halving the limit has fallen by a third or more and
 	// stays near the new capacity.
-	for at := 12 * time.Second; at < 20*time.Second; at += s.Bucket {
+	for at := 8 * time.Second; at < 12*time.Second; at += s.Bucket {
 		if l := limitAt(at); l > before*2/3 || l < 10 {
 			t.Errorf("limit at %v is %d; before the step %d, want in [10, %d]", at, l, before, before*2/3)
 		}
 	}
-	for at := 12 * time.Second; at < 20*time.Second; at += time.Second {
+	for at := 8 * time.Second; at < 12*time.Second; at += time.Second {
 		if g := r.Series[int(at/s.Bucket)].Goodput; g < 0.8*500 {
 			t.Errorf("goodput at %v is %.0f/s, want ≥ 80%% of the new capacity 500/s", at, g)
 		}
