@@ -31,6 +31,9 @@ type Config struct {
 	// Observer, when set, sees every decision of a rule-file limit (see
 	// Observer). Nil observes nothing.
 	Observer Observer
+	// Limits bound the size of requests and of detailed_metric labels; the
+	// zero value is DefaultLimits.
+	Limits Limits
 }
 
 // Observer sees the decisions of rule-file limits, one call per limit

@@ -60,6 +60,8 @@ type Engine struct {
 
 	lastLog    atomic.Int64 // unix nanoseconds of the last store-failure log
 	suppressed atomic.Int64 // store failures not logged since
+
+	detailed detailedLabels // detailed_metric label values in use (detailed.go)
 }
 
 // compiled is what the engine derives once per snapshot.
@@ -275,7 +277,7 @@ func (s *scratch) release() {
 // error only for an invalid request, wrapping ErrInvalidRequest.
 func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	start := time.Now()
-	if err := validate(&req); err != nil {
+	if err := validate(&req, e.cfg.Limits); err != nil {
 		return Response{}, err
 	}
 	snap := e.src.Current()
@@ -539,7 +541,7 @@ func (e *Engine) Release(ctx context.Context, resp Response) error {
 // invalid or len(leases) differs from len(req.Descriptors), and an error
 // when a store could not release.
 func (e *Engine) ReleaseLeases(ctx context.Context, req Request, leases []uint64) error {
-	if err := validate(&req); err != nil {
+	if err := validate(&req, e.cfg.Limits); err != nil {
 		return err
 	}
 	if len(leases) != len(req.Descriptors) {
@@ -731,7 +733,7 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 				e.m.nearLimit.WithLabelValues(req.Domain, "override").Inc()
 			}
 		case p.rule.DetailedMetric:
-			label := detailedLabel(req.Descriptors[p.desc].Entries)
+			label := e.detailed.label(e.cfg.Limits, req.Domain, p.rule.ID, req.Descriptors[p.desc].Entries)
 			e.m.decisions.WithLabelValues(req.Domain, label, outcomeNames[out]).Inc()
 			if near {
 				e.m.nearLimit.WithLabelValues(req.Domain, label).Inc()
@@ -778,13 +780,16 @@ func detailedLabel(entries []rules.Entry) string {
 	return string(appendEntries(nil, entries))
 }
 
-// validate checks a request's shape.
-func validate(req *Request) error {
+// validate checks a request's shape and size (lim, see limits.go).
+func validate(req *Request, lim Limits) error {
 	if req.Domain == "" {
 		return fmt.Errorf("service: %w: empty domain", ErrInvalidRequest)
 	}
 	if len(req.Descriptors) == 0 {
 		return fmt.Errorf("service: %w: no descriptors", ErrInvalidRequest)
+	}
+	if err := lim.Check(req); err != nil {
+		return fmt.Errorf("service: %w: %w", ErrInvalidRequest, err)
 	}
 	if req.Hits > sluice.MaxExact {
 		return fmt.Errorf("service: %w: hits %d above %d", ErrInvalidRequest, req.Hits, uint64(sluice.MaxExact))
