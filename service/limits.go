@@ -107,6 +107,15 @@ func (l Limits) CheckCount(descriptors int) error {
 	return nil
 }
 
+// CheckDomain checks the length of a request's domain.
+func (l Limits) CheckDomain(domain string) error {
+	l = l.withDefaults()
+	if exceeds(len(domain), l.MaxKeyBytes) {
+		return &LimitError{Field: "domain", Limit: "max-key-bytes", Got: len(domain), Max: l.MaxKeyBytes}
+	}
+	return nil
+}
+
 // CheckEntries checks descriptor i, given its entry count and a function
 // returning entry j's key and value, against the limits. Transports call it
 // on their own types before converting them.

@@ -67,8 +67,13 @@ type Options struct {
 	// Logger receives engine errors (not the client's mistakes). Nil
 	// discards.
 	Logger *slog.Logger
-	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes.
+	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes. A
+	// larger body is answered 413 naming the limit.
 	MaxBodyBytes int64
+	// Limits bound the size of check and release requests (see
+	// service.Limits); a request over one is answered 400 naming the limit,
+	// before it is converted. The zero value is the defaults.
+	Limits service.Limits
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// /v1/check and /json answers.
 	ResponseHeaders bool
@@ -203,7 +208,7 @@ func (h *handler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: larger than %d bytes", tooBig.Limit))
+			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: larger than the limit max-request-bytes=%d", tooBig.Limit))
 		} else {
 			problem(w, http.StatusBadRequest, "body: "+err.Error())
 		}
@@ -247,7 +252,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := DecodeCheckRequest(bytes.NewReader(b))
+	req, err := decodeCheck(bytes.NewReader(b), h.opts.Limits)
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error())
 		return
@@ -271,7 +276,7 @@ func (h *handler) release(rel Releaser) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		req, leases, err := DecodeReleaseRequest(bytes.NewReader(b))
+		req, leases, err := decodeRelease(bytes.NewReader(b), h.opts.Limits)
 		if err != nil {
 			problem(w, http.StatusBadRequest, err.Error())
 			return
@@ -291,14 +296,19 @@ func (h *handler) release(rel Releaser) http.HandlerFunc {
 }
 
 // DecodeEnvoyJSON decodes the body of POST /json, a protojson
-// RateLimitRequest, and converts it as the gRPC server does. Errors name the
-// problem; unknown fields are errors. It never panics.
+// RateLimitRequest, and converts it as the gRPC server does, with the
+// default service.Limits. Errors name the problem; unknown fields are
+// errors. It never panics.
 func DecodeEnvoyJSON(b []byte) (service.Request, error) {
+	return decodeEnvoyJSON(b, service.Limits{})
+}
+
+func decodeEnvoyJSON(b []byte, lim service.Limits) (service.Request, error) {
 	var pr rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(b, &pr); err != nil {
 		return service.Request{}, fmt.Errorf("body: %w", err)
 	}
-	return rls.FromProto(&pr)
+	return rls.FromProtoLimits(&pr, lim)
 }
 
 // json serves POST /json as envoyproxy/ratelimit does: 200 and the protojson
@@ -309,7 +319,7 @@ func (h *handler) json(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := DecodeEnvoyJSON(b)
+	req, err := decodeEnvoyJSON(b, h.opts.Limits)
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error())
 		return

@@ -149,7 +149,7 @@ func TestCheckEndpoint(t *testing.T) {
 		want               string
 	}{
 		{"POST", "/v1/check", `{"domain":""}`, 400, `"detail":"domain: empty"`},
-		{"POST", "/v1/check", strings.Repeat(" ", 600), 413, "larger than 512 bytes"},
+		{"POST", "/v1/check", strings.Repeat(" ", 600), 413, "larger than the limit max-request-bytes=512"},
 		{"GET", "/v1/check", "", 405, ""},
 		{"POST", "/v1/check", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":9007199254740993}]}`, 400, "invalid request"},
 		{"GET", "/nowhere", "", 404, "no endpoint GET /nowhere"},

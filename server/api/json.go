@@ -124,9 +124,14 @@ type LimitJSON struct {
 
 // DecodeCheckRequest reads one CheckRequest from r strictly: unknown fields,
 // trailing data and wrong types are errors, and the request must satisfy
-// what CheckRequest documents. The error says which field is wrong, in the
-// style "descriptors[0].entries[1].key: empty". It never panics.
+// what CheckRequest documents and the default service.Limits. The error says
+// which field is wrong, in the style "descriptors[0].entries[1].key: empty".
+// It never panics.
 func DecodeCheckRequest(r io.Reader) (service.Request, error) {
+	return decodeCheck(r, service.Limits{})
+}
+
+func decodeCheck(r io.Reader, lim service.Limits) (service.Request, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var req CheckRequest
@@ -136,13 +141,17 @@ func DecodeCheckRequest(r io.Reader) (service.Request, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return service.Request{}, errors.New("body: want exactly one JSON object, found more after it")
 	}
-	return req.toService()
+	return req.toService(lim)
 }
 
 // DecodeReleaseRequest reads one ReleaseRequest from r, as strictly as
 // DecodeCheckRequest, and returns the request and its leases. It never
 // panics.
 func DecodeReleaseRequest(r io.Reader) (service.Request, []uint64, error) {
+	return decodeRelease(r, service.Limits{})
+}
+
+func decodeRelease(r io.Reader, lim service.Limits) (service.Request, []uint64, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var req ReleaseRequest
@@ -152,7 +161,7 @@ func DecodeReleaseRequest(r io.Reader) (service.Request, []uint64, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return service.Request{}, nil, errors.New("body: want exactly one JSON object, found more after it")
 	}
-	out, err := req.toService()
+	out, err := req.toService(lim)
 	if err != nil {
 		return service.Request{}, nil, err
 	}
@@ -162,12 +171,25 @@ func DecodeReleaseRequest(r io.Reader) (service.Request, []uint64, error) {
 	return out, req.Leases, nil
 }
 
-func (r *CheckRequest) toService() (service.Request, error) {
+// toService converts and validates r, refusing it (with an error wrapping
+// a *service.LimitError) if it is over one of lim before converting it.
+func (r *CheckRequest) toService(lim service.Limits) (service.Request, error) {
 	if r.Domain == "" {
 		return service.Request{}, errors.New("domain: empty")
 	}
+	if err := lim.CheckDomain(r.Domain); err != nil {
+		return service.Request{}, err
+	}
 	if len(r.Descriptors) == 0 {
 		return service.Request{}, errors.New("descriptors: none given")
+	}
+	if err := lim.CheckCount(len(r.Descriptors)); err != nil {
+		return service.Request{}, err
+	}
+	for i, d := range r.Descriptors {
+		if err := lim.CheckEntries(i, len(d.Entries), func(j int) (string, string) { return d.Entries[j].Key, d.Entries[j].Value }); err != nil {
+			return service.Request{}, err
+		}
 	}
 	out := service.Request{Domain: r.Domain, Hits: r.Hits, Descriptors: make([]service.Descriptor, len(r.Descriptors))}
 	for i, d := range r.Descriptors {

@@ -31,15 +31,34 @@ const Unlimited = math.MaxUint32
 // FromProto converts an envoy RateLimitRequest into a service.Request. It
 // validates what envoyproxy/ratelimit validates (and a little more) and
 // returns an error wrapping ErrInvalidRequest that names the offending field,
-// for example "descriptors[1].entries[0].key: empty". It never panics, even
-// on a nil request.
+// for example "descriptors[1].entries[0].key: empty". It enforces the
+// default service.Limits. It never panics, even on a nil request.
 func FromProto(req *rlsv3.RateLimitRequest) (service.Request, error) {
+	return FromProtoLimits(req, service.Limits{})
+}
+
+// FromProtoLimits is FromProto enforcing lim: a request over one of them is
+// refused, before anything is allocated for it, with an error wrapping both
+// ErrInvalidRequest and a *service.LimitError that names the limit.
+func FromProtoLimits(req *rlsv3.RateLimitRequest, lim service.Limits) (service.Request, error) {
 	if req.GetDomain() == "" {
 		return service.Request{}, fmt.Errorf("%w: domain: empty", ErrInvalidRequest)
+	}
+	if err := lim.CheckDomain(req.GetDomain()); err != nil {
+		return service.Request{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	descs := req.GetDescriptors()
 	if len(descs) == 0 {
 		return service.Request{}, fmt.Errorf("%w: descriptors: none given", ErrInvalidRequest)
+	}
+	if err := lim.CheckCount(len(descs)); err != nil {
+		return service.Request{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	for i, d := range descs {
+		es := d.GetEntries()
+		if err := lim.CheckEntries(i, len(es), func(j int) (string, string) { return es[j].GetKey(), es[j].GetValue() }); err != nil {
+			return service.Request{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
 	}
 	out := service.Request{
 		Domain:      req.GetDomain(),

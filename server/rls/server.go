@@ -36,6 +36,10 @@ type Options struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// response_headers_to_add (see Headers).
 	ResponseHeaders bool
+	// Limits bound the size of requests (see service.Limits); a request
+	// over one is refused with codes.InvalidArgument naming the limit,
+	// before it is converted. The zero value is the defaults.
+	Limits service.Limits
 }
 
 // ServiceName is the gRPC service name Register serves and marks in health.
@@ -75,12 +79,12 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
 // ShouldRateLimit answers one RateLimitRequest. A malformed request (empty
-// domain, no descriptors, a descriptor without entries, an empty key) is
-// codes.InvalidArgument; an engine error is codes.Internal (Envoy then
+// domain, no descriptors, a descriptor without entries, an empty key) or
+// one over Options.Limits is codes.InvalidArgument; an engine error is codes.Internal (Envoy then
 // applies its own failure_mode_deny), a cancelled call codes.Canceled or
 // codes.DeadlineExceeded.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	sreq, err := FromProto(req)
+	sreq, err := FromProtoLimits(req, s.opts.Limits)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
