@@ -66,7 +66,7 @@ func TestLimitsHTTP(t *testing.T) {
 	if code != 413 || !strings.Contains(out, "max-request-bytes=4096") {
 		t.Errorf("POST /v1/check of a 5 KB body = %d %s, want 413 naming max-request-bytes=4096", code, out)
 	}
-	code, _, out = do(t, h, "POST", "/v1/check", fmt.Sprintf(`{"domain":"edge","descriptors":[{"entries":[%s]}]}`, entry("remote_address", "1.2.3.4")))
+	code, _, out = do(t, h, "POST", "/v1/check", fmt.Sprintf(`{"domain":"edge","descriptors":[{"entries":[%s]}]}`, entry("ldap", "1.2.3.4")))
 	if code != 200 {
 		t.Errorf("POST /v1/check within limits = %d %s, want 200", code, out)
 	}
