@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/server/api"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/memory"
 )
 
 // serveConfig is everything `sluice serve` can be told. Start from
@@ -23,6 +25,7 @@ type serveConfig struct {
 	Listen  listenConfig
 	Store   storeConfig
 	Service engineConfig
+	Limits  limitsConfig
 	Log     logConfig
 	// ShutdownTimeout bounds the drain of in-flight calls on SIGINT/SIGTERM;
 	// what is still running after it is cut off.
@@ -47,12 +50,31 @@ type listenConfig struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// responses (envoy response_headers_to_add; HTTP headers).
 	ResponseHeaders bool
+	// TLS, when Cert is set, serves gRPC and HTTP over TLS (not the debug
+	// listener, which is meant for loopback).
+	TLS tlsConfig
+}
+
+type tlsConfig struct {
+	// Cert and Key are PEM files: the certificate chain and its private key.
+	// Both or neither; they are read again when they change on disk.
+	Cert, Key string
+	// ClientCA, if set, is a PEM file of CAs; clients must present a
+	// certificate signed by one of them (mutual TLS).
+	ClientCA string
 }
 
 type storeConfig struct {
 	// Kind is "memory" or "redis".
-	Kind  string
-	Redis redisConfig
+	Kind   string
+	Memory memoryConfig
+	Redis  redisConfig
+}
+
+type memoryConfig struct {
+	// MaxKeys caps the keys of the memory store (and of the local-fallback
+	// store when Kind is redis).
+	MaxKeys int
 }
 
 type redisConfig struct {
@@ -60,6 +82,9 @@ type redisConfig struct {
 	// (redis-sentinel://host:port,host:port/master) or a cluster URL
 	// (redis-cluster://host:port,host:port); see store/redis.ParseURL.
 	URL string
+	// URLFile, if set, is a file holding URL (for a URL with a password:
+	// the command line is visible to every local user). It wins over URL.
+	URLFile string
 	// Prefix is put before every key Sluice writes; "" means the URL's
 	// prefix parameter, else the store's default.
 	Prefix string
@@ -75,6 +100,21 @@ type engineConfig struct {
 	DefaultFailureMode string
 }
 
+// limitsConfig bounds requests; see service.Limits.
+type limitsConfig struct {
+	KeyBytes, ValueBytes, Descriptors, Entries int
+	// RequestBytes bounds an HTTP body and a gRPC message.
+	RequestBytes int
+	// DetailedMetricValues bounds the label values of detailed_metric rules.
+	DetailedMetricValues int
+}
+
+// serviceLimits returns the limits in the engine's terms.
+func (l limitsConfig) serviceLimits() service.Limits {
+	return service.Limits{MaxKeyBytes: l.KeyBytes, MaxValueBytes: l.ValueBytes, MaxDescriptors: l.Descriptors,
+		MaxEntries: l.Entries, MaxDetailedMetricValues: l.DetailedMetricValues}
+}
+
 type logConfig struct {
 	// Format is "text" or "json".
 	Format string
@@ -88,10 +128,15 @@ func defaultServeConfig() serveConfig {
 	return serveConfig{
 		Rules:  rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String()},
 		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070"},
-		Store: storeConfig{Kind: "memory", Redis: redisConfig{
+		Store: storeConfig{Kind: "memory", Memory: memoryConfig{MaxKeys: memory.DefaultMaxKeys}, Redis: redisConfig{
 			URL: "redis://127.0.0.1:6379/0",
 		}},
-		Service:         engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open"},
+		Service: engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open"},
+		Limits: limitsConfig{
+			KeyBytes: service.DefaultMaxKeyBytes, ValueBytes: service.DefaultMaxValueBytes,
+			Descriptors: service.DefaultMaxDescriptors, Entries: service.DefaultMaxEntries,
+			RequestBytes: api.DefaultMaxBodyBytes, DetailedMetricValues: service.DefaultMaxDetailedMetricValues,
+		},
 		Log:             logConfig{Format: "text", Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
 	}
@@ -107,12 +152,23 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
 	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
 	fs.BoolVar(&c.Listen.ResponseHeaders, "response-headers", c.Listen.ResponseHeaders, "add RateLimit, RateLimit-Policy and Retry-After headers to answers")
+	fs.StringVar(&c.Listen.TLS.Cert, "tls-cert", c.Listen.TLS.Cert, "PEM certificate chain: serve gRPC and HTTP over TLS (with --tls-key)")
+	fs.StringVar(&c.Listen.TLS.Key, "tls-key", c.Listen.TLS.Key, "PEM private key of --tls-cert")
+	fs.StringVar(&c.Listen.TLS.ClientCA, "tls-client-ca", c.Listen.TLS.ClientCA, "PEM CA certificates: require client certificates signed by them (mutual TLS)")
 	fs.StringVar(&c.Store.Kind, "store", c.Store.Kind, "where counters live: memory or redis")
-	fs.StringVar(&c.Store.Redis.URL, "redis-url", c.Store.Redis.URL, "Redis URL: redis://host:port/db, redis-sentinel://h:p,h:p/master, redis-cluster://h:p,h:p")
+	fs.IntVar(&c.Store.Memory.MaxKeys, "memory-max-keys", c.Store.Memory.MaxKeys, "most keys the memory store holds (see the README for the memory this takes)")
+	fs.StringVar(&c.Store.Redis.URL, "redis-url", c.Store.Redis.URL, "Redis URL: redis://host:port/db, redis-sentinel://h:p,h:p/master, redis-cluster://h:p,h:p (with a password, prefer SLUICE_REDIS_URL or --redis-url-file)")
+	fs.StringVar(&c.Store.Redis.URLFile, "redis-url-file", c.Store.Redis.URLFile, "file holding the Redis URL (wins over --redis-url; keeps a password off the command line)")
 	fs.StringVar(&c.Store.Redis.Prefix, "redis-prefix", c.Store.Redis.Prefix, "prefix of every Redis key (default: the store's, sluice:)")
 	fs.DurationVar(&c.Store.Redis.Timeout, "redis-timeout", c.Store.Redis.Timeout, "timeout of one Redis call (0: the store's default, 50ms)")
 	fs.IntVar(&c.Service.ExpectedReplicas, "expected-replicas", c.Service.ExpectedReplicas, "replicas sharing the store; failure_mode local enforces limit ÷ this")
 	fs.StringVar(&c.Service.DefaultFailureMode, "default-failure-mode", c.Service.DefaultFailureMode, "failure mode of rules that name none: open, closed or local")
+	fs.IntVar(&c.Limits.KeyBytes, "max-key-bytes", c.Limits.KeyBytes, "longest descriptor key (and domain) accepted, in bytes")
+	fs.IntVar(&c.Limits.ValueBytes, "max-value-bytes", c.Limits.ValueBytes, "longest descriptor value accepted, in bytes")
+	fs.IntVar(&c.Limits.Descriptors, "max-descriptors", c.Limits.Descriptors, "most descriptors in one request")
+	fs.IntVar(&c.Limits.Entries, "max-entries", c.Limits.Entries, "most entries in one descriptor")
+	fs.IntVar(&c.Limits.RequestBytes, "max-request-bytes", c.Limits.RequestBytes, "largest HTTP body or gRPC message accepted, in bytes")
+	fs.IntVar(&c.Limits.DetailedMetricValues, "max-detailed-metric-values", c.Limits.DetailedMetricValues, "most label values detailed_metric rules create; more are counted under the rule's own label")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")
@@ -215,6 +271,27 @@ func (c serveConfig) Validate() error {
 	default:
 		bad("--store: %q, want memory or redis", c.Store.Kind)
 	}
+	if c.Store.Memory.MaxKeys < 1 {
+		bad("--memory-max-keys: %d, want at least 1", c.Store.Memory.MaxKeys)
+	}
+	if (c.Listen.TLS.Cert == "") != (c.Listen.TLS.Key == "") {
+		bad("--tls-cert and --tls-key: give both or neither")
+	}
+	if c.Listen.TLS.ClientCA != "" && c.Listen.TLS.Cert == "" {
+		bad("--tls-client-ca: needs --tls-cert and --tls-key (mutual TLS is TLS first)")
+	}
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{
+		{"--max-key-bytes", c.Limits.KeyBytes}, {"--max-value-bytes", c.Limits.ValueBytes},
+		{"--max-descriptors", c.Limits.Descriptors}, {"--max-entries", c.Limits.Entries},
+		{"--max-request-bytes", c.Limits.RequestBytes}, {"--max-detailed-metric-values", c.Limits.DetailedMetricValues},
+	} {
+		if l.v < 1 {
+			bad("%s: %d, want at least 1 (every input has a bound)", l.flag, l.v)
+		}
+	}
 	if c.Service.ExpectedReplicas < 1 {
 		bad("--expected-replicas: %d, want at least 1", c.Service.ExpectedReplicas)
 	}
@@ -240,7 +317,7 @@ func (c serveConfig) Validate() error {
 func (c serveConfig) logger(w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(c.Log.Level)) // validated
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: scrubber{c.secrets()}.attr}
 	if c.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -42,16 +43,33 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fs.PrintDefaults()
 	}
 	if done, err := parseOptions(fs, args, getenv); done || err != nil {
-		return err
+		// A bad flag's value is quoted in the error: it may be the URL.
+		return scrubber{cfg.secrets()}.err(err)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.loadSecrets(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	s, err := newServer(cfg, cfg.logger(stderr), deps{})
-	if err != nil {
-		return err
+	scrub := scrubber{cfg.secrets()}
+	if err := cfg.Validate(); err != nil {
+		return scrub.err(fmt.Errorf("serve: %w", err))
 	}
-	return s.run(ctx)
+	log := cfg.logger(stderr)
+	if passwordOnCommandLine(fs, cfg) {
+		log.Warn("the Redis URL on the command line holds a password, which every local user can read (ps, /proc); pass it in SLUICE_REDIS_URL or --redis-url-file instead")
+	}
+	s, err := newServer(cfg, log, deps{})
+	if err != nil {
+		return scrub.err(err)
+	}
+	return scrub.err(s.run(ctx))
+}
+
+// passwordOnCommandLine reports whether --redis-url was given as an argument
+// with a secret in it.
+func passwordOnCommandLine(fs *flag.FlagSet, cfg serveConfig) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis-url" })
+	return given && cfg.Store.Redis.URLFile == "" && len(cfg.secrets()) > 0
 }
 
 // server is one running `sluice serve`: rules, store, engine and the three
@@ -106,6 +124,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 
 	ecfg := service.DefaultConfig()
 	ecfg.ExpectedReplicas = cfg.Service.ExpectedReplicas
+	ecfg.Limits = cfg.Limits.serviceLimits()
+	memOpts := memory.Options{Now: d.now, MaxKeys: cfg.Store.Memory.MaxKeys}
+	memStores := map[string]*memory.Store{}
 	if ecfg.DefaultFailureMode, err = service.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
 		return nil, fmt.Errorf("serve: --default-failure-mode: %w", err)
 	}
@@ -118,24 +139,38 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		rs, closeStore := connectRedis(ropts, log.With("component", "store"))
 		s.store = rs
 		s.closers = append(s.closers, closerFunc(closeStore))
-		fallback := memory.New(memory.Options{Now: d.now})
+		fallback := memory.New(memOpts)
 		s.closers = append(s.closers, fallback)
 		ecfg.Fallback = fallback
+		memStores["fallback"] = fallback
 	default:
-		ms := memory.New(memory.Options{Now: d.now})
+		ms := memory.New(memOpts)
 		s.store = ms
 		s.closers = append(s.closers, ms)
+		memStores["memory"] = ms
 	}
 	if hr, ok := s.store.(sluice.HealthReporter); ok {
 		reg.MustRegister(service.NewHealthCollector(hr))
 	}
+	reg.MustRegister(newMemoryCollector(cfg.Store.Memory.MaxKeys, memStores))
 	s.engine, err = service.New(ecfg, s.watcher, s.store, metrics, log.With("component", "engine"))
 	if err != nil {
 		return nil, fmt.Errorf("serve: engine: %w", err)
 	}
 
-	s.rls = rls.New(s.engine, rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders})
-	s.grpc = grpc.NewServer()
+	reg.MustRegister(newDetailedCollector(s.engine))
+
+	tlsCfg, err := serverTLS(cfg.Listen.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s.rls = rls.New(s.engine, rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders,
+		Limits: ecfg.Limits})
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes)}
+	if tlsCfg != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	s.grpc = grpc.NewServer(gopts...)
 	s.rls.Register(s.grpc)
 
 	aopts := api.Options{
@@ -145,6 +180,8 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		Rules:           s.watcher,
 		Logger:          log.With("component", "http"),
 		ResponseHeaders: cfg.Listen.ResponseHeaders,
+		MaxBodyBytes:    int64(cfg.Limits.RequestBytes),
+		Limits:          ecfg.Limits,
 	}
 	h, err := api.New(aopts)
 	if err != nil {
@@ -157,6 +194,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		TLSConfig:         tlsCfg,
 	}
 	if debugOn(cfg.Listen.Debug) {
 		dh, err := api.NewDebug(aopts)
@@ -222,7 +260,11 @@ func (s *server) run(ctx context.Context) error {
 		}
 	}()
 	go func() {
-		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := s.http.Serve
+		if s.cfg.Listen.TLS.Cert != "" {
+			serve = func(ln net.Listener) error { return s.http.ServeTLS(ln, "", "") }
+		}
+		if err := serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve: http: %w", err)
 		}
 	}()
@@ -233,7 +275,7 @@ func (s *server) run(ctx context.Context) error {
 			}
 		}()
 	}
-	attrs := []any{"grpc", s.grpcAddr(), "http", s.httpAddr(), "store", s.cfg.Store.Kind, "rules", s.cfg.Rules.Dir}
+	attrs := []any{"grpc", s.grpcAddr(), "http", s.httpAddr(), "tls", s.cfg.Listen.TLS.Cert != "", "store", s.cfg.Store.Kind, "rules", s.cfg.Rules.Dir}
 	if s.debugLn != nil {
 		attrs = append(attrs, "debug", s.debugLn.Addr().String())
 	}

@@ -124,7 +124,7 @@ func New(opts Options) (http.Handler, error) {
 }
 
 // NewDebug returns the handler for the debug listener: pprof under
-// /debug/pprof/, plus /metrics and /debug/rules when configured. Serve it
+// /debug/pprof/ (except cmdline, which may hold secrets), plus /metrics and /debug/rules when configured. Serve it
 // only on a loopback or otherwise private address.
 func NewDebug(opts Options) (http.Handler, error) {
 	if opts.Checker == nil {
@@ -136,7 +136,11 @@ func NewDebug(opts Options) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	// Not pprof.Cmdline: the command line may hold secrets (a Redis URL
+	// with its password), and no profile needs it.
+	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
+		problem(w, http.StatusNotFound, "the command line is not served: it may hold secrets")
+	})
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

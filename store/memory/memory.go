@@ -41,6 +41,9 @@ type Options struct {
 	SweepInterval time.Duration
 }
 
+// DefaultMaxKeys is the key cap when Options.MaxKeys is zero.
+const DefaultMaxKeys = 1 << 22
+
 // Stats are counters of a Store.
 type Stats struct {
 	// Keys is the number of live keys.
@@ -85,7 +88,7 @@ func New(opts Options) *Store {
 	}
 	maxKeys := opts.MaxKeys
 	if maxKeys == 0 {
-		maxKeys = 1 << 22
+		maxKeys = DefaultMaxKeys
 	}
 	s := &store{
 		shards: make([]shard, shards),
