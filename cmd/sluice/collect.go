@@ -11,7 +11,7 @@ import (
 // ("memory" when it holds the counters, "fallback" for failure_mode local).
 // One Stats call (which visits every shard) serves one scrape.
 type memoryCollector struct {
-	stores map[string]*memory.Store
+	stores                           map[string]*memory.Store
 	keys, capacity, evictions, swept *prometheus.Desc
 	maxKeys                          int
 }
