@@ -9,16 +9,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/sluice-rl/sluice/rules"
 )
 
 // Each limit refuses a request just over it, names itself and the field,
 // and admits a request exactly at it.
 func TestLimits(t *testing.T) {
 	lim := Limits{MaxKeyBytes: 8, MaxValueBytes: 16, MaxDescriptors: 3, MaxEntries: 2}
-	h := newHarness(t, testRules, Config{ExpectedReplicas: 1, DefaultFailureMode: rules.FailureOpen,
-		Breaker: DefaultConfig().Breaker, NearLimitRatio: 0.8, Limits: lim})
+	cfg := DefaultConfig()
+	cfg.Limits = lim
+	h := newHarness(t, testRules, cfg)
 	many := func(n int) []Descriptor {
 		ds := make([]Descriptor, n)
 		for i := range ds {
