@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,7 +55,7 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return scrub.err(fmt.Errorf("serve: %w", err))
 	}
 	log := cfg.logger(stderr)
-	if passwordOnCommandLine(fs, cfg) {
+	if passwordOnCommandLine(args, cfg) {
 		log.Warn("the Redis URL on the command line holds a password, which every local user can read (ps, /proc); pass it in SLUICE_REDIS_URL or --redis-url-file instead")
 	}
 	s, err := newServer(cfg, log, deps{})
@@ -65,10 +66,16 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 }
 
 // passwordOnCommandLine reports whether --redis-url was given as an argument
-// with a secret in it.
-func passwordOnCommandLine(fs *flag.FlagSet, cfg serveConfig) bool {
+// (not from the environment) with a secret in it.
+func passwordOnCommandLine(args []string, cfg serveConfig) bool {
 	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis-url" })
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		given = given || (strings.HasPrefix(a, "-") && name == "redis-url")
+	}
 	return given && cfg.Store.Redis.URLFile == "" && len(cfg.secrets()) > 0
 }
 
