@@ -43,7 +43,8 @@ func serverTLS(c tlsConfig) (*tls.Config, error) {
 }
 
 // certCheckEvery is how often a handshake may look at the key pair's files.
-const certCheckEvery = 10 * time.Second
+// (A variable so tests can shorten it.)
+var certCheckEvery = 10 * time.Second
 
 // keyPair is a certificate and key read from files, reloaded when they
 // change. Safe for concurrent use.
