@@ -30,6 +30,10 @@ func init() {
 	register("proxy", "rate-limit an existing HTTP API: sluice proxy --upstream URL --rules DIR --listen ADDR", runProxy)
 }
 
+// defaultProxyListen is where `sluice proxy` listens when neither --listen
+// nor the config file says.
+const defaultProxyListen = "127.0.0.1:8080"
+
 // specList is a repeatable string flag.
 type specList []string
 
@@ -54,7 +58,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.StringVar(&upstream, "upstream", "", "URL of the API to forward to (required)")
 	fs.StringVar(&rulesDir, "rules", "", "directory of rule files, applied in process and reloaded on change")
 	fs.StringVar(&rlsAddr, "rls", "", "host:port of a rate limit service (sluice serve --grpc-addr) to ask instead of --rules")
-	fs.StringVar(&listen, "listen", "", "address to serve on (default :8080)")
+	fs.StringVar(&listen, "listen", "", "address to serve on (default "+defaultProxyListen+", loopback only; :8080 for every interface)")
 	fs.StringVar(&domain, "domain", "", "rule domain to apply (required)")
 	fs.StringVar(&trusted, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/Forwarded are believed (default: none)")
 	fs.Var(&descriptors, "descriptor", "descriptor spec, repeatable: key=ip|ipnet:V4:V6|route|method|header:NAME|static:VALUE[, …] (default remote_address=ip)")
@@ -123,6 +127,11 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	if inflight > 0 {
 		cfg.Concurrency = append(cfg.Concurrency, gateway.Concurrency{Name: "inflight", Limit: inflight, Shed: true})
+	}
+	if cfg.Listen == "" {
+		// Loopback unless told otherwise, like serve: a proxy that opens
+		// itself to the network should be a decision, not a default.
+		cfg.Listen = defaultProxyListen
 	}
 	cfg.Default()
 	var errs []error
