@@ -1,16 +1,51 @@
 package memory
 
-// admit accounts for one more key in sh, first evicting one if the shard is
+import "math"
+
+// Making room at the cap. Keys back in their fresh state (idle) can be
+// dropped without changing any decision, so they go first: when a shard at
+// its cap needs room and one of its keys may be fresh (its earliest expiry,
+// a lower bound kept in shard.minExp, has passed), the whole shard is swept
+// and every fresh key freed at once. Only when none is fresh is a key that
+// is mid-window evicted — the sampled one closest to fresh — and counted in
+// Stats.Evictions.
+//
+// A sweep visits every key of the shard, so it is rationed: at most one per
+// sweepGap of the store's clock, or one per shard.count/sweepPerInserts new
+// keys, whichever comes first. Between sweeps the sampled eviction still
+// prefers an idle key when its sample holds one.
+const (
+	sweepGap        = 10_000 // µs
+	sweepPerInserts = 8
+)
+
+// admit accounts for one more key in sh, first making room if the shard is
 // at its cap. Requires sh.mu.
 func (s *store) admit(sh *shard, now int64) {
 	if s.shardCap > 0 && sh.count >= s.shardCap {
-		if fresh := s.evictOne(sh, now); fresh {
-			s.swept.Add(1)
-		} else {
-			s.evictions.Add(1)
+		freed := 0
+		if sh.minExp <= now && (now-sh.lastSweep >= sweepGap || sh.sinceSweep*sweepPerInserts >= sh.count) {
+			freed = s.sweepShard(sh, now)
+			s.swept.Add(uint64(freed))
+		}
+		if freed == 0 {
+			if fresh := s.evictOne(sh, now); fresh {
+				s.swept.Add(1)
+			} else {
+				s.evictions.Add(1)
+			}
 		}
 	}
 	sh.count++
+	sh.sinceSweep++
+}
+
+// note lowers sh.minExp to exp, the expiry of a key just written. Requires
+// sh.mu.
+func (sh *shard) note(exp int64) {
+	if exp < sh.minExp {
+		sh.minExp = exp
+	}
 }
 
 // sampleSize is how many keys evictOne looks at, as Redis's approximated LRU
@@ -64,17 +99,26 @@ func evictFrom[V any](s *store, t *table[V], exp func(*V) int64) (int64, bool) {
 	return vexp, true
 }
 
-// sweep deletes every key that is fresh at now and returns how many it
-// deleted. Requires sh.mu.
+// sweepShard deletes every key that is fresh at now, recomputes sh.minExp
+// from the keys left, and returns how many it deleted. Requires sh.mu.
 func (s *store) sweepShard(sh *shard, now int64) int {
-	n := sweepTable(s, &sh.gcra, func(v *tatState) bool { return v.tat <= now }) +
-		sweepTable(s, &sh.leaky, func(v *tatState) bool { return v.tat <= now }) +
-		sweepTable(s, &sh.token, func(v *tatState) bool { return v.tat <= now }) +
-		sweepTable(s, &sh.fixed, func(v *windowState) bool { return v.exp <= now }) +
-		sweepTable(s, &sh.slide, func(v *windowState) bool { return v.exp <= now }) +
-		sweepTable(s, &sh.slog, func(v **logState) bool { return (*v).exp <= now }) +
-		sweepTable(s, &sh.conc, func(v **logState) bool { return (*v).exp <= now })
+	m := int64(math.MaxInt64)
+	stale := func(exp int64) bool {
+		if exp <= now {
+			return true
+		}
+		m = min(m, exp)
+		return false
+	}
+	n := sweepTable(s, &sh.gcra, func(v *tatState) bool { return stale(v.tat) }) +
+		sweepTable(s, &sh.leaky, func(v *tatState) bool { return stale(v.tat) }) +
+		sweepTable(s, &sh.token, func(v *tatState) bool { return stale(v.tat) }) +
+		sweepTable(s, &sh.fixed, func(v *windowState) bool { return stale(v.exp) }) +
+		sweepTable(s, &sh.slide, func(v *windowState) bool { return stale(v.exp) }) +
+		sweepTable(s, &sh.slog, func(v **logState) bool { return stale((*v).exp) }) +
+		sweepTable(s, &sh.conc, func(v **logState) bool { return stale((*v).exp) })
 	sh.count -= n
+	sh.minExp, sh.lastSweep, sh.sinceSweep = m, now, 0
 	return n
 }
 

@@ -45,9 +45,14 @@ type shard struct {
 	slog  table[*logState]
 	conc  table[*logState]
 	count int
-	memos [4]memo
-	next  int
-	_     [64]byte // keep neighbouring shards' locks off this cache line
+	// minExp is at most the earliest exp of the shard's keys (so no key is
+	// fresh before it); lastSweep is when sweepShard last ran, sinceSweep
+	// the keys inserted since. See cap.go.
+	minExp, lastSweep int64
+	sinceSweep        int
+	memos             [4]memo
+	next              int
+	_                 [64]byte // keep neighbouring shards' locks off this cache line
 }
 
 // params returns the algorithm params of l, validating it the first time the
@@ -85,14 +90,19 @@ func (u *undo) revert(s *store) {
 	switch u.alg {
 	case sluice.GCRA:
 		restore(s, sh, &sh.gcra, u, u.tat)
+		sh.note(u.tat.tat)
 	case sluice.LeakyBucket:
 		restore(s, sh, &sh.leaky, u, u.tat)
+		sh.note(u.tat.tat)
 	case sluice.TokenBucket:
 		restore(s, sh, &sh.token, u, u.tat)
+		sh.note(u.tat.tat)
 	case sluice.FixedWindow:
 		restore(s, sh, &sh.fixed, u, u.win)
+		sh.note(u.win.exp)
 	case sluice.SlidingWindow:
 		restore(s, sh, &sh.slide, u, u.win)
+		sh.note(u.win.exp)
 	case sluice.SlidingLog:
 		unadd(s, sh, &sh.slog, u)
 	case sluice.Concurrency:
@@ -198,6 +208,7 @@ func (s *store) applyTAT(sh *shard, op *sluice.Op, h uint64, now int64, p algori
 	}
 	if d.OK() && cost > 0 {
 		put(s, sh, t, h, op.Key, i, found, tatState{tat}, now)
+		sh.note(tat)
 		if undos != nil {
 			*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, tat: old})
 		}
@@ -215,7 +226,9 @@ func (s *store) applyToken(sh *shard, op *sluice.Op, h uint64, now int64, p algo
 	}
 	ns, d := algorithm.TokenBucket(algorithm.TokenState{Last: old.tat}, now, cost, p)
 	if d.OK() && cost > 0 {
-		put(s, sh, t, h, op.Key, i, found, tatState{ns.Last + ns.Missing*p.Interval}, now)
+		exp := ns.Last + ns.Missing*p.Interval
+		put(s, sh, t, h, op.Key, i, found, tatState{exp}, now)
+		sh.note(exp)
 		if undos != nil {
 			*undos = append(*undos, undo{sh: sh, alg: sluice.TokenBucket, h: h, key: op.Key, isNew: !found, tat: old})
 		}
@@ -243,6 +256,7 @@ func (s *store) applyWindow(sh *shard, op *sluice.Op, h uint64, now int64, p alg
 	}
 	if d.OK() && cost > 0 {
 		put(s, sh, t, h, op.Key, i, found, windowState{s: ns, exp: now + d.ResetAfter}, now)
+		sh.note(now + d.ResetAfter)
 		if undos != nil {
 			*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, win: old})
 		}
@@ -283,12 +297,14 @@ func (s *store) applyLog(sh *shard, op *sluice.Op, h uint64, now int64, p algori
 		// Pruning and releases are kept even when denied: they change no
 		// later decision (pruning) or are not charges (releases).
 		st.log, st.exp = log, now+d.ResetAfter
+		sh.note(st.exp)
 	}
 	if !d.OK() || cost == 0 || op.Release {
 		return d, 0
 	}
 	if !found {
 		put(s, sh, t, h, op.Key, i, false, &logState{log: log, exp: now + d.ResetAfter}, now)
+		sh.note(now + d.ResetAfter)
 	}
 	if undos != nil {
 		*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, entry: entry})

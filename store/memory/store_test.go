@@ -80,12 +80,59 @@ func TestMaxKeys(t *testing.T) {
 			kept++
 		}
 	}
-	t.Logf("after 50 new keys at the cap: %+v; mid-window keys kept: %d of 50", st, kept)
-	if kept < 45 {
-		t.Errorf("only %d of 50 mid-window keys kept while 50 idle keys were there to evict", kept)
+	if kept != 50 {
+		t.Errorf("%d of 50 mid-window keys kept while 50 idle keys were there to evict, want all 50", kept)
 	}
-	if st.Evictions > 25 { // sampling may miss the last few idle keys
-		t.Errorf("Evictions = %d, want few: idle keys should have gone first", st.Evictions)
+	if st.Evictions != 0 || st.Swept != 50 {
+		t.Errorf("Stats = %+v, want 0 evictions and 50 swept: the idle keys go first", st)
+	}
+}
+
+// A long flood of new keys at the cap, whose own keys go idle as it runs,
+// never resets a key that is mid-window: room comes from the flood's idle
+// keys. Once every key is mid-window, new keys evict (the closest to fresh)
+// and each eviction is counted; the store never holds more than its cap.
+func TestFloodAtCap(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.Options{Now: clock.Now, Shards: 4, MaxKeys: 1000, SweepInterval: time.Hour})
+	defer s.Close()
+	long := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1000, Window: time.Hour}
+	for i := range 500 {
+		take(t, s, fmt.Sprint("tenant-", i), long, 1)
+	}
+	short := sluice.Limit{Algorithm: sluice.GCRA, Quota: 1, Window: 100 * time.Millisecond}
+	for i := range 20_000 { // 2 new keys a millisecond, each idle after 100ms
+		if i%2 == 0 {
+			clock.Advance(time.Millisecond)
+		}
+		if r := take(t, s, fmt.Sprint("flood-", i), short, 1); !r.Allowed {
+			t.Fatalf("flood key %d denied on its first hit", i)
+		}
+		if k := s.Stats().Keys; i%1000 == 0 && k > 1000 {
+			t.Fatalf("Keys = %d, above the cap of 1000", k)
+		}
+	}
+	for i := range 500 {
+		if r := take(t, s, fmt.Sprint("tenant-", i), long, 0); r.Remaining != 999 {
+			t.Fatalf("tenant-%d: Remaining = %d after the flood, want 999 (its counter was reset)", i, r.Remaining)
+		}
+	}
+	st := s.Stats()
+	if st.Evictions != 0 {
+		t.Errorf("Evictions = %d during a flood whose own keys went idle, want 0", st.Evictions)
+	}
+	t.Logf("after a 20,000-key flood: %+v", st)
+
+	// Now a flood that stays mid-window: room must come from evictions.
+	for i := range 2000 {
+		take(t, s, fmt.Sprint("hour-", i), long, 1)
+	}
+	st = s.Stats()
+	if st.Keys > 1000 {
+		t.Errorf("Keys = %d, above the cap of 1000", st.Keys)
+	}
+	if st.Evictions < 1000 {
+		t.Errorf("Evictions = %d after 2000 hour-long keys into a store of 1000, want at least 1000 counted", st.Evictions)
 	}
 }
 
