@@ -142,3 +142,20 @@ func TestDetailedMetricCap(t *testing.T) {
 		t.Errorf("DetailedMetricOverflow = %d, want 7", got)
 	}
 }
+
+// BenchmarkLimitsCheck is what the request limits add to every check: one
+// pass over the request's entries (compare with BenchmarkCheck).
+func BenchmarkLimitsCheck(b *testing.B) {
+	reqs := benchRequests()
+	lim := DefaultLimits()
+	b.ReportAllocs()
+	cpu := cpuTime(b)
+	i := 0
+	for b.Loop() {
+		if err := lim.Check(&reqs[i%benchKeys]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	reportCPU(b, cpu)
+}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
@@ -110,5 +111,32 @@ func TestShouldRateLimitLimits(t *testing.T) {
 	resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "v")}})
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Errorf("ShouldRateLimit within limits = %v, %v, want OK", resp, err)
+	}
+}
+
+// BenchmarkRefuseOversized is the worst a request can cost before it is
+// refused: a message just under the default 1 MiB gRPC limit packed with
+// the smallest descriptors (about 87,000), decoded by protobuf and then
+// refused for its descriptor count.
+func BenchmarkRefuseOversized(b *testing.B) {
+	req := &rlsv3.RateLimitRequest{Domain: "edge"}
+	one := proto.Size(&rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "1")}})
+	for range (1<<20 - 16) / one {
+		req.Descriptors = append(req.Descriptors, desc("k", "1"))
+	}
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(len(req.Descriptors)), "descriptors")
+	b.ReportAllocs()
+	for b.Loop() {
+		var got rlsv3.RateLimitRequest
+		if err := proto.Unmarshal(wire, &got); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := FromProto(&got); err == nil {
+			b.Fatal("accepted")
+		}
 	}
 }

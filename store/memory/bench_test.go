@@ -114,7 +114,7 @@ func BenchmarkTakeMillionKeys(b *testing.B) {
 	ks := keys(1_000_000)
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
 		b.Run(fmt.Sprintf("%v/keys=1e6/serial", a), func(b *testing.B) {
-			s := memory.New(memory.Options{})
+			s := memory.New(memory.Options{MaxKeys: 2 * len(ks)}) // no eviction
 			defer s.Close()
 			rand.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
 			benchTake(b, s, ks, benchLimit(a), false)
@@ -139,7 +139,7 @@ func bytesPerKey(b *testing.B, ks []string, l sluice.Limit) float64 {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	s := memory.New(memory.Options{})
+	s := memory.New(memory.Options{MaxKeys: 2 * len(ks)}) // no eviction
 	ctx := context.Background()
 	ops := []sluice.Op{{Limit: l, Cost: 1}}
 	res := make([]sluice.Result, 1)
