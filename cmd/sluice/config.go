@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
-	"github.com/sluice-rl/sluice/server/api"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -100,6 +99,12 @@ type engineConfig struct {
 	DefaultFailureMode string
 }
 
+// defaultMaxRequestBytes bounds an HTTP body and a gRPC message: far above
+// any real check (an Envoy request is well under 10 KiB), yet a message
+// packed with tiny descriptors costs about 9 ms of CPU to decode and refuse
+// (BENCHMARKS.md), a quarter of what 1 MiB would.
+const defaultMaxRequestBytes = 256 << 10
+
 // limitsConfig bounds requests; see service.Limits.
 type limitsConfig struct {
 	KeyBytes, ValueBytes, Descriptors, Entries int
@@ -135,7 +140,7 @@ func defaultServeConfig() serveConfig {
 		Limits: limitsConfig{
 			KeyBytes: service.DefaultMaxKeyBytes, ValueBytes: service.DefaultMaxValueBytes,
 			Descriptors: service.DefaultMaxDescriptors, Entries: service.DefaultMaxEntries,
-			RequestBytes: api.DefaultMaxBodyBytes, DetailedMetricValues: service.DefaultMaxDetailedMetricValues,
+			RequestBytes: defaultMaxRequestBytes, DetailedMetricValues: service.DefaultMaxDetailedMetricValues,
 		},
 		Log:             logConfig{Format: "text", Level: "info"},
 		ShutdownTimeout: 10 * time.Second,

@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -115,28 +116,33 @@ func TestShouldRateLimitLimits(t *testing.T) {
 }
 
 // BenchmarkRefuseOversized is the worst a request can cost before it is
-// refused: a message just under the default 1 MiB gRPC limit packed with
-// the smallest descriptors (about 87,000), decoded by protobuf and then
-// refused for its descriptor count.
+// refused: a message just under the gRPC size limit (64 KiB, 256 KiB as
+// `sluice serve` sets it by default, 1 MiB) packed with the smallest
+// descriptors, decoded by protobuf and then refused for its descriptor
+// count.
 func BenchmarkRefuseOversized(b *testing.B) {
-	req := &rlsv3.RateLimitRequest{Domain: "edge"}
 	one := proto.Size(&rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "1")}})
-	for range (1<<20 - 16) / one {
-		req.Descriptors = append(req.Descriptors, desc("k", "1"))
-	}
-	wire, err := proto.Marshal(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(len(req.Descriptors)), "descriptors")
-	b.ReportAllocs()
-	for b.Loop() {
-		var got rlsv3.RateLimitRequest
-		if err := proto.Unmarshal(wire, &got); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := FromProto(&got); err == nil {
-			b.Fatal("accepted")
-		}
+	for _, size := range []int{64 << 10, 256 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) {
+			req := &rlsv3.RateLimitRequest{Domain: "edge"}
+			for range (size - 16) / one {
+				req.Descriptors = append(req.Descriptors, desc("k", "1"))
+			}
+			wire, err := proto.Marshal(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				var got rlsv3.RateLimitRequest
+				if err := proto.Unmarshal(wire, &got); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := FromProto(&got); err == nil {
+					b.Fatal("accepted")
+				}
+			}
+			b.ReportMetric(float64(len(req.Descriptors)), "descriptors")
+		})
 	}
 }
