@@ -2,10 +2,15 @@ package rls
 
 import (
 	"errors"
+	"strings"
 	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/service"
 )
 
 // FuzzFromProto: any RateLimitRequest on the wire converts to a valid
@@ -18,6 +23,13 @@ func FuzzFromProto(f *testing.F) {
 	full := &rlsv3.RateLimitRequest{Domain: "edge"}
 	full.Descriptors = append(full.Descriptors, desc("remote_address", "1.2.3.4"), desc("tenant", "acme", "user", ""), desc("", "x"))
 	seeds = append(seeds, full)
+	// Over the default limits: too many descriptors, a value too long.
+	tooMany := &rlsv3.RateLimitRequest{Domain: "edge"}
+	for range service.DefaultMaxDescriptors + 1 {
+		tooMany.Descriptors = append(tooMany.Descriptors, desc("k", "v"))
+	}
+	seeds = append(seeds, tooMany, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("k", strings.Repeat("v", service.DefaultMaxValueBytes+1))}})
 	for _, s := range seeds {
 		b, err := proto.Marshal(s)
 		if err != nil {
