@@ -98,3 +98,34 @@ func TestLimitFlags(t *testing.T) {
 		}
 	}
 }
+
+// The memory store's key count, cap and evictions, and the detailed_metric
+// gauges, are on /metrics.
+func TestMemoryMetricsServe(t *testing.T) {
+	ts := startServer(t, filepath.Join(repoRoot, "examples/rules"), func(c *serveConfig) { c.Store.Memory.MaxKeys = 512 })
+	for i := range 600 {
+		if code, out := post(t, ts.base+"/v1/check", fmt.Sprintf(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.1.%d.%d"}]}]}`, i/256, i%256)); code != 200 {
+			t.Fatalf("check %d = %d %s", i, code, out)
+		}
+	}
+	_, body := get(t, ts.base+"/metrics")
+	for _, want := range []string{
+		`sluice_memory_store_max_keys{store="memory"} 512`,
+		`sluice_memory_store_evictions_total{store="memory"}`,
+		`sluice_memory_store_swept_total{store="memory"}`,
+		`sluice_detailed_metric_values 0`,
+		`sluice_detailed_metric_overflow_total 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	var keys, evictions float64
+	for _, line := range strings.Split(body, "\n") {
+		fmt.Sscanf(line, `sluice_memory_store_keys{store="memory"} %g`, &keys)
+		fmt.Sscanf(line, `sluice_memory_store_evictions_total{store="memory"} %g`, &evictions)
+	}
+	if keys == 0 || keys > 512 || evictions < 600-512 {
+		t.Errorf("/metrics: keys %v, evictions %v after 600 distinct keys into a cap of 512; want 0 < keys ≤ 512 and at least 88 evictions", keys, evictions)
+	}
+}
