@@ -2,7 +2,7 @@
 -- not yet refilled) and last (µs up to which refill has been credited), two
 -- packed doubles.
 
-A[1] = {
+A[TOKEN_BUCKET] = {
   load = function(raw)
     if raw and #raw == 16 then
       local m, l = unpack('<dd', raw)
