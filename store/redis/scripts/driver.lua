@@ -116,16 +116,13 @@ local function save(order, now)
     local alg = c.alg
     if alg.log then
       save_log(c, now)
+    elseif c.restore == '' then
+      call('DEL', c.key)
     elseif c.restore then
-      local f = 0
-      if c.restore ~= '' then
-        f = alg.fresh(alg.load(c.restore), now, c.p)
-      end
-      if f > 0 then
-        call('SET', c.key, c.restore, 'PX', ttl_ms(f))
-      else
-        call('DEL', c.key)
-      end
+      -- Put the old state back even when it is already fresh at now: a
+      -- clock that steps back (store/memory puts it back too) sees it again.
+      local f = alg.fresh(alg.load(c.restore), now, c.p)
+      call('SET', c.key, c.restore, 'PX', ttl_ms(max(f, 1)))
     elseif c.dirty then
       c.new = store_state(c.key, alg, c.st, now, c.p)
     end
