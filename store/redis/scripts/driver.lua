@@ -240,7 +240,7 @@ local function refund(kbase, ops, now, ai)
 end
 
 -- relook is a denied group's second pass: from the stored state, keep the
--- releases and look instead of charging. res holds the first pass's
+-- releases and look instead of charging (log pruning is already written). res holds the first pass's
 -- decisions; those that were allowed are replaced by looks.
 local function relook(kbase, ops, now, res)
   local g = new_pass(kbase, ops)
@@ -257,8 +257,6 @@ local function relook(kbase, ops, now, res)
       local c = get(g, j)
       if res[j][1] == ALLOWED then
         res[j] = step(c, op, now, 0)
-      elseif c.alg.log then
-        step(c, op, now, 0)
       end
     end
   end
@@ -288,21 +286,22 @@ end
 -- decide decides one group (mode 0 or 1), all-or-nothing.
 local function decide(kbase, ops, now, mode)
   local g = new_pass(kbase, ops)
-  local denied = false
+  local denied, charged = false, false
   local res = {}
   for j = 1, #ops do
     local c = get(g, j)
-    local d, charged = step(c, ops[j], now, ops[j].cost)
-    if charged or ops[j].rel then
+    local d, ch = step(c, ops[j], now, ops[j].cost)
+    if ch or ops[j].rel then
       c.dirty = true
     end
+    charged = charged or ch
     if d[1] ~= ALLOWED then
       denied = true
     end
     res[j] = d
   end
-  if denied then
-    -- Nothing was charged yet: start again from the stored state.
+  if denied and charged then
+    -- Nothing was written yet: start again from the stored state.
     g = relook(kbase, ops, now, res)
   end
   save(g.order, now)

@@ -103,15 +103,27 @@ local function log_drop(s, t)
     call('ZREM', s.key, tunpack(index, i, min(i + 999, #index)))
   end
   log_count(s, -freed)
+  if s.u == 0 then
+    s.top = false
+  end
 end
 
--- log_newest is the At of the newest entry, or nil.
-local function log_newest(s)
-  local at
-  local r = call('ZREVRANGEBYSCORE', s.key, '+inf', 0, 'WITHSCORES', 'LIMIT', 0, 1)
-  if #r > 0 then
-    at = tonumber(r[2])
+-- log_top is the At of the newest stored entry, or false; s.top caches it
+-- (nil: unknown).
+local function log_top(s)
+  if s.top == nil then
+    s.top = false
+    local r = call('ZREVRANGEBYSCORE', s.key, '+inf', 0, 'WITHSCORES', 'LIMIT', 0, 1)
+    if #r > 0 then
+      s.top = tonumber(r[2])
+    end
   end
+  return s.top
+end
+
+-- log_newest is the At of the newest entry, pending ones included, or nil.
+local function log_newest(s)
+  local at = log_top(s) or nil
   for _, x in ipairs(s.adds) do
     if not at or x.at > at then
       at = x.at
@@ -176,6 +188,7 @@ local function log_remove(s, at, n)
     call('ZADD', s.key, str(at), log_member(head, held - n))
   end
   log_count(s, -min(n, held))
+  s.top = nil
 end
 
 -- log_release frees the stored lease id, if it is still there.
@@ -192,6 +205,7 @@ local function log_release(s, id)
     call('ZREM', s.key, id)
   end
   log_count(s, -n)
+  s.top = nil
 end
 
 -- log_save writes the pending admissions and reports whether the key holds
@@ -200,6 +214,7 @@ local function log_save(s)
   if #s.adds == 0 then
     return s.u > 0
   end
+  local top = log_top(s)
   for _, x in ipairs(s.adds) do
     local at = str(x.at)
     if x.id then
@@ -208,16 +223,22 @@ local function log_save(s)
         call('ZADD', s.key, str(-x.n), '=' .. x.id)
       end
     else
-      local r = call('ZRANGEBYSCORE', s.key, at, at, 'LIMIT', 0, 1)
       local n = x.n
-      if #r > 0 then
-        local _, held = log_parse(r[1])
-        call('ZREM', s.key, r[1])
-        n = n + held
+      if top and x.at <= top then -- else no stored entry has this At
+        local r = call('ZRANGEBYSCORE', s.key, at, at, 'LIMIT', 0, 1)
+        if #r > 0 then
+          local _, held = log_parse(r[1])
+          call('ZREM', s.key, r[1])
+          n = n + held
+        end
       end
       call('ZADD', s.key, at, log_member(at, n))
     end
+    if not top or x.at > top then
+      top = x.at
+    end
   end
+  s.top = top
   s.adds, s.u, s.pend = {}, s.u + s.pend, 0
   s.changed = true
   call('ZADD', s.key, str(-1 - s.u), USED)
