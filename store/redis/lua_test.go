@@ -10,8 +10,9 @@ import (
 	"github.com/sluice-rl/sluice/algorithm"
 )
 
-// TestLuaConstants checks that the numbers lib.lua names are the Go side's:
-// every algorithm code, every decision code and the RetryAfter walk bound.
+// TestLuaConstants checks that the numbers the scripts name are the Go
+// side's: every algorithm code, every decision code, the RetryAfter walk
+// bound and the group modes.
 func TestLuaConstants(t *testing.T) {
 	src, err := scriptFS.ReadFile("scripts/lib.lua")
 	if err != nil {
@@ -53,6 +54,23 @@ func TestLuaConstants(t *testing.T) {
 		if _, ok := want[name]; !ok {
 			t.Errorf("lib.lua names %s = %d, which no Go constant checks", name, got[name])
 		}
+	}
+	// The group modes driver.lua compares with batch.go's.
+	drv, err := scriptFS.ReadFile("scripts/driver.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^local (MODE_[A-Z]+) = '(\d)'$`).FindAllStringSubmatch(string(drv), -1) {
+		modes[m[1]] = m[2]
+	}
+	for name, w := range map[string]string{"MODE_DECIDE": modeDecide, "MODE_UNDO": modeUndo, "MODE_REFUND": modeRefund} {
+		if g := modes[name]; g != w {
+			t.Errorf("driver.lua: %s = %q, want %q", name, g, w)
+		}
+	}
+	if m := regexp.MustCompile(`mode [=~]= '`).Find(drv); m != nil {
+		t.Errorf("driver.lua compares a mode with a literal (%s): name it", m)
 	}
 	// Every algorithm script registers itself under its name, not a number.
 	for _, f := range fileOrder {

@@ -20,6 +20,12 @@
 -- mode 1 then k and k triples (op, old, new) naming the string states it
 -- changed ("" = no key).
 
+-- Group modes, as modeDecide, modeUndo and modeRefund in batch.go
+-- (TestLuaConstants checks them).
+local MODE_DECIDE = '0'
+local MODE_UNDO = '1'
+local MODE_REFUND = '2'
+
 local min_ttl = tonumber(ARGV[1])
 local limits = {}
 local clock
@@ -310,7 +316,7 @@ local function decide(kbase, ops, now, mode)
     emit(parts, res[j])
   end
   put(table.concat(parts))
-  if mode == '1' then
+  if mode == MODE_UNDO then
     put_undo(g, denied)
   end
 end
@@ -327,13 +333,13 @@ for _ = 1, tonumber(ARGV[2]) do
     now = tonumber(now)
   end
   local p = limit(ARGV[ai])
-  if n == 1 and mode == '0' and not A[p.alg].log then
+  if n == 1 and mode == MODE_DECIDE and not A[p.alg].log then
     decide_one(KEYS[kbase + 1], now, p, tonumber(ARGV[ai + 1]))
     ai = ai + 3
   else
     local ops
     ops, ai = read_ops(ai, n)
-    if mode == '2' then
+    if mode == MODE_REFUND then
       ai = refund(kbase, ops, now, ai)
     else
       decide(kbase, ops, now, mode)
