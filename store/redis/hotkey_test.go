@@ -132,7 +132,18 @@ func isolationPhase(t *testing.T, srv *redistest.Server, others *Store, hot *ful
 	if hot != nil && hotTakes.Load() == 0 {
 		t.Fatal("no hot hit ran beside the other keys")
 	}
-	r, err := srv.Do("SLOWLOG", "GET", "-1")
+	calls := scriptCalls(t, srv.Addr())
+	if len(calls) == 0 {
+		t.Fatal("SLOWLOG recorded no script call")
+	}
+	return p99(calls), p99(lat)
+}
+
+// scriptCalls returns the execution time of every script call (EVALSHA,
+// EVAL) in the SLOWLOG of the server at addr.
+func scriptCalls(t testing.TB, addr string) []time.Duration {
+	t.Helper()
+	r, err := redistest.Do(addr, "SLOWLOG", "GET", "-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,10 +161,7 @@ func isolationPhase(t *testing.T, srv *redistest.Server, others *Store, hot *ful
 			}
 		}
 	}
-	if len(calls) == 0 {
-		t.Fatal("SLOWLOG recorded no script call")
-	}
-	return p99(calls), p99(lat)
+	return calls
 }
 
 func p99(d []time.Duration) time.Duration {
