@@ -25,7 +25,7 @@ func TestLogUpgrade(t *testing.T) {
 	conc := sluice.Limit{Algorithm: sluice.Concurrency, Quota: 10, Window: time.Second}
 	lkey, ckey := redisKey(s.prefix, sluice.SlidingLog, "u"), redisKey(s.prefix, sluice.Concurrency, "u")
 	for _, cmd := range [][]string{
-		{"ZADD", lkey, us(-900 * time.Millisecond), us(-900 * time.Millisecond), us(-100*time.Millisecond), us(-100*time.Millisecond) + ":4"},
+		{"ZADD", lkey, us(-900 * time.Millisecond), us(-900 * time.Millisecond), us(-100 * time.Millisecond), us(-100*time.Millisecond) + ":4"},
 		{"ZADD", ckey, us(500 * time.Millisecond), "11", us(700 * time.Millisecond), "12:3"},
 	} {
 		if _, err := srv.Do(cmd...); err != nil {
