@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -55,5 +56,100 @@ func TestLogUpgrade(t *testing.T) {
 	}
 	if n, err := srv.Do("EXISTS", ckey); err != nil || n != int64(0) {
 		t.Errorf("EXISTS of the emptied concurrency key = %v, %v; want 0", n, err)
+	}
+}
+
+// TestLogMassExpiry replays, against the memory store and Redis, keys whose
+// entries of one unit expire by the thousand at once, with the clock then
+// stepping back into the expired span and releases of expired leases: the
+// Results must agree, and no call may remove more than a bounded number of
+// the expired entries (the rest wait behind the key's mark).
+func TestLogMassExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	c := storetest.NewClock()
+	st := newTestStore(t, srv.URL(), c)
+	mem := memory.New(memory.Options{Now: c.Now})
+	defer mem.Close()
+	ctx := context.Background()
+	for _, a := range []sluice.Algorithm{sluice.SlidingLog, sluice.Concurrency} {
+		l := sluice.Limit{Algorithm: a, Quota: 1000, Window: 100 * time.Millisecond}
+		key := "mass:" + a.String()
+		rkey := redisKey(st.prefix, a, key)
+		var leases [][2]uint64 // memory's and Redis's lease of one acquire
+		step := 0
+		take := func(op sluice.Op) sluice.Result {
+			t.Helper()
+			step++
+			mOp, rOp := op, op
+			if op.Release {
+				mOp.Lease, rOp.Lease = leases[op.Lease][0], leases[op.Lease][1]
+			}
+			want, got := make([]sluice.Result, 1), make([]sluice.Result, 1)
+			if err := mem.Take(ctx, []sluice.Op{mOp}, want); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Take(ctx, []sluice.Op{rOp}, got); err != nil {
+				t.Fatal(err)
+			}
+			if (want[0].Lease != 0) != (got[0].Lease != 0) {
+				t.Fatalf("%v step %d: lease %d, memory lease %d", a, step, got[0].Lease, want[0].Lease)
+			}
+			if want[0].Lease != 0 {
+				leases = append(leases, [2]uint64{want[0].Lease, got[0].Lease})
+			}
+			w, g := want[0], got[0]
+			w.Lease, g.Lease = 0, 0
+			if w != g {
+				t.Fatalf("%v step %d (now %d, %+v): got %+v, want %+v (memory store)", a, step, c.Now().UnixMicro(), op, g, w)
+			}
+			return got[0]
+		}
+		entries := func() int64 {
+			n, err := srv.Do("ZCOUNT", rkey, "0", "+inf")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n.(int64)
+		}
+		hit := sluice.Op{Key: key, Limit: l, Cost: 1}
+		look := sluice.Op{Key: key, Limit: l}
+		for round := range 3 {
+			// Fill: 1,000 hits of one unit, 20µs apart.
+			for range 1000 {
+				c.Advance(20 * time.Microsecond)
+				take(hit)
+			}
+			if r := take(hit); r.Allowed {
+				t.Fatalf("%v round %d: hit 1,001 allowed", a, round)
+			}
+			// 800 of them expire; the first call removes a bounded part.
+			c.Advance(96 * time.Millisecond)
+			before := entries()
+			take(look)
+			if left := entries(); left != before-256 {
+				t.Errorf("%v round %d: one call removed %d of 800 expired entries, want 256", a, round, before-left)
+			}
+			if a == sluice.Concurrency {
+				take(sluice.Op{Key: key, Limit: l, Release: true, Lease: uint64(len(leases) - 900)}) // an expired lease
+				take(sluice.Op{Key: key, Limit: l, Release: true, Lease: uint64(len(leases) - 5)})   // a live one
+			}
+			// Back into the expired span: expired entries stay expired.
+			c.Advance(-40 * time.Millisecond)
+			take(look)
+			take(hit)
+			c.Advance(45 * time.Millisecond)
+			for range 300 {
+				c.Advance(time.Microsecond)
+				take(hit)
+			}
+			// Everything expires: the key goes (unlinked, freed off the
+			// main thread).
+			c.Advance(200 * time.Millisecond)
+			take(look)
+			if n, err := srv.Do("EXISTS", rkey); err != nil || n != int64(0) {
+				t.Errorf("%v round %d: EXISTS of a key whose entries all expired = %v, %v; want 0", a, round, n, err)
+			}
+			take(look)
+		}
 	}
 }

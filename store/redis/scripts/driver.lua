@@ -98,7 +98,9 @@ local function get(g, j)
   return c
 end
 
--- save_log commits the log state of entry c.
+-- save_log commits the log state of entry c. A key left with no unexpired
+-- entry is unlinked: it may still hold many expired ones, which Redis then
+-- frees off the main thread.
 local function save_log(c, now)
   local st = c.st
   if log_save(st) then
@@ -107,11 +109,11 @@ local function save_log(c, now)
       if f > 0 then
         call('PEXPIRE', c.key, ttl_ms(f))
       else
-        call('DEL', c.key)
+        call('UNLINK', c.key)
       end
     end
   elseif st.exists or st.changed then
-    call('DEL', c.key) -- only the unit count is left
+    call('UNLINK', c.key)
   end
 end
 

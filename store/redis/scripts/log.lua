@@ -8,12 +8,19 @@
 --     concurrency: the lease ID, or "ID:N" when N > 1.
 --   "=ID", score −N: for a lease with N > 1, so a release finds its member.
 --   "#", score −1 − U: U is the number of units the entries hold.
+--   "%", score −1 − W: W is the number of entries with N > 1 (absent: 0).
+--   "<", score −1 − T: entries with At ≤ T have expired but may still be
+--     in the set (absent: none).
 -- Entries have scores ≥ 0 and the others ≤ −1, so score ranges from 0 hold
 -- entries only.
 --
--- Costs: units in use are U (one ZSCORE), less the expired entries, which
--- are removed as they expire (each entry is read and removed once: O(log n)
--- amortized per admitted entry). RetryAfter reads at most LOG_WALK entries,
+-- Costs: U, W and T are one ZMSCORE. Expired entries are counted with one
+-- ZCOUNT; while no entry holds more than one unit (W = 0) that count is their
+-- units, and at most LOG_PRUNE of them are removed per call, so a key whose
+-- entries expire all at once costs no more than any other (the rest stay
+-- behind T until later calls or the key's TTL take them). With W > 0 the
+-- expired entries are read and removed at once: each entry once, O(log n)
+-- amortized per admitted entry. RetryAfter reads at most LOG_WALK entries,
 -- the newest entry is one ZREVRANGEBYSCORE, an admission one or two ZADDs,
 -- a release two ZSCOREs and a ZREM. No op reads the whole set.
 --
@@ -22,7 +29,8 @@
 -- in s.adds until the group is committed (log_save), so that a denied group
 -- leaves none behind.
 
-local USED = '#'
+local USED, WEIGHTED, MARK = '#', '%', '<'
+local LOG_PRUNE = 256
 
 -- log_parse splits a member into its head (At or lease ID) and N.
 local function log_parse(m)
@@ -38,71 +46,129 @@ local function log_member(head, n)
 end
 
 -- log_upgrade gives a key written by an earlier release (entries only) its
--- unit count and lease index: one pass over the set, once per such key.
+-- unit count, weighted count and lease index: one pass over the set, once
+-- per such key. It returns U and W.
 local function log_upgrade(key, conc)
   local r = call('ZRANGE', key, 0, -1)
-  local u = 0
+  local u, w = 0, 0
   for i = 1, #r do
     local head, n = log_parse(r[i])
     u = u + n
-    if conc and n > 1 then
-      call('ZADD', key, str(-n), '=' .. head)
+    if n > 1 then
+      w = w + 1
+      if conc then
+        call('ZADD', key, str(-n), '=' .. head)
+      end
     end
   end
-  call('ZADD', key, str(-1 - u), USED)
-  return u
+  call('ZADD', key, str(-1 - u), USED, str(-1 - w), WEIGHTED)
+  return u, w
 end
 
--- log_load opens the state of key: nothing is read but the unit count.
+-- log_load opens the state of key: nothing is read but U, W and T.
 local function log_load(key, conc)
-  local u = call('ZSCORE', key, USED)
-  local s = {key = key, conc = conc, adds = {}, pend = 0, exists = u ~= false}
-  if u then
-    s.u = -1 - tonumber(u)
+  local m = call('ZMSCORE', key, USED, WEIGHTED, MARK)
+  local s = {key = key, conc = conc, adds = {}, pend = 0, stale = 0, exists = m[1] ~= false}
+  if m[1] then
+    s.u, s.w = -1 - tonumber(m[1]), m[2] and -1 - tonumber(m[2]) or 0
+    s.mark = m[3] and -1 - tonumber(m[3])
   elseif call('EXISTS', key) == 1 then
-    s.u, s.exists = log_upgrade(key, conc), true
+    s.u, s.w = log_upgrade(key, conc)
+    s.exists = true
   else
-    s.u = 0
+    s.u, s.w = 0, 0
   end
   return s
 end
 
 -- log_used is the number of units held, pending admissions included.
 local function log_used(s)
-  return s.u + s.pend
+  return s.u - s.stale + s.pend
 end
 
--- log_count changes the stored unit count by delta.
-local function log_count(s, delta)
-  s.u = s.u + delta
+-- log_count changes the stored unit count by du and the weighted count by dw.
+local function log_count(s, du, dw)
+  s.u, s.w = s.u + du, s.w + dw
   s.changed = true
-  call('ZADD', s.key, str(-1 - s.u), USED)
+  if dw == 0 then
+    call('ZADD', s.key, str(-1 - s.u), USED)
+  else
+    call('ZADD', s.key, str(-1 - s.u), USED, str(-1 - s.w), WEIGHTED)
+  end
 end
 
--- log_drop removes the entries with At ≤ t (dropThrough). Admissions made
--- in this group are never that old: they are at now or later.
+-- log_gone accounts for n units of an entry at At at leaving the set: if it
+-- had expired already, its units no longer count as stale.
+local function log_gone(s, at, n)
+  if s.dropped and at <= s.dropped then
+    s.stale = s.stale - n
+  end
+  s.top = nil
+end
+
+-- log_set_mark records that entries at or before t have expired (t = nil:
+-- none is left behind).
+local function log_set_mark(s, t)
+  if t == s.mark then
+    return
+  end
+  s.mark = t
+  if t then
+    call('ZADD', s.key, str(-1 - t), MARK)
+  else
+    call('ZREM', s.key, MARK)
+  end
+end
+
+-- log_drop makes the entries with At ≤ t expire (dropThrough): it removes
+-- them, or with W = 0 at most LOG_PRUNE of them and counts the rest as
+-- stale. Admissions made in this group are never that old: they are at now
+-- or later.
 local function log_drop(s, t)
+  if s.mark and s.mark > t then
+    t = s.mark -- expired already, though still in the set
+  end
   if t < 0 or (s.dropped and s.dropped >= t) then
     return
   end
   s.dropped = t
-  local old = call('ZRANGEBYSCORE', s.key, 0, str(t))
-  if #old == 0 then
+  local k = call('ZCOUNT', s.key, 0, str(t))
+  if k == 0 then
+    s.stale = 0
+    log_set_mark(s, nil)
     return
   end
-  local freed, index = 0, {}
-  for i = 1, #old do
-    local head, n = log_parse(old[i])
-    freed = freed + n
-    if s.conc and n > 1 then
-      index[#index + 1] = '=' .. head
+  if s.w == 0 then
+    -- Every entry is one unit: k entries are k units.
+    local cut = str(t)
+    if k > LOG_PRUNE then
+      cut = call('ZRANGEBYSCORE', s.key, 0, cut, 'WITHSCORES', 'LIMIT', LOG_PRUNE - 1, 1)[2]
     end
+    local removed = call('ZREMRANGEBYSCORE', s.key, 0, cut)
+    s.stale = k - removed
+    log_count(s, -removed, 0)
+    log_set_mark(s, s.stale > 0 and t or nil)
+  else
+    local old = call('ZRANGEBYSCORE', s.key, 0, str(t))
+    local freed, weighted, index = 0, 0, {}
+    for i = 1, #old do
+      local head, n = log_parse(old[i])
+      freed = freed + n
+      if n > 1 then
+        weighted = weighted + 1
+        if s.conc then
+          index[#index + 1] = '=' .. head
+        end
+      end
+    end
+    call('ZREMRANGEBYSCORE', s.key, 0, str(t))
+    for i = 1, #index, 1000 do
+      call('ZREM', s.key, tunpack(index, i, min(i + 999, #index)))
+    end
+    s.stale = 0
+    log_count(s, -freed, -weighted)
+    log_set_mark(s, nil)
   end
-  call('ZREMRANGEBYSCORE', s.key, 0, str(t))
-  for i = 1, #index, 1000 do
-    call('ZREM', s.key, tunpack(index, i, min(i + 999, #index)))
-  end
-  log_count(s, -freed)
   if s.u == 0 then
     s.top = false
   end
@@ -122,6 +188,7 @@ local function log_top(s)
 end
 
 -- log_newest is the At of the newest entry, pending ones included, or nil.
+-- (An entry that has expired is never the newest of a log that holds units.)
 local function log_newest(s)
   local at = log_top(s) or nil
   for _, x in ipairs(s.adds) do
@@ -129,17 +196,24 @@ local function log_newest(s)
       at = x.at
     end
   end
+  if at and s.dropped and at <= s.dropped then
+    return nil -- only expired entries are left
+  end
   return at
 end
 
 -- log_free_at is freeAt: the At of the entry whose passing frees need units,
--- oldest first, reading at most need (≤ LOG_WALK) stored entries; past
+-- oldest first, reading at most need (≤ LOG_WALK) unexpired entries; past
 -- LOG_WALK units, the newest entry's At.
 local function log_free_at(s, need)
   if need > LOG_WALK then
     return log_newest(s)
   end
-  local r = call('ZRANGEBYSCORE', s.key, 0, '+inf', 'WITHSCORES', 'LIMIT', 0, need)
+  local from = 0
+  if s.dropped and s.dropped >= 0 then
+    from = '(' .. str(s.dropped)
+  end
+  local r = call('ZRANGEBYSCORE', s.key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, need)
   local e = {}
   for i = 1, #r, 2 do
     local _, n = log_parse(r[i])
@@ -184,64 +258,75 @@ local function log_remove(s, at, n)
   end
   local head, held = log_parse(r[1])
   call('ZREM', s.key, r[1])
-  if held > n then
-    call('ZADD', s.key, str(at), log_member(head, held - n))
+  local left, dw = held - min(n, held), 0
+  if left > 0 then
+    call('ZADD', s.key, str(at), log_member(head, left))
   end
-  log_count(s, -min(n, held))
-  s.top = nil
+  if held > 1 and left <= 1 then
+    dw = -1
+  end
+  log_gone(s, at, held - left)
+  log_count(s, left - held, dw)
 end
 
 -- log_release frees the stored lease id, if it is still there.
 local function log_release(s, id)
-  local n = 1
-  if not call('ZSCORE', s.key, id) then
+  local n, dw = 1, 0
+  local at = call('ZSCORE', s.key, id)
+  if at then
+    call('ZREM', s.key, id)
+  else
     local w = call('ZSCORE', s.key, '=' .. id)
     if not w then
       return
     end
-    n = -tonumber(w)
-    call('ZREM', s.key, log_member(id, n), '=' .. id)
-  else
-    call('ZREM', s.key, id)
+    n, dw = -tonumber(w), -1
+    local m = log_member(id, n)
+    at = call('ZSCORE', s.key, m)
+    call('ZREM', s.key, m, '=' .. id)
   end
-  log_count(s, -n)
-  s.top = nil
+  log_gone(s, tonumber(at), n)
+  log_count(s, -n, dw)
 end
 
 -- log_save writes the pending admissions and reports whether the key holds
--- entries; the caller then sets its TTL or deletes it.
+-- unexpired entries; the caller then sets its TTL or deletes it.
 local function log_save(s)
   if #s.adds == 0 then
-    return s.u > 0
+    return s.u > s.stale
   end
   local top = log_top(s)
+  local dw = 0
   for _, x in ipairs(s.adds) do
     local at = str(x.at)
     if x.id then
       call('ZADD', s.key, at, log_member(x.id, x.n))
       if x.n > 1 then
         call('ZADD', s.key, str(-x.n), '=' .. x.id)
+        dw = dw + 1
       end
     else
-      local n = x.n
+      local n, held = x.n, 0
       if top and x.at <= top then -- else no stored entry has this At
         local r = call('ZRANGEBYSCORE', s.key, at, at, 'LIMIT', 0, 1)
         if #r > 0 then
-          local _, held = log_parse(r[1])
+          _, held = log_parse(r[1])
           call('ZREM', s.key, r[1])
-          n = n + held
         end
       end
-      call('ZADD', s.key, at, log_member(at, n))
+      call('ZADD', s.key, at, log_member(at, n + held))
+      if n + held > 1 and held <= 1 then
+        dw = dw + 1
+      end
     end
     if not top or x.at > top then
       top = x.at
     end
   end
   s.top = top
-  s.adds, s.u, s.pend = {}, s.u + s.pend, 0
-  s.changed = true
-  call('ZADD', s.key, str(-1 - s.u), USED)
+  local pend = s.pend
+  s.adds, s.pend = {}, 0
+  log_count(s, pend, dw)
   return true
 end
 
