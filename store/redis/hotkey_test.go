@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,7 @@ func TestHotKeyIsolation(t *testing.T) {
 			if rise := time.Duration(overNone); rise > time.Millisecond {
 				t.Errorf("a full hot %v key of quota 100,000 raised the p99 Redis time of a script call by %v in the best of %d rounds, want ≤ 1ms", a, rise, rounds)
 			}
+			expireMost(t, srv, large)
 		})
 	}
 }
@@ -176,4 +178,47 @@ func scriptCalls(t testing.TB, addr string) []time.Duration {
 func p99(d []time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[(len(d)*99+99)/100-1]
+}
+
+// expireMost moves the clock of the full key f so that 80,000 of its
+// 100,000 entries have expired at once, then makes five looks at it: each
+// may remove only a bounded part of the expired entries, so each call must
+// cost about what any other does (before, the first read and removed all
+// 80,000 in one call: 0.5s here).
+func expireMost(t *testing.T, srv *redistest.Server, f *fullKey) {
+	t.Helper()
+	key := redisKey(f.store.prefix, f.op.Limit.Algorithm, f.op.Key)
+	r, err := srv.Do("ZRANGEBYSCORE", key, "0", "+inf", "WITHSCORES", "LIMIT", "79999", "1")
+	if err != nil || len(r.([]any)) != 2 {
+		t.Fatalf("the 80,000th entry of %s: %v, %v", key, r, err)
+	}
+	at, err := strconv.ParseInt(r.([]any)[1].(string), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.op.Limit.Algorithm == sluice.SlidingLog {
+		at += f.op.Limit.Window.Microseconds()
+	}
+	f.clock.us.Store(at)
+	if _, err := srv.Do("SLOWLOG", "RESET"); err != nil {
+		t.Fatal(err)
+	}
+	look := f.op
+	look.Cost = 0
+	res := make([]sluice.Result, 1)
+	for range 5 {
+		if err := f.store.Take(context.Background(), []sluice.Op{look}, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := int64(20_000); res[0].Remaining != f.op.Limit.Quota-want {
+		t.Errorf("after 80,000 of 100,000 entries expired: Remaining %d, want %d", res[0].Remaining, f.op.Limit.Quota-want)
+	}
+	calls := scriptCalls(t, srv.Addr())
+	slices.Reverse(calls) // SLOWLOG lists the newest first
+	t.Logf("80,000 entries expired at once: the next 5 calls took %v of Redis time", calls)
+	slices.Sort(calls)
+	if len(calls) != 5 || calls[2] > 2*time.Millisecond {
+		t.Errorf("calls after 80,000 entries expired took %v, want a median ≤ 2ms", calls)
+	}
 }
