@@ -73,7 +73,9 @@ type Decision struct {
 	ResetAfter int64
 	// RetryAfter is how long until the same cost would be allowed with no
 	// other traffic: it is allowed after waiting exactly RetryAfter and denied
-	// one microsecond earlier. Zero when allowed or CostTooHigh.
+	// one microsecond earlier (sliding_log and concurrency: when more than
+	// ExactRetryUnits units must leave, RetryAfter is ResetAfter, allowed
+	// then but maybe earlier too). Zero when allowed or CostTooHigh.
 	RetryAfter int64
 	// Delay is, for leaky_bucket, how long the admitted request must wait
 	// before it may proceed (its place in the queue). Zero otherwise.

@@ -9,10 +9,18 @@ type Entry struct {
 	ID uint64
 }
 
+// ExactRetryUnits bounds the search behind the RetryAfter of sliding_log and
+// concurrency. A denial that needs at most this many units to leave the log
+// (used + cost − Quota ≤ ExactRetryUnits) gets the exact instant they leave;
+// one that needs more gets ResetAfter, the instant the whole log has expired,
+// which is late but never early. The bound keeps the Redis store's cost per
+// op independent of the quota: it reads at most this many entries to answer.
+const ExactRetryUnits = 64
+
 // SlidingLog is the exact sliding window: it keeps the admitted entries of
 // the last Window (at most Quota units, so at most Quota entries) and admits a
 // cost while the units admitted in (now − Window, now] plus the cost stay
-// within Quota.
+// within Quota. RetryAfter is exact within ExactRetryUnits (see there).
 //
 // log must be sorted by At. SlidingLog returns the log with expired entries
 // dropped and, when allowed with cost > 0, the new entry inserted in order
@@ -43,7 +51,8 @@ func SlidingLog(log []Entry, now, cost int64, p Params) ([]Entry, Decision) {
 // Concurrency limits units in flight. An acquire (cost > 0) is admitted while
 // the units held by unexpired leases plus the cost stay within Quota, and adds
 // a lease {ID: id, N: cost, At: now + Window}; a lease whose holder never
-// releases it expires at At. leases must be sorted by At.
+// releases it expires at At. leases must be sorted by At. RetryAfter is exact
+// within ExactRetryUnits (see there).
 //
 // As with SlidingLog, the returned slice replaces leases.
 func Concurrency(leases []Entry, now, cost int64, id uint64, p Params) ([]Entry, Decision) {
@@ -103,8 +112,12 @@ func sum(log []Entry) int64 {
 }
 
 // freeAt returns the At of the entry whose passing frees at least need units,
-// oldest first.
+// oldest first; when need exceeds ExactRetryUnits, the At of the newest entry
+// (log is not empty when need ≥ 1, and need ≤ sum(log)).
 func freeAt(log []Entry, need int64) int64 {
+	if need > ExactRetryUnits {
+		return log[len(log)-1].At
+	}
 	var freed int64
 	for _, e := range log {
 		freed += e.N

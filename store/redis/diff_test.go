@@ -48,14 +48,36 @@ func diffLimits() []sluice.Limit {
 	return ls
 }
 
+// largeLimits are limits with large quotas, for traces with weighted costs
+// up to largeCost: enough to fill them, and to deny costs whose RetryAfter
+// needs more units than algorithm.ExactRetryUnits to leave.
+func largeLimits() []sluice.Limit {
+	var ls []sluice.Limit
+	for _, a := range sluice.Algorithms() {
+		ls = append(ls, sluice.Limit{Algorithm: a, Quota: 1000, Window: 60 * time.Millisecond})
+	}
+	return append(ls,
+		sluice.Limit{Algorithm: sluice.SlidingLog, Quota: 300, Window: 25 * time.Millisecond},
+		sluice.Limit{Algorithm: sluice.Concurrency, Quota: 200, Window: 30 * time.Millisecond},
+		sluice.Limit{Algorithm: sluice.Concurrency, Quota: 1000, Window: 200 * time.Millisecond},
+	)
+}
+
+const largeCost = 150
+
 // runDiff replays a random trace against a memory store and st (both on
 // clock c) and fails at the first Result that differs.
 func runDiff(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint64, steps int, keys []string) {
 	t.Helper()
+	runDiffLimits(t, st, c, seed, steps, keys, diffLimits(), 3)
+}
+
+// runDiffLimits is runDiff over the given limits, with costs up to maxCost.
+func runDiffLimits(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint64, steps int, keys []string, limits []sluice.Limit, maxCost int) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0))
 	mem := memory.New(memory.Options{Now: c.Now})
 	defer mem.Close()
-	limits := diffLimits()
 	keyLimit := map[string]sluice.Limit{}
 	for i, k := range keys {
 		keyLimit[k] = limits[i%len(limits)]
@@ -81,7 +103,7 @@ func runDiff(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint64, ste
 		for i := range n {
 			k := keys[rng.IntN(len(keys))]
 			l := keyLimit[k]
-			op := sluice.Op{Key: k, Limit: l, Cost: int64(rng.IntN(4))}
+			op := sluice.Op{Key: k, Limit: l, Cost: int64(rng.IntN(maxCost + 1))}
 			if rng.IntN(8) == 0 {
 				op.Cost = l.Capacity() + 1
 			}
@@ -135,6 +157,22 @@ func TestDifferentialSingle(t *testing.T) {
 			c := storetest.NewClock()
 			st := newTestStore(t, srv.URL(), c)
 			runDiff(t, st, c, seed, 1500, diffKeys(len(diffLimits()), ""))
+		})
+	}
+}
+
+// TestDifferentialLargeQuota replays weighted traces on large quotas, on a
+// single node and across cluster slots (where denials refund log entries).
+func TestDifferentialLargeQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := redistest.StartCluster(t)
+	for _, tc := range []struct {
+		name, url string
+	}{{"single", srv.URL()}, {"cluster", cl.URL()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := storetest.NewClock()
+			st := newTestStore(t, tc.url, c)
+			runDiffLimits(t, st, c, 11, 2500, diffKeys(len(largeLimits()), ""), largeLimits(), largeCost)
 		})
 	}
 }

@@ -83,6 +83,72 @@ func runRetryAfter(t *testing.T, newStore NewStore) {
 	}
 }
 
+// runRetryAfterLarge checks RetryAfter of the log algorithms on quotas
+// above algorithm.ExactRetryUnits (64) with weighted costs: where at most 64
+// units must leave (cost − Remaining ≤ 64) it is exact, as runRetryAfter
+// checks; past that it is ResetAfter, and the cost is allowed then.
+func runRetryAfterLarge(t *testing.T, newStore NewStore) {
+	const bound = 64
+	clock := NewClock()
+	s := newStore(t, clock)
+	rng := rand.New(rand.NewPCG(5, 8))
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.SlidingLog, Quota: 300, Window: time.Second},
+		{Algorithm: sluice.Concurrency, Quota: 200, Window: 2 * time.Second},
+	} {
+		var exact, bounded int
+		for trial := 0; trial < 80; trial++ {
+			keys := [3]string{}
+			for i := range keys {
+				keys[i] = fmt.Sprintf("retrylarge:%v:%d:%d", l.Algorithm, trial, i)
+			}
+			for step := 0; step < 200; step++ {
+				clock.Advance(time.Duration(rng.Int64N(int64(l.Window)/20)) / time.Microsecond * time.Microsecond)
+				cost := 1 + rng.Int64N(l.Capacity())
+				var res [3]sluice.Result
+				for i, k := range keys {
+					r, err := take1(s, sluice.Op{Key: k, Limit: l, Cost: cost})
+					if err != nil {
+						t.Fatalf("%v: %v", l, err)
+					}
+					res[i] = r
+				}
+				if diff(res[0], res[1]) != "" || diff(res[0], res[2]) != "" {
+					t.Fatalf("%v: same history, different results: %+v %+v %+v", l, res[0], res[1], res[2])
+				}
+				if res[0].Allowed {
+					continue
+				}
+				wait, need := res[0].RetryAfter, cost-res[0].Remaining
+				if need > bound && wait != res[0].ResetAfter {
+					t.Errorf("%v: cost %d needs %d units to leave: RetryAfter %v, want ResetAfter %v", l, cost, need, wait, res[0].ResetAfter)
+				}
+				op := sluice.Op{Limit: l, Cost: cost}
+				clock.Advance(wait - time.Microsecond)
+				op.Key = keys[1]
+				if r, _ := take1(s, op); r.Allowed && need <= bound {
+					t.Errorf("%v: cost %d (%d units to leave) allowed after %v, RetryAfter said %v: %+v", l, cost, need, wait-time.Microsecond, wait, r)
+				}
+				clock.Advance(time.Microsecond)
+				op.Key = keys[2]
+				if r, _ := take1(s, op); !r.Allowed {
+					t.Errorf("%v: cost %d (%d units to leave) denied after RetryAfter %v: %+v", l, cost, need, wait, r)
+				}
+				if need <= bound {
+					exact++
+				} else {
+					bounded++
+				}
+				break
+			}
+		}
+		t.Logf("%v: %d exact and %d bounded RetryAfters checked", l, exact, bounded)
+		if exact < 15 || bounded < 15 {
+			t.Errorf("%v: %d exact and %d bounded denials checked, want at least 15 each", l, exact, bounded)
+		}
+	}
+}
+
 // runConcurrency hammers one key of each exact algorithm from many
 // goroutines with the clock frozen: exactly the capacity is admitted. Then
 // the clock moves one window on and it happens again.

@@ -159,6 +159,35 @@ func Tables() []Table {
 			{At: at(11 * sec), ReleaseOf: -1, Want: ok(2, 0, 10*sec)},
 			{At: at(12 * sec), Cost: 0, Want: ok(2, 1, 9*sec)},
 		}},
+		// Large quotas and weighted costs: RetryAfter is exact while the
+		// units that must leave number at most algorithm.ExactRetryUnits
+		// (64), and ResetAfter past that.
+		{Name: "sliding_log/weighted", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Quota: 100, Window: time.Second}, Steps: []Step{
+			{At: at(0), Cost: 70, Want: ok(100, 30, sec)},
+			{At: at(100 * ms), Cost: 20, Want: ok(100, 10, sec)},
+			{At: at(200 * ms), Cost: 10, Want: ok(100, 0, sec)},
+			{At: at(300 * ms), Cost: 64, Want: limited(100, 0, 900*ms, 700*ms)}, // 64 must leave: the 70 at 0 do, at 1s
+			{At: at(300 * ms), Cost: 66, Want: limited(100, 0, 900*ms, 900*ms)}, // 66 must leave: past the bound, when all have
+			{At: at(300 * ms), Cost: 101, Want: tooHigh(100, 0, 900*ms)},
+			{At: at(sec), Cost: 70, Want: ok(100, 0, sec)}, // the 70 at 0 left at 1s
+			{At: at(sec), Cost: 1, Want: limited(100, 0, sec, 100*ms)},
+			{At: at(1100 * ms), Cost: 20, Want: ok(100, 0, sec)},
+			{At: at(5 * sec), Cost: 0, Want: ok(100, 100, 0)},
+		}},
+		{Name: "concurrency/weighted", Limit: sluice.Limit{Algorithm: sluice.Concurrency, Quota: 100, Window: 10 * time.Second}, Steps: []Step{
+			{At: at(0), Cost: 70, Want: leased(100, 30, 10*sec)},
+			{At: at(sec), Cost: 20, Want: leased(100, 10, 10*sec)},
+			{At: at(2 * sec), Cost: 10, Want: leased(100, 0, 10*sec)},
+			{At: at(3 * sec), Cost: 64, Want: limited(100, 0, 9*sec, 7*sec)}, // the lease of 70 expires at 10s
+			{At: at(3 * sec), Cost: 66, Want: limited(100, 0, 9*sec, 9*sec)}, // past the bound: when all have expired
+			{At: at(3 * sec), ReleaseOf: 2, Want: ok(100, 20, 9*sec)},
+			{At: at(3 * sec), ReleaseOf: 2, Want: ok(100, 20, 9*sec)}, // twice: nothing more to free
+			{At: at(3 * sec), Cost: 20, Want: leased(100, 0, 10*sec)},
+			{At: at(3 * sec), ReleaseOf: 1, Want: ok(100, 70, 10*sec)},
+			{At: at(3 * sec), Cost: 66, Want: leased(100, 4, 10*sec)},
+			{At: at(12 * sec), Cost: 0, Want: ok(100, 14, sec)}, // the lease of 10 expired at 12s; 20 + 66 held until 13s
+			{At: at(14 * sec), Cost: 0, Want: ok(100, 100, 0)},
+		}},
 		{Name: "quota_zero", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 0, Window: time.Second}, Steps: []Step{
 			{At: at(0), Cost: 1, Want: tooHigh(0, 0, 0)},
 			{At: at(0), Cost: 0, Want: ok(0, 0, 0)},

@@ -22,6 +22,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Batch", func(t *testing.T) { runBatch(t, newStore) })
 	t.Run("Errors", func(t *testing.T) { runErrors(t, newStore) })
 	t.Run("RetryAfter", func(t *testing.T) { runRetryAfter(t, newStore) })
+	t.Run("RetryAfterLarge", func(t *testing.T) { runRetryAfterLarge(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
 	t.Run("BatchConcurrency", func(t *testing.T) { runBatchConcurrency(t, newStore) })
 	t.Run("Differential", func(t *testing.T) { runDifferential(t, newStore) })

@@ -20,10 +20,17 @@
 -- mode 1 then k and k triples (op, old, new) naming the string states it
 -- changed ("" = no key).
 
+-- Group modes, as modeDecide, modeUndo and modeRefund in batch.go
+-- (TestLuaConstants checks them).
+local MODE_DECIDE = '0'
+local MODE_UNDO = '1'
+local MODE_REFUND = '2'
+
 local min_ttl = tonumber(ARGV[1])
 local limits = {}
 local clock
 
+-- limit returns the params of a limit spec, parsed once per call.
 local function limit(spec)
   local p = limits[spec]
   if p then
@@ -38,6 +45,7 @@ local function limit(spec)
   return p
 end
 
+-- time_now is Redis TIME in µs, read once per call.
 local function time_now()
   if not clock then
     local t = call('TIME')
@@ -48,6 +56,19 @@ end
 
 local function ttl_ms(fresh)
   return str(max(cdiv(fresh, 1000), min_ttl))
+end
+
+-- store_state writes the string state st of key with a TTL until it is
+-- fresh again, or deletes the key when it already is.
+local function store_state(key, alg, st, now, p)
+  local f = alg.fresh(st, now, p)
+  if f > 0 then
+    local enc = alg.encode(st)
+    call('SET', key, enc, 'PX', ttl_ms(f))
+    return enc
+  end
+  call('DEL', key)
+  return nil
 end
 
 -- A pass is the state of one group's keys, each loaded once: pass.cache
@@ -77,45 +98,49 @@ local function get(g, j)
   return c
 end
 
+-- save_log commits the log state of entry c. A key left with no unexpired
+-- entry is unlinked: it may still hold many expired ones, which Redis then
+-- frees off the main thread.
+local function save_log(c, now)
+  local st = c.st
+  if log_save(st) then
+    if st.changed then
+      local f = c.alg.fresh(st, now, c.p)
+      if f > 0 then
+        call('PEXPIRE', c.key, ttl_ms(f))
+      else
+        call('UNLINK', c.key)
+      end
+    end
+  elseif st.exists or st.changed then
+    call('UNLINK', c.key)
+  end
+end
+
+-- save commits the pass's states: log admissions, refunded states put back
+-- (c.restore), and charged string states (c.dirty).
 local function save(order, now)
   for _, c in ipairs(order) do
-    local st, alg = c.st, c.alg
+    local alg = c.alg
     if alg.log then
-      if #st.cmds > 0 or c.dirty then
-        if log_save(c.key, st) then
-          local f = alg.fresh(st, now, c.p)
-          if f > 0 then
-            call('PEXPIRE', c.key, ttl_ms(f))
-          else
-            call('DEL', c.key)
-          end
-        end
-      end
+      save_log(c, now)
+    elseif c.restore == '' then
+      call('DEL', c.key)
     elseif c.restore then
-      local f = 0
-      if c.restore ~= '' then
-        f = alg.fresh(alg.load(c.restore), now, c.p)
-      end
-      if f > 0 then
-        call('SET', c.key, c.restore, 'PX', ttl_ms(f))
-      else
-        call('DEL', c.key)
-      end
+      -- Put the old state back even when it is already fresh at now: a
+      -- clock that steps back (store/memory puts it back too) sees it again.
+      local f = alg.fresh(alg.load(c.restore), now, c.p)
+      call('SET', c.key, c.restore, 'PX', ttl_ms(max(f, 1)))
     elseif c.dirty then
-      local f = alg.fresh(st, now, c.p)
-      if f > 0 then
-        c.new = alg.encode(st)
-        call('SET', c.key, c.new, 'PX', ttl_ms(f))
-      else
-        call('DEL', c.key)
-      end
+      c.new = store_state(c.key, alg, c.st, now, c.p)
     end
   end
 end
 
+-- step applies op to its entry c: a release, or a charge of cost.
 local function step(c, op, now, cost)
   if op.rel then
-    return conc_release(c.st, now, c.p, op.lease), false
+    return c.alg.release(c.st, now, c.p, op.lease), false
   end
   return c.alg.step(c.st, now, cost, c.p, op.lease)
 end
@@ -133,9 +158,175 @@ local function emit(parts, d)
   parts[#parts + 1] = pack('<ddddd', d[1], d[2], d[3], d[4], d[5])
 end
 
-local groups = tonumber(ARGV[2])
+-- decide_one is the common case, one op on a bucket or window key, without
+-- the bookkeeping a group needs: load, step, store if charged.
+local function decide_one(key, now, p, cost)
+  local alg = A[p.alg]
+  local st = alg.load(call('GET', key))
+  local d, charged = alg.step(st, now, cost, p)
+  if charged then
+    store_state(key, alg, st, now, p)
+  end
+  put(pack('<dddddd', now, d[1], d[2], d[3], d[4], d[5]))
+end
+
+-- read_ops parses n ops from ARGV[ai...] and returns them and the next ai.
+local function read_ops(ai, n)
+  local ops = {}
+  for j = 1, n do
+    local cost, lease = ARGV[ai + 1], ARGV[ai + 2]
+    local op = {p = limit(ARGV[ai]), lease = lease}
+    if lease == '' then
+      op.lease = nil
+    end
+    if cost == 'r' then
+      op.rel, op.cost = true, 0
+    else
+      op.cost = tonumber(cost)
+    end
+    ops[j] = op
+    ai = ai + 3
+  end
+  return ops, ai
+end
+
+-- refund takes back group (mode 2) the charges of a group decided with
+-- mode 1, whose undo triples start at ARGV[ai], then reports looks. It
+-- returns the next ai.
+local function refund(kbase, ops, now, ai)
+  local n = #ops
+  local g = new_pass(kbase, ops)
+  local k = tonumber(ARGV[ai])
+  ai = ai + 1
+  for _ = 1, k do
+    local c = get(g, tonumber(ARGV[ai]))
+    if c.raw == ARGV[ai + 2] then
+      -- Untouched since the charge: put the old state back exactly.
+      c.restore = ARGV[ai + 1]
+      c.st = c.alg.load(c.restore ~= '' and c.restore)
+    elseif c.raw then
+      c.inverse, c.ours, c.owed = true, c.alg.load(ARGV[ai + 2]), 0
+    end
+    ai = ai + 3
+  end
+  -- Changed by others since: take back this group's charges, but only the
+  -- part not already drained by now (the real now, when the group read
+  -- Redis TIME), so that a refund never gives back more than the charge
+  -- still holds.
+  local rnow = now
+  if ARGV[ai] == 't' then
+    rnow = max(time_now(), now)
+  end
+  ai = ai + 1
+  for j = 1, n do
+    local op, c = ops[j], get(g, j)
+    if c.inverse and op.cost > 0 and not op.rel then
+      c.owed = c.owed + op.cost
+    end
+  end
+  for _, c in ipairs(g.order) do
+    if c.inverse and c.owed > 0 then
+      c.alg.unstep(c.st, c.ours, c.owed, c.p, rnow)
+      c.restore = c.alg.encode(c.st)
+    end
+  end
+  -- Log admissions are taken back entry by entry.
+  for j = 1, n do
+    local op = ops[j]
+    if not op.rel and op.cost > 0 and A[op.p.alg].log then
+      local c = get(g, j)
+      c.alg.unadd(c.st, now, op.cost, op.p, op.lease)
+    end
+  end
+  local parts = {pack('<d', now)}
+  for j = 1, n do
+    emit(parts, (step(get(g, j), ops[j], now, 0)))
+  end
+  save(g.order, now)
+  put(table.concat(parts))
+  return ai
+end
+
+-- relook is a denied group's second pass: from the stored state, keep the
+-- releases and look instead of charging (log pruning is already written). res holds the first pass's
+-- decisions; those that were allowed are replaced by looks.
+local function relook(kbase, ops, now, res)
+  local g = new_pass(kbase, ops)
+  for j = 1, #ops do
+    if ops[j].rel then
+      local c = get(g, j)
+      step(c, ops[j], now, 0)
+      c.dirty = true
+    end
+  end
+  for j = 1, #ops do
+    local op = ops[j]
+    if not op.rel then
+      local c = get(g, j)
+      if res[j][1] == ALLOWED then
+        res[j] = step(c, op, now, 0)
+      end
+    end
+  end
+  return g
+end
+
+-- put_undo appends, for mode 1, how to undo the group's charges: k and k
+-- triples (op, old, new) naming the string states it changed ("" = no key).
+-- Log admissions need none: a refund finds them by now, cost and lease.
+local function put_undo(g, denied)
+  local undo = {}
+  if not denied then
+    for _, c in ipairs(g.order) do
+      if not c.alg.log and c.dirty then
+        undo[#undo + 1] = c.j
+        undo[#undo + 1] = c.raw or ''
+        undo[#undo + 1] = c.new or ''
+      end
+    end
+  end
+  put(#undo / 3)
+  for _, v in ipairs(undo) do
+    put(v)
+  end
+end
+
+-- decide decides one group (mode 0 or 1), all-or-nothing.
+local function decide(kbase, ops, now, mode)
+  local g = new_pass(kbase, ops)
+  local denied, charged = false, false
+  local res = {}
+  for j = 1, #ops do
+    local c = get(g, j)
+    local d, ch = step(c, ops[j], now, ops[j].cost)
+    if ch or ops[j].rel then
+      c.dirty = true
+    end
+    charged = charged or ch
+    if d[1] ~= ALLOWED then
+      denied = true
+    end
+    res[j] = d
+  end
+  if denied and charged then
+    -- Nothing was written yet: start again from the stored state.
+    g = relook(kbase, ops, now, res)
+  end
+  save(g.order, now)
+  local parts = {pack('<d', now)}
+  for j = 1, #ops do
+    emit(parts, res[j])
+  end
+  put(table.concat(parts))
+  if mode == MODE_UNDO then
+    put_undo(g, denied)
+  end
+end
+
+-- The groups, in order; each reads its header and ops from ARGV[ai...] and
+-- its keys from KEYS[kbase + 1...].
 local ai, kbase = 3, 0
-for _ = 1, groups do
+for _ = 1, tonumber(ARGV[2]) do
   local n, mode, now = tonumber(ARGV[ai]), ARGV[ai + 1], ARGV[ai + 2]
   ai = ai + 3
   if now == '' then
@@ -144,151 +335,16 @@ for _ = 1, groups do
     now = tonumber(now)
   end
   local p = limit(ARGV[ai])
-  local alg = A[p.alg]
-  if n == 1 and mode == '0' and not alg.log then
-    -- The common case, one op on a bucket or window key, without the
-    -- bookkeeping a group needs: load, step, store if charged.
-    local key = KEYS[kbase + 1]
-    local st = alg.load(call('GET', key))
-    local d, charged = alg.step(st, now, tonumber(ARGV[ai + 1]), p)
-    if charged then
-      local f = alg.fresh(st, now, p)
-      if f > 0 then
-        call('SET', key, alg.encode(st), 'PX', ttl_ms(f))
-      else
-        call('DEL', key)
-      end
-    end
-    put(pack('<dddddd', now, d[1], d[2], d[3], d[4], d[5]))
+  if n == 1 and mode == MODE_DECIDE and not A[p.alg].log then
+    decide_one(KEYS[kbase + 1], now, p, tonumber(ARGV[ai + 1]))
     ai = ai + 3
   else
-    local ops = {}
-    for j = 1, n do
-      local cost, lease = ARGV[ai + 1], ARGV[ai + 2]
-      local op = {p = limit(ARGV[ai]), lease = lease}
-      if lease == '' then
-        op.lease = nil
-      end
-      if cost == 'r' then
-        op.rel, op.cost = true, 0
-      else
-        op.cost = tonumber(cost)
-      end
-      ops[j] = op
-      ai = ai + 3
-    end
-    local parts = {pack('<d', now)}
-    local res = {}
-    if mode == '2' then
-      local g = new_pass(kbase, ops)
-      local k = tonumber(ARGV[ai])
-      ai = ai + 1
-      for _ = 1, k do
-        local c = get(g, tonumber(ARGV[ai]))
-        if c.raw == ARGV[ai + 2] then
-          -- Untouched since the charge: put the old state back exactly.
-          c.restore = ARGV[ai + 1]
-          c.st = c.alg.load(c.restore ~= '' and c.restore)
-        elseif c.raw then
-          c.inverse, c.ours, c.owed = true, c.alg.load(ARGV[ai + 2]), 0
-        end
-        ai = ai + 3
-      end
-      -- Changed by others since: take back this group's charges, but only
-      -- the part not already drained by now (the real now, when the group
-      -- read Redis TIME), so that a refund never gives back more than the
-      -- charge still holds.
-      local rnow = now
-      if ARGV[ai] == 't' then
-        rnow = max(time_now(), now)
-      end
-      ai = ai + 1
-      for j = 1, n do
-        local op, c = ops[j], get(g, j)
-        if c.inverse and op.cost > 0 and not op.rel then
-          c.owed = c.owed + op.cost
-        end
-      end
-      for _, c in ipairs(g.order) do
-        if c.inverse and c.owed > 0 then
-          c.alg.unstep(c.st, c.ours, c.owed, c.p, rnow)
-          c.restore = c.alg.encode(c.st)
-        end
-      end
-      for j = 1, n do
-        local op = ops[j]
-        if not op.rel and op.cost > 0 and op.p.alg >= 6 then
-          local c = get(g, j)
-          if op.p.alg == 6 then
-            log_unadd(c.st, now, op.cost, nil)
-          else
-            log_unadd(c.st, now + op.p.window, op.cost, op.lease)
-          end
-        end
-      end
-      for j = 1, n do
-        emit(parts, (step(get(g, j), ops[j], now, 0)))
-      end
-      save(g.order, now)
-      put(table.concat(parts))
+    local ops
+    ops, ai = read_ops(ai, n)
+    if mode == MODE_REFUND then
+      ai = refund(kbase, ops, now, ai)
     else
-      local g = new_pass(kbase, ops)
-      local denied = false
-      for j = 1, n do
-        local c = get(g, j)
-        local d, charged = step(c, ops[j], now, ops[j].cost)
-        if charged or ops[j].rel then
-          c.dirty = true
-        end
-        if d[1] ~= ALLOWED then
-          denied = true
-        end
-        res[j] = d
-      end
-      if denied then
-        -- Nothing was written yet: start again from the stored state, keep
-        -- the releases, and look instead of charging.
-        g = new_pass(kbase, ops)
-        for j = 1, n do
-          if ops[j].rel then
-            local c = get(g, j)
-            step(c, ops[j], now, 0)
-            c.dirty = true
-          end
-        end
-        for j = 1, n do
-          local op = ops[j]
-          if not op.rel then
-            local c = get(g, j)
-            if res[j][1] == ALLOWED then
-              res[j] = step(c, op, now, 0)
-            elseif c.alg.log then
-              step(c, op, now, 0)
-            end
-          end
-        end
-      end
-      save(g.order, now)
-      for j = 1, n do
-        emit(parts, res[j])
-      end
-      put(table.concat(parts))
-      if mode == '1' then
-        local undo = {}
-        if not denied then
-          for _, c in ipairs(g.order) do
-            if not c.alg.log and c.dirty then
-              undo[#undo + 1] = c.j
-              undo[#undo + 1] = c.raw or ''
-              undo[#undo + 1] = c.new or ''
-            end
-          end
-        end
-        put(#undo / 3)
-        for _, v in ipairs(undo) do
-          put(v)
-        end
-      end
+      decide(kbase, ops, now, mode)
     end
   end
   kbase = kbase + n

@@ -1,7 +1,7 @@
 -- fixed_window.lua: algorithm.FixedWindow. State: id (window index) and cur
 -- (count admitted in it), two packed doubles.
 
-A[4] = {
+A[FIXED_WINDOW] = {
   load = function(raw)
     if raw and #raw == 16 then
       local id, cur = unpack('<dd', raw)

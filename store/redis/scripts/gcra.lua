@@ -1,6 +1,6 @@
 -- gcra.lua: the generic cell rate algorithm (algorithm.GCRA) over bucket.lua.
 
-A[2] = {
+A[GCRA] = {
   unstep = tat_kind.unstep,
   load = tat_kind.load,
   encode = tat_kind.encode,

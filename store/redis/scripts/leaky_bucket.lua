@@ -1,7 +1,7 @@
 -- leaky_bucket.lua: the leaky bucket as a queue (algorithm.LeakyBucket).
 -- State: the TAT, as gcra; an admitted hit is told to wait Delay.
 
-A[3] = {
+A[LEAKY_BUCKET] = {
   unstep = tat_kind.unstep,
   load = tat_kind.load,
   encode = tat_kind.encode,

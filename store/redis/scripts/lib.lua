@@ -7,10 +7,23 @@
 -- care: fdiv corrects the float quotient so that it is the exact floor.
 
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-local tonumber, fmt = tonumber, string.format
+local tonumber, fmt, tunpack = tonumber, string.format, unpack
 local call = redis.call
 
--- A maps an algorithm code (sluice.Algorithm) to its implementation.
+-- Algorithm codes, as sluice.Algorithm (TestLuaConstants checks them).
+local TOKEN_BUCKET = 1
+local GCRA = 2
+local LEAKY_BUCKET = 3
+local FIXED_WINDOW = 4
+local SLIDING_WINDOW = 5
+local SLIDING_LOG = 6
+local CONCURRENCY = 7
+
+-- LOG_WALK is algorithm.ExactRetryUnits: the most log entries a RetryAfter
+-- reads (TestLuaConstants checks it).
+local LOG_WALK = 64
+
+-- A maps an algorithm code to its implementation.
 local A = {}
 
 -- fdiv is ⌊a/b⌋ for b > 0, exact for |a| < 2^53 (algorithm.FloorDiv).
@@ -41,5 +54,7 @@ end
 -- far cheaper to read and write than decimal text.
 local pack, unpack = struct.pack, struct.unpack
 
--- Decision codes, as algorithm.Reason.
-local ALLOWED, LIMITED, TOO_HIGH = 0, 1, 2
+-- Decision codes, as algorithm.Reason (TestLuaConstants checks them).
+local ALLOWED = 0
+local LIMITED = 1
+local TOO_HIGH = 2

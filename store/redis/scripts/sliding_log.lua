@@ -1,28 +1,27 @@
 -- sliding_log.lua: algorithm.SlidingLog over the log state of log.lua.
 
-A[6] = {
+A[SLIDING_LOG] = {
   log = true,
   fresh = function(s, now, p)
-    local n = #s.e
-    if n == 0 then
+    local at = log_newest(s)
+    if not at then
       return 0
     end
-    return s.e[n].at + p.window - now
+    return at + p.window - now
   end,
   step = function(s, now, cost, p)
     log_drop(s, now - p.window)
     local d, used = log_decision(s, now, cost, p, p.window)
     local charged = false
     if d[1] == ALLOWED and cost > 0 then
-      log_insert(s, {at = now, n = cost})
+      log_add(s, now, cost, nil)
       used = used + cost
       charged = true
     end
-    d[2] = p.quota - used
-    local n = #s.e
-    if n > 0 then
-      d[3] = max(s.e[n].at + p.window - now, 0)
-    end
-    return d, charged
+    return log_finish(s, d, used, now, p, p.window), charged
+  end,
+  -- unadd takes back n units admitted at now (a refund).
+  unadd = function(s, now, n, p)
+    log_remove(s, now, n)
   end,
 }

@@ -38,7 +38,7 @@ local function sliding_retry(cur, prev, e, cost, p)
   return 2 * w - e
 end
 
-A[5] = {
+A[SLIDING_WINDOW] = {
   load = function(raw)
     if raw and #raw == 24 then
       local id, cur, prev = unpack('<ddd', raw)
