@@ -209,6 +209,7 @@ func (f *fleet) take(i int, now, cost int64) bool {
 	}
 	g := f.lims[0]
 	if f.countAll {
+		f.ops++
 		d := g.take(now, cost)
 		return meterQuota-d.Remaining <= f.p.Quota
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -162,6 +163,7 @@ func boundaryPlot(results []Result) (*plot.Plot, error) {
 		if err := hline(p, quota, 0, last, "quota"); err != nil {
 			return nil, err
 		}
+		p.Y.Max = 2.8 * quota // room for the legend above fixed_window's 2×
 	}
 	p.Y.Min = 0
 	return p, nil
@@ -191,6 +193,7 @@ func loadPlot(results []Result) (*plot.Plot, error) {
 	}
 	p.Legend.Left = false
 	p.Y.Min = 0
+	p.Y.Max = 100
 	return p, nil
 }
 
@@ -199,7 +202,13 @@ func loadPlot(results []Result) (*plot.Plot, error) {
 const fleetAlg = "sliding_log"
 
 func fleetPlot(results []Result) (*plot.Plot, error) {
-	p := newPlot("Overshoot against fleet size ("+fleetAlg+", Poisson 4× the limit)", "instances", "most admitted in any window / quota")
+	p := newPlot("Overshoot against fleet size ("+fleetAlg+", Poisson 16× the limit)", "instances", "most admitted in any window / quota")
+	p.X.Scale = plot.LogScale{}
+	var ticks []plot.Tick
+	for _, n := range FleetSizes {
+		ticks = append(ticks, plot.Tick{Value: float64(n), Label: fmt.Sprint(n)})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	n := 0
 	for i, kind := range []PlacementKind{Local, Split, Global, Hybrid} {
 		var pts plotter.XYs
@@ -230,6 +239,13 @@ func fleetPlot(results []Result) (*plot.Plot, error) {
 
 func syncPlot(results []Result) (*plot.Plot, error) {
 	p := newPlot("Hybrid (modelled): overshoot against sync interval, 8 instances", "sync interval (ms)", "most admitted in any window / quota")
+	p.X.Scale = plot.LogScale{}
+	var ticks []plot.Tick
+	for _, d := range SyncIntervals {
+		ms := float64(d) / float64(time.Millisecond)
+		ticks = append(ticks, plot.Tick{Value: ms, Label: fmt.Sprint(ms)})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	n := 0
 	for i, pl := range plotted {
 		var pts plotter.XYs

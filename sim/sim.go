@@ -84,10 +84,15 @@ type Result struct {
 	// CountAll is set when every hit was counted, denied ones too.
 	CountAll bool `json:"count_all,omitempty"`
 
-	Decisions    int64 `json:"decisions"`
-	Admitted     int64 `json:"admitted"`      // hits admitted
-	FalseAccepts int64 `json:"false_accepts"` // admitted, exact would deny
-	FalseRejects int64 `json:"false_rejects"` // denied, exact would admit
+	Decisions int64 `json:"decisions"`
+	Admitted  int64 `json:"admitted"` // hits admitted
+	// ExactAdmitted is what an exact limiter (a sliding-window log, one for
+	// the whole fleet) admits of the same hits; AdmittedRatio is
+	// Admitted / ExactAdmitted: above 1 the algorithm let more through.
+	ExactAdmitted int64   `json:"exact_admitted"`
+	AdmittedRatio float64 `json:"admitted_ratio"`
+	FalseAccepts  int64   `json:"false_accepts"` // admitted, exact would deny
+	FalseRejects  int64   `json:"false_rejects"` // denied, exact would admit
 	// FalseAcceptRate and FalseRejectRate are per decision; WrongRate is
 	// their sum.
 	FalseAcceptRate float64 `json:"false_accept_rate"`
@@ -287,6 +292,9 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 		span     int64
 		win      = newMeter(p.Window)
 		all      = newMeter(p.Window)
+		ref      = newMeter(p.Window)
+		refAll   = newMeter(p.Window)
+		exactN   int64
 		tenth    = newMeter(max(p.Window/10, 1))
 		logBuf   []algorithm.Entry
 		fl       = newFleet(s.Placement, p, s.CountAll)
@@ -314,6 +322,19 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 		}
 		if n := len(events); n > 0 {
 			span = max(span, events[n-1].At)
+		}
+		// The independent exact limiter, once per key.
+		ref.reset()
+		refAll.reset()
+		for _, e := range events {
+			if s.CountAll {
+				if refAll.add(e.At, e.Cost) <= p.Quota {
+					exactN++
+				}
+			} else if ref.add(e.At, 0)+e.Cost <= p.Quota {
+				ref.add(e.At, e.Cost)
+				exactN++
+			}
 		}
 		for i, a := range algs {
 			c := &accs[i]
@@ -378,7 +399,7 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 			Placement: s.Placement.String(), Kind: s.Placement.kind(), Instances: s.Placement.instances(),
 			SyncMS: float64(s.Placement.Sync) / float64(time.Millisecond),
 			Limit:  limitString(s.Limit), Algorithm: a.String(), Keys: keys,
-			Decisions: c.decisions, Admitted: c.admitted, FalseAccepts: c.fa, FalseRejects: c.fr,
+			Decisions: c.decisions, Admitted: c.admitted, ExactAdmitted: exactN, FalseAccepts: c.fa, FalseRejects: c.fr,
 			Overshoot:  float64(c.over) / float64(p.Quota),
 			Burst:      float64(c.burst) / float64(p.Quota),
 			RecoveryMS: -1, StateBytes: c.bytes, CacheMismatches: c.mismatch,
@@ -389,6 +410,9 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 			r.FalseRejectRate = float64(c.fr) / float64(c.decisions)
 			r.WrongRate = r.FalseAcceptRate + r.FalseRejectRate
 			r.StoreOps = float64(c.ops) / float64(c.decisions)
+		}
+		if exactN > 0 {
+			r.AdmittedRatio = float64(c.admitted) / float64(exactN)
 		}
 		if c.recN > 0 {
 			r.RecoveryMS = float64(c.recSum) / float64(c.recN) / 1000
