@@ -302,7 +302,7 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 		duration = s.Workload.Duration.Microseconds()
 	)
 	if s.Workload.Kind == Trace {
-		duration = s.Workload.Trace.Span + 1
+		duration = s.Workload.Trace.Span + p.Window
 	}
 	for k := range keys {
 		if k%64 == 0 {

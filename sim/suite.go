@@ -60,7 +60,7 @@ func DefaultSuite(o SuiteOptions) []Scenario {
 	}
 	w := lim.Window
 	dur := func(windows float64) time.Duration {
-		return max(time.Duration(windows*scale*float64(w)), w)
+		return max(time.Duration(windows*scale*float64(w)), 5*w)
 	}
 	algs := o.Algorithms
 	var s []Scenario
@@ -95,7 +95,8 @@ func DefaultSuite(o SuiteOptions) []Scenario {
 	}
 	add("onoff 0.9×", GroupWorkload, Workload{Kind: OnOff, Load: 0.9, Keys: 100, Duration: dur(40)}, Placement{}, false)
 	add("boundary attack", GroupWorkload, Workload{Kind: Boundary, Keys: 20, Duration: dur(100)}, Placement{}, true)
-	add("recovery 0.5×", GroupWorkload, Workload{Kind: Recovery, Load: 0.5, Keys: 200, Duration: dur(4)}, Placement{}, false)
+	// Recovery needs a few windows after the burst whatever the scale.
+	add("recovery 0.5×", GroupWorkload, Workload{Kind: Recovery, Load: 0.5, Keys: 200, Duration: 4 * w}, Placement{}, false)
 	add("zipf 1000 keys", GroupWorkload, Workload{Kind: Zipf, Load: 0.5, Keys: 1000, Duration: dur(10)}, Placement{}, false)
 	add("diurnal 1×", GroupWorkload, Workload{Kind: Diurnal, Load: 1, Keys: 20, Duration: dur(200)}, Placement{}, false)
 	if o.Trace != nil {

@@ -27,6 +27,11 @@ type TraceData struct {
 	Span int64
 	// Hits is the number of hits read.
 	Hits int
+	// Origin is the time of the earliest hit, in microseconds since the Unix
+	// epoch (for numeric seconds, since their own zero). Replays shift the
+	// hits by Origin modulo the window so epoch-aligned windows fall where
+	// they fell for the recorded traffic.
+	Origin int64
 }
 
 // Bounds on what ParseTrace accepts, so a hostile or mistaken file cannot
@@ -101,7 +106,7 @@ func ParseTrace(name string, r io.Reader) (*TraceData, error) {
 	if p.hits == 0 {
 		return nil, fmt.Errorf("%s: no hits in the trace", name)
 	}
-	t := &TraceData{Keys: p.keys, Events: p.events, Hits: p.hits}
+	t := &TraceData{Keys: p.keys, Events: p.events, Hits: p.hits, Origin: p.first}
 	for _, ev := range t.Events {
 		slices.SortStableFunc(ev, func(a, b Event) int { return cmpInt(a.At, b.At) })
 		for i := range ev {

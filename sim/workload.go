@@ -30,8 +30,8 @@ const (
 	// window and Quota more in the first twentieth of the next, at every other
 	// window boundary (Load is ignored).
 	Boundary Kind = "boundary"
-	// Recovery: one burst of 2 × Quota hits at once, a quarter into the run,
-	// then evenly spaced hits at Load × the limit; the run reports how long
+	// Recovery: one burst of 2 × Quota hits at once, a quarter into the run
+	// plus a random phase within one window, then evenly spaced hits at Load × the limit; the run reports how long
 	// after the burst the last hit was denied.
 	Recovery Kind = "recovery"
 	// Zipf: Keys keys share Poisson traffic whose total is Load × the limit ×
@@ -131,7 +131,13 @@ func (w Workload) events(k int, r *rand.Rand, quota, window int64, buf []Event) 
 		}
 	case Trace:
 		if w.Trace != nil && k < len(w.Trace.Events) {
-			buf = append(buf, w.Trace.Events[k]...)
+			shift := w.Trace.Origin % window
+			if shift < 0 {
+				shift += window
+			}
+			for _, e := range w.Trace.Events[k] {
+				buf = append(buf, Event{At: e.At + shift, Cost: e.Cost})
+			}
 		}
 	}
 	return buf, burst

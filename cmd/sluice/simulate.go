@@ -58,6 +58,9 @@ func runSimulate(ctx context.Context, args []string, getenv env, stdout, stderr 
 	if *scale <= 0 || *scale > 100 {
 		return fmt.Errorf("simulate: --scale %v: want a number in (0, 100]: %w", *scale, errUsage)
 	}
+	if *quota < 1 {
+		return fmt.Errorf("simulate: --quota %d: want at least 1: %w", *quota, errUsage)
+	}
 	opts := sim.SuiteOptions{Limit: sluice.Limit{Quota: *quota, Window: *window, Burst: *burst}, Scale: *scale}
 	if *algs != "" {
 		for _, name := range strings.Split(*algs, ",") {
