@@ -14,7 +14,7 @@ import (
 
 // quickScale keeps the default suite's shape at a fraction of its length so
 // the tests stay fast under -race (about 3 million decisions).
-const quickScale = 0.06
+const quickScale = 0.03
 
 var (
 	quickOnce sync.Once

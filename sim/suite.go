@@ -129,6 +129,29 @@ func DefaultSuite(o SuiteOptions) []Scenario {
 		addFleet(fmt.Sprintf("fleet global ×%d", n), GroupPlacement, Placement{Kind: Global, Instances: n, DeniedCache: true})
 		addFleet(fmt.Sprintf("fleet hybrid ×%d", n), GroupPlacement, Placement{Kind: Hybrid, Instances: n, Sync: 100 * time.Millisecond})
 	}
+	// The denied cache on many keys, most far under their limit and a few
+	// far over it.
+	s = append(s, Scenario{Name: "zipf global ×8 +denied cache", Group: GroupPlacement,
+		Workload: Workload{Kind: Zipf, Load: 0.5, Keys: 1000, Duration: dur(10)}, Limit: lim,
+		Placement: Placement{Kind: Global, Instances: 8, DeniedCache: true}, Algorithms: fleetAlgs})
+	// Hybrid saves store calls only where each instance sees many hits of a
+	// key per sync interval: a limit 100 times higher, under and over it.
+	// sliding_log is left out (10,000 entries per key).
+	high := lim
+	high.Quota *= 100
+	highAlgs := slices.DeleteFunc(slices.Clone(fleetAlgs), func(a sluice.Algorithm) bool { return a == sluice.SlidingLog })
+	if high.Quota <= sluice.MaxLogQuota && len(highAlgs) > 0 {
+		for _, load := range []float64{0.5, 1.5} {
+			for _, pl := range []Placement{
+				{Kind: Global, Instances: 8, DeniedCache: true},
+				{Kind: Hybrid, Instances: 8, Sync: 100 * time.Millisecond},
+			} {
+				s = append(s, Scenario{Name: fmt.Sprintf("%d/%v %.2g× %s", high.Quota, high.Window, load, pl), Group: GroupPlacement,
+					Workload: Workload{Kind: Poisson, Load: load, Keys: 2, Duration: dur(10)}, Limit: high,
+					Placement: pl, Algorithms: highAlgs})
+			}
+		}
+	}
 	for _, sync := range SyncIntervals {
 		addFleet(fmt.Sprintf("hybrid ×8 sync %v", sync), GroupSync, Placement{Kind: Hybrid, Instances: 8, Sync: sync})
 	}
