@@ -267,6 +267,7 @@ func syncPlot(results []Result) (*plot.Plot, error) {
 		return nil, nil
 	}
 	p.Y.Min = 0
+	p.Y.Max = 2.6 // room for the legend above gcra's own 2×
 	return p, nil
 }
 
