@@ -22,7 +22,7 @@ const (
 	PlotSync     = "sync"     // hybrid overshoot against sync interval
 )
 
-// lineStyle gives each algorithm (or placement) a fixed colour and dash so the
+// palette gives each line a fixed colour (and every other line a dash) so the
 // plots read the same from run to run.
 var palette = []color.RGBA{
 	{0x1f, 0x77, 0xb4, 0xff}, {0xd6, 0x27, 0x28, 0xff}, {0x2c, 0xa0, 0x2c, 0xff},

@@ -19,7 +19,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -260,15 +259,15 @@ func (s Scenario) validate() error {
 
 // acc accumulates one algorithm's counts over the keys of a scenario.
 type acc struct {
-	decisions, admitted, offered int64
-	fa, fr                       int64
-	over, burst                  int64
-	recSum, recN                 int64
-	bytes                        int
-	ops                          int64
-	mismatch                     int64
-	digest                       uint64
-	admittedAt                   []Event // first key's admissions, for the series
+	decisions, admitted int64
+	fa, fr              int64
+	over, burst         int64
+	recSum, recN        int64
+	bytes               int
+	ops                 int64
+	mismatch            int64
+	digest              uint64
+	admittedAt          []Event // first key's admissions, for the series
 }
 
 func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error) {
@@ -304,6 +303,10 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 	if s.Workload.Kind == Trace {
 		duration = s.Workload.Trace.Span + p.Window
 	}
+	zipfTotal := 0.0
+	if s.Workload.Kind == Zipf {
+		zipfTotal = zipfNorm(keys, s.Workload.skew())
+	}
 	for k := range keys {
 		if k%64 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -312,7 +315,7 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 		}
 		r := rand.New(rand.NewPCG(seed, salt^uint64(k)*0x9e3779b97f4a7c15))
 		var burstAt int64
-		events, burstAt = s.Workload.events(k, r, p.Quota, p.Window, events[:0])
+		events, burstAt = s.Workload.events(k, r, p.Quota, p.Window, zipfTotal, events[:0])
 		inst = inst[:0]
 		for range events {
 			inst = append(inst, uint16(r.IntN(s.Placement.instances())))
@@ -468,6 +471,3 @@ func limitString(l sluice.Limit) string {
 	}
 	return s
 }
-
-// errNoResults is returned by helpers that need a result that is absent.
-var errNoResults = errors.New("sim: no such result")

@@ -1,10 +1,14 @@
 package sim
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -265,5 +269,52 @@ func TestRunStopsWhenContextEnds(t *testing.T) {
 	cancel()
 	if _, err := Run(ctx, DefaultSuite(SuiteOptions{Scale: 0.02}), Options{}); err == nil {
 		t.Errorf("Run with a cancelled context succeeded, want its error")
+	}
+}
+
+func TestWritePlots(t *testing.T) {
+	dir := t.TempDir()
+	files, err := WritePlots(dir, "png", quick(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 4 {
+		t.Fatalf("wrote %v, want 4 plots", files)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Errorf("%s is not a PNG", f)
+		}
+	}
+	if _, err := WritePlots(dir, "gif", nil); err == nil {
+		t.Errorf("WritePlots(gif) succeeded, want an error")
+	}
+}
+
+func TestReport(t *testing.T) {
+	rs := quick(t)
+	var tbl, js bytes.Buffer
+	rep := Report{Command: "sluice simulate", Seed: 7, Results: rs}
+	if err := rep.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Poisson traffic at several loads", "Fleets", "Hybrid (modelled)", "Every hit counted", "reproduce: sluice simulate"} {
+		if !strings.Contains(tbl.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("JSON does not read back: %v", err)
+	}
+	if !reflect.DeepEqual(back.Results, rs) {
+		t.Errorf("JSON round trip changed the results")
 	}
 }

@@ -85,7 +85,9 @@ func (w Workload) keys() int {
 
 // events appends the hits of key k, in time order, to buf. burst is the
 // instant of the Recovery burst, or −1. quota and window (µs) are the limit's.
-func (w Workload) events(k int, r *rand.Rand, quota, window int64, buf []Event) (ev []Event, burst int64) {
+//
+// zipfTotal is zipfNorm(Keys, skew), computed once per run by the caller.
+func (w Workload) events(k int, r *rand.Rand, quota, window int64, zipfTotal float64, buf []Event) (ev []Event, burst int64) {
 	dur := w.Duration.Microseconds()
 	rate := float64(quota) / float64(window) // hits per µs at Load 1
 	burst = -1
@@ -93,7 +95,7 @@ func (w Workload) events(k int, r *rand.Rand, quota, window int64, buf []Event) 
 	case Poisson:
 		buf = poisson(buf, r, 0, dur, w.Load*rate)
 	case Zipf:
-		buf = poisson(buf, r, 0, dur, w.Load*rate*float64(w.Keys)*zipfShare(k, w.Keys, w.skew()))
+		buf = poisson(buf, r, 0, dur, w.Load*rate*float64(w.Keys)*(math.Pow(float64(k+1), -w.skew())/zipfTotal))
 	case OnOff:
 		on, off := float64(window)/4, 3*float64(window)/4
 		for t := r.ExpFloat64() * off; t < float64(dur); {
@@ -170,12 +172,12 @@ func spread(buf []Event, from, span, n int64) []Event {
 	return buf
 }
 
-// zipfShare is key k's share (k from 0) of traffic split over n keys with
-// weight 1/(k+1)^s.
-func zipfShare(k, n int, s float64) float64 {
+// zipfNorm is the sum of 1/i^s for i from 1 to n: key k (from 0) gets the
+// share (k+1)^−s / zipfNorm of Zipf traffic.
+func zipfNorm(n int, s float64) float64 {
 	var total float64
 	for i := 1; i <= n; i++ {
 		total += math.Pow(float64(i), -s)
 	}
-	return math.Pow(float64(k+1), -s) / total
+	return total
 }
