@@ -125,6 +125,9 @@ type fleet struct {
 
 	// hybrid, per instance
 	alloc, expires, seen, seenPrev, periodEnd []int64
+	// out is the sum of alloc (units leased and not yet spent or dropped);
+	// peakOut its largest value for the key.
+	out, peakOut int64
 }
 
 func newFleet(pl Placement, p algorithm.Params, countAll bool) *fleet {
@@ -142,7 +145,7 @@ func newFleet(pl Placement, p algorithm.Params, countAll bool) *fleet {
 
 // reset gives every instance a fresh key under algorithm a.
 func (f *fleet) reset(a sluice.Algorithm, logBuf []algorithm.Entry) {
-	f.ops, f.mismatch = 0, 0
+	f.ops, f.mismatch, f.out, f.peakOut = 0, 0, 0, 0
 	clear(f.deniedUntil)
 	clear(f.deniedCost)
 	clear(f.alloc)
@@ -245,17 +248,17 @@ func (f *fleet) hybrid(i int, now, cost int64) bool {
 	}
 	f.seen[i] += cost
 	if now >= f.expires[i] {
-		f.alloc[i] = 0
+		f.setAlloc(i, 0)
 	}
 	if cost <= f.alloc[i] {
-		f.alloc[i] -= cost
+		f.setAlloc(i, f.alloc[i]-cost)
 		return true
 	}
 	g := f.lims[0]
 	f.ops++ // one atomic script: look, then take an allotment or decide
 	rem := g.take(now, 0).Remaining
 	if float64(rem-cost) < f.pl.fallback()*float64(f.p.Quota) {
-		f.alloc[i] = 0
+		f.setAlloc(i, 0)
 		return g.take(now, cost).OK()
 	}
 	size := min(max(f.seenPrev[i], 2*cost), rem/int64(f.n))
@@ -265,6 +268,16 @@ func (f *fleet) hybrid(i int, now, cost int64) bool {
 	if !g.take(now, size).OK() {
 		return g.take(now, cost).OK()
 	}
-	f.alloc[i], f.expires[i] = size-cost, now+sync
+	f.setAlloc(i, size-cost)
+	f.expires[i] = now + sync
 	return true
+}
+
+// setAlloc sets instance i's allotment, keeping the outstanding sum. An
+// expired allotment counts as outstanding until its instance next sees a hit
+// (it can no longer be spent, so this only overstates the sum).
+func (f *fleet) setAlloc(i int, v int64) {
+	f.out += v - f.alloc[i]
+	f.alloc[i] = v
+	f.peakOut = max(f.peakOut, f.out)
 }

@@ -114,6 +114,11 @@ type Result struct {
 	// StoreOps is the number of calls to the shared store per decision:
 	// 1 for global, 0 for local, measured for hybrid and the denied cache.
 	StoreOps float64 `json:"store_ops_per_decision"`
+	// PeakAllotment is, for hybrid, the most units leased to the instances
+	// and not yet spent, at any moment, for one key. The model's overshoot
+	// bound: an exact global algorithm (sliding_log) admits at most
+	// Quota + PeakAllotment in any window.
+	PeakAllotment int64 `json:"peak_allotment,omitempty"`
 	// CacheMismatches counts hits the denied-key cache denied that the store
 	// would have admitted (must be 0; only with Placement.DeniedCache).
 	CacheMismatches int64 `json:"cache_mismatches,omitempty"`
@@ -266,6 +271,7 @@ type acc struct {
 	bytes               int
 	ops                 int64
 	mismatch            int64
+	peakOut             int64
 	digest              uint64
 	admittedAt          []Event // first key's admissions, for the series
 }
@@ -387,6 +393,7 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 			c.digest = (c.digest ^ uint64(k)) * fnvPrime
 			c.ops += fl.ops
 			c.mismatch += fl.mismatch
+			c.peakOut = max(c.peakOut, fl.peakOut)
 			logBuf = fl.logBuf()
 		}
 	}
@@ -405,7 +412,7 @@ func runScenario(ctx context.Context, s Scenario, seed uint64) ([]Result, error)
 			Decisions: c.decisions, Admitted: c.admitted, ExactAdmitted: exactN, FalseAccepts: c.fa, FalseRejects: c.fr,
 			Overshoot:  float64(c.over) / float64(p.Quota),
 			Burst:      float64(c.burst) / float64(p.Quota),
-			RecoveryMS: -1, StateBytes: c.bytes, CacheMismatches: c.mismatch,
+			RecoveryMS: -1, StateBytes: c.bytes, CacheMismatches: c.mismatch, PeakAllotment: c.peakOut,
 			Digest: fmt.Sprintf("%016x", c.digest),
 		}
 		if c.decisions > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -168,13 +169,24 @@ func TestPlacements(t *testing.T) {
 			t.Errorf("split ×%d: sliding_log overshoot %v, want ≤ 1", n, split.Overshoot)
 		}
 	}
+	hybrids := 0
 	for _, r := range rs {
+		if r.Kind == Hybrid && r.Algorithm == "sliding_log" {
+			hybrids++
+			if over := int64(math.Round((r.Overshoot - 1) * float64(DefaultLimit.Quota))); over > r.PeakAllotment {
+				t.Errorf("%s: hybrid over the quota by %d units, more than the %d units ever leased out at once",
+					r.Scenario, over, r.PeakAllotment)
+			}
+		}
 		if r.CacheMismatches != 0 {
 			t.Errorf("%s/%s: the denied cache contradicted the store %d times, want 0", r.Scenario, r.Algorithm, r.CacheMismatches)
 		}
 		if r.Kind == Local && r.StoreOps != 0 {
 			t.Errorf("%s/%s: local placement made %v store ops per decision, want 0", r.Scenario, r.Algorithm, r.StoreOps)
 		}
+	}
+	if hybrids < 5 {
+		t.Errorf("checked the hybrid bound on %d results, want at least 5", hybrids)
 	}
 }
 
