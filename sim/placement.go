@@ -26,11 +26,12 @@ const (
 	// Hybrid is a model of the hybrid store's stated design, not the store
 	// itself: each instance leases an allotment from the global count (a
 	// Take of that many units on the shared state), sized from the units it
-	// saw in the last sync interval and at most a 1/Instances share of the
-	// remaining quota; it admits locally while the allotment lasts and until
-	// the lease is Sync old; unused units expire with the lease and are not
-	// returned. When the remaining quota is at or below FallbackFraction of
-	// the quota, the instance decides each hit on the global state instead.
+	// saw in the last sync interval (at least twice the hit's cost) and at
+	// most a 1/Instances share of the remaining quota; it admits locally
+	// while the allotment lasts and until the lease is Sync old; unused units
+	// expire with the lease and are not returned. When the remaining quota is
+	// at or below FallbackFraction of the quota, the instance decides each hit
+	// on the global state instead.
 	Hybrid PlacementKind = "hybrid"
 )
 

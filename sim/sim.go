@@ -62,6 +62,15 @@ type Scenario struct {
 	CountAll bool
 }
 
+// Bounds on the traffic one scenario may generate, so a mistaken flag cannot
+// exhaust memory (each key's hits are held at once) or run for days.
+const (
+	// MaxHitsPerKey bounds the expected hits of the busiest key.
+	MaxHitsPerKey = 20_000_000
+	// MaxHits bounds the expected hits of a whole scenario.
+	MaxHits = 1_000_000_000
+)
+
 // SeriesPoints is the number of samples in a Result.Series.
 const SeriesPoints = 400
 
@@ -258,6 +267,10 @@ func (s Scenario) validate() error {
 	case Poisson, OnOff, Boundary, Recovery, Zipf, Diurnal, Trace:
 	default:
 		return fmt.Errorf("scenario %q: unknown workload %q", s.Name, w.Kind)
+	}
+	if perKey, total := w.expectedHits(s.Limit.Quota, s.Limit.Window.Microseconds()); perKey > MaxHitsPerKey || total > MaxHits {
+		return fmt.Errorf("scenario %q: about %.3g hits for the busiest key and %.3g in all; the bounds are %d and %d (shorten the run or lower the load)",
+			s.Name, perKey, total, int64(MaxHitsPerKey), int64(MaxHits))
 	}
 	return nil
 }

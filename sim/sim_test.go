@@ -259,6 +259,8 @@ func TestRunRejectsBadScenarios(t *testing.T) {
 		{"trace without data", func(s *Scenario) { s.Workload.Kind = Trace }},
 		{"hybrid without sync", func(s *Scenario) { s.Placement = Placement{Kind: Hybrid, Instances: 2} }},
 		{"too many instances", func(s *Scenario) { s.Placement = Placement{Kind: Local, Instances: MaxInstances + 1} }},
+		{"too many hits", func(s *Scenario) { s.Workload.Load, s.Workload.Duration = 1000, 1000*time.Hour }},
+		{"too many keys' hits", func(s *Scenario) { s.Workload.Keys, s.Workload.Duration = 1_000_000, time.Hour }},
 		{"count-all with gcra", func(s *Scenario) { s.CountAll, s.Algorithms = true, []sluice.Algorithm{sluice.GCRA} }},
 		{"count-all local", func(s *Scenario) {
 			s.CountAll, s.Algorithms = true, []sluice.Algorithm{sluice.FixedWindow}

@@ -181,3 +181,27 @@ func zipfNorm(n int, s float64) float64 {
 	}
 	return total
 }
+
+// expectedHits estimates the hits of the busiest key and of the whole run.
+func (w Workload) expectedHits(quota, window int64) (perKey, total float64) {
+	if w.Kind == Trace {
+		if w.Trace == nil {
+			return 0, 0
+		}
+		return 0, float64(w.Trace.Hits)
+	}
+	windows := float64(w.Duration.Microseconds()) / float64(window)
+	mean := w.Load * float64(quota) * windows
+	keys := float64(w.keys())
+	switch w.Kind {
+	case Diurnal:
+		mean *= 1.1
+	case Boundary:
+		mean = float64(quota) * windows
+	case Recovery:
+		mean += 2 * float64(quota)
+	case Zipf:
+		return mean * keys / zipfNorm(w.keys(), w.skew()), mean * keys
+	}
+	return mean, mean * keys
+}
