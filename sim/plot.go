@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -164,6 +165,7 @@ func boundaryPlot(results []Result) (*plot.Plot, error) {
 			return nil, err
 		}
 		p.Y.Max = 2.8 * quota // room for the legend above fixed_window's 2×
+		p.Y.Tick.Marker = steps(quota/2, p.Y.Max)
 	}
 	p.Y.Min = 0
 	return p, nil
@@ -266,9 +268,22 @@ func syncPlot(results []Result) (*plot.Plot, error) {
 	if n == 0 {
 		return nil, nil
 	}
+	if err := hline(p, 1, SyncIntervals[0].Seconds()*1000, SyncIntervals[len(SyncIntervals)-1].Seconds()*1000, "quota"); err != nil {
+		return nil, err
+	}
 	p.Y.Min = 0
 	p.Y.Max = 2.6 // room for the legend above gcra's own 2×
+	p.Y.Tick.Marker = steps(0.5, p.Y.Max)
 	return p, nil
+}
+
+// steps labels 0, step, 2·step, … up to most.
+func steps(step, most float64) plot.ConstantTicks {
+	var t plot.ConstantTicks
+	for v := 0.0; v <= most+step/1e6; v += step {
+		t = append(t, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+	}
+	return t
 }
 
 func cmpFloat(a, b float64) int {
