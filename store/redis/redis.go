@@ -186,6 +186,7 @@ type Store struct {
 	calls       atomic.Uint64
 	groups      atomic.Uint64
 	opsDecided  atomic.Uint64
+	allots      atomic.Uint64 // allotment requests (allot.go)
 
 	one   batcher // single node, Sentinel
 	slots []atomic.Pointer[batcher]

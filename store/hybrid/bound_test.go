@@ -1,0 +1,266 @@
+package hybrid
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+// fleet is several instances — each its own Redis client and hybrid Store —
+// over one real redis-server, on one fake clock.
+type fleet struct {
+	srv    *redistest.Server
+	clock  *storetest.Clock
+	global []*redis.Store
+	inst   []*Store
+}
+
+func newFleet(t *testing.T, n int, opts Options) *fleet {
+	t.Helper()
+	f := &fleet{srv: redistest.Start(t), clock: storetest.NewClock()}
+	opts.Now = f.clock.Now
+	for range n {
+		g, err := redis.New(redis.Options{URL: f.srv.URL(), Now: f.clock.Now, Timeout: time.Second})
+		if err != nil {
+			t.Fatalf("redis.New: %v", err)
+		}
+		t.Cleanup(func() { g.Close() })
+		h, err := New(g, opts)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		f.global = append(f.global, g)
+		f.inst = append(f.inst, h)
+	}
+	return f
+}
+
+// held is the units instance i holds unspent for key and l, now.
+func (h *Store) heldOf(key string, l sluice.Limit) int64 {
+	k := entryKey{key, normalize(sluice.Op{Limit: l}).Limit}
+	sh := h.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[k]; e != nil && e.deadline > h.now() {
+		return e.held
+	}
+	return 0
+}
+
+// drive sends demand hits of cost 1 at key, spread over the instances by
+// weight (skewed), concurrently, and returns how many were admitted.
+func (f *fleet) drive(t *testing.T, key string, l sluice.Limit, demand int, weights []int, alive []bool) int {
+	t.Helper()
+	total := 0
+	for i, w := range weights {
+		if alive[i] {
+			total += w
+		}
+	}
+	var mu sync.Mutex
+	admitted := 0
+	var wg sync.WaitGroup
+	for i, w := range weights {
+		if !alive[i] {
+			continue
+		}
+		n := demand * w / total
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op := []sluice.Op{{Key: key, Limit: l, Cost: 1}}
+			res := make([]sluice.Result, 1)
+			for range n {
+				if err := f.inst[i].Take(context.Background(), op, res); err != nil {
+					t.Errorf("instance %d: Take: %v", i, err)
+					return
+				}
+				if res[0].Allowed {
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted
+}
+
+// A fixed window in hybrid placement never admits more than its quota in a
+// window, over four instances with skewed traffic, while one instance is
+// killed holding an allotment; the killed instance's reservation ends with
+// its window instead of leaking.
+func TestFixedWindowBound(t *testing.T) {
+	const quota = 200
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: quota, Window: time.Second}
+	f := newFleet(t, 4, Options{})
+	weights := []int{70, 15, 10, 5}
+	alive := []bool{true, true, true, true}
+	const key = "fw"
+	for w := range 6 {
+		f.clock.Set(storetest.Epoch.Add(time.Duration(w) * time.Second))
+		admitted := 0
+		// Ten steps per window, demand rising from below the limit to 3×.
+		for step := range 10 {
+			if w == 2 && step == 4 {
+				// Kill instance 3 while it holds an allotment.
+				if f.inst[3].heldOf(key, l) == 0 {
+					t.Fatalf("window %d: instance 3 holds nothing to be killed with", w)
+				}
+				alive[3] = false
+			}
+			admitted += f.drive(t, key, l, 6*(step+1), weights, alive)
+			f.clock.Advance(90 * time.Millisecond)
+		}
+		if admitted > quota {
+			t.Fatalf("window %d: admitted %d, want ≤ quota %d", w, admitted, quota)
+		}
+		// Demand was 330 in the window: unspent reservations are the only
+		// loss, and the reserve (decided globally) keeps it small.
+		if admitted < quota*8/10 {
+			t.Errorf("window %d: admitted %d of demand 330, want ≥ %d (80%% of the quota)", w, admitted, quota*8/10)
+		}
+		t.Logf("window %d: admitted %d", w, admitted)
+	}
+	st := f.inst[0].Stats()
+	if st.Local == 0 || st.Global == 0 {
+		t.Errorf("instance 0: %d local and %d global decisions, want both > 0", st.Local, st.Global)
+	}
+}
+
+// gcra in hybrid placement: over any interval [a, b] the fleet admits at
+// most burst + rate×(b−a) + the units held unspent at a.
+func TestGCRABound(t *testing.T) {
+	l := sluice.Limit{Algorithm: sluice.GCRA, Quota: 100, Window: time.Second, Burst: 50}
+	f := newFleet(t, 4, Options{Horizon: 200 * time.Millisecond})
+	weights := []int{60, 25, 10, 5}
+	alive := []bool{true, true, true, true}
+	const key = "gc"
+	const steps = 200
+	const dt = 10 * time.Millisecond
+	adm := make([]int, steps)
+	held := make([]int64, steps)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for s := range steps {
+		for i := range f.inst {
+			held[s] += f.inst[i].heldOf(key, l)
+		}
+		if s == steps/2 {
+			alive[2] = false // killed holding whatever it holds
+		}
+		adm[s] = f.drive(t, key, l, 1+rng.IntN(6), weights, alive)
+		f.clock.Advance(dt)
+	}
+	p := l.Params()
+	worst := int64(0)
+	for a := range steps {
+		sum := int64(0)
+		for b := a; b < steps; b++ {
+			sum += int64(adm[b])
+			// Hits of step b happen at time b·dt; the interval [a·dt, b·dt].
+			refill := (int64(b-a) * dt.Microseconds()) / p.Interval
+			bound := p.Burst + refill + held[a]
+			if sum > bound {
+				t.Fatalf("admitted %d in steps [%d, %d], want ≤ burst %d + refill %d + held %d", sum, a, b, p.Burst, refill, held[a])
+			}
+			worst = max(worst, sum-(p.Burst+refill))
+		}
+	}
+	total := 0
+	for _, n := range adm {
+		total += n
+	}
+	t.Logf("admitted %d over %v; worst excess over an exact bucket %d", total, steps*dt, worst)
+	if whole := p.Burst + int64(steps)*dt.Microseconds()/p.Interval; int64(total) > whole {
+		t.Fatalf("admitted %d in the run, want ≤ %d (exact: nothing was held at its start)", total, whole)
+	}
+}
+
+// With Redis down an instance keeps deciding within what it holds, then
+// returns the global store's error (the caller's failure mode applies).
+func TestRedisDown(t *testing.T) {
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1000, Window: time.Hour}
+	f := newFleet(t, 1, Options{})
+	h := f.inst[0]
+	op := []sluice.Op{{Key: "down", Limit: l, Cost: 1}}
+	res := make([]sluice.Result, 1)
+	for range 5 { // learn a rate, hold an allotment
+		if err := h.Take(context.Background(), op, res); err != nil || !res[0].Allowed {
+			t.Fatalf("Take = %v, %+v; want allowed", err, res[0])
+		}
+	}
+	for h.heldOf("down", l) == 0 || h.refillingOf("down", l) {
+		time.Sleep(time.Millisecond)
+	}
+	held := h.heldOf("down", l)
+	f.srv.Kill()
+	for i := range held {
+		if err := h.Take(context.Background(), op, res); err != nil || !res[0].Allowed {
+			t.Fatalf("hit %d of %d held, Redis down: Take = %v, %+v; want allowed from the allotment", i+1, held, err, res[0])
+		}
+	}
+	if err := h.Take(context.Background(), op, res); err == nil {
+		t.Fatalf("allotment spent, Redis down: Take = nil error, want the store's error")
+	}
+}
+
+func (h *Store) refillingOf(key string, l sluice.Limit) bool {
+	k := entryKey{key, l}
+	sh := h.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	return e != nil && e.refilling
+}
+
+// An instance killed holding an allotment takes exactly that allotment out
+// of the quota until its window ends (fixed_window) or the bucket drains
+// (gcra); then the quota is whole again for the others: nothing leaks.
+func TestKilledLeaseExpires(t *testing.T) {
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.FixedWindow, Quota: 100, Window: time.Second},
+		{Algorithm: sluice.GCRA, Quota: 100, Window: time.Second},
+		{Algorithm: sluice.TokenBucket, Quota: 100, Window: time.Second, Burst: 80},
+	} {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			f := newFleet(t, 2, Options{})
+			a, b := f.inst[0], f.inst[1]
+			op := []sluice.Op{{Key: "k", Limit: l, Cost: 1}}
+			res := make([]sluice.Result, 1)
+			if err := a.Take(context.Background(), op, res); err != nil || !res[0].Allowed {
+				t.Fatalf("a: Take = %v, %+v; want allowed", err, res[0])
+			}
+			reserved := 1 + a.heldOf("k", l) // spent and held: a is killed now
+			if reserved < 2 {
+				t.Fatalf("a holds %d, want an allotment", reserved-1)
+			}
+			count := func() int64 {
+				n := int64(0)
+				for range 3 * l.Capacity() {
+					if err := b.Take(context.Background(), op, res); err != nil {
+						t.Fatalf("b: Take: %v", err)
+					}
+					if res[0].Allowed {
+						n++
+					}
+				}
+				return n
+			}
+			if got, want := count(), l.Capacity()-reserved; got != want {
+				t.Errorf("b admitted %d beside a killed instance holding %d, want %d", got, reserved, want)
+			}
+			f.clock.Advance(l.Window)
+			if got, want := count(), l.Capacity(); got != want {
+				t.Errorf("b admitted %d a window after the kill, want %d (the killed allotment expired)", got, want)
+			}
+		})
+	}
+}

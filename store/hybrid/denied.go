@@ -1,0 +1,250 @@
+package hybrid
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// DeniedOptions configure a Denied cache. The zero value is usable.
+type DeniedOptions struct {
+	// MaxKeys caps the denials remembered; when full, a new denial replaces
+	// an expired one or is not remembered. Default 65,536 (a few MB).
+	MaxKeys int
+	// Now is the clock. Default time.Now (monotonic).
+	Now func() time.Time
+}
+
+// DefaultDeniedKeys is the default DeniedOptions.MaxKeys.
+const DefaultDeniedKeys = 1 << 16
+
+// Denied is a sluice.Store in front of another that remembers denials: once
+// an op on a key is denied with RetryAfter r, the same key and limit at a
+// cost at least as large is denied from memory, without calling the next
+// store, until r has passed. The deadline is measured from before the call
+// that was denied, so it never outlasts the store's own answer.
+//
+// It changes no decision when the next store's capacity for a key only
+// comes back with time: a denial then holds for at least RetryAfter,
+// whatever else happens. That is true of every algorithm but concurrency
+// (a release frees a slot early; never cached) as long as nothing gives
+// quota back early: a Redis Cluster refund of a cross-slot batch, or an
+// operator's reset of a key (Forget it). The README states where the cache
+// is on by default.
+//
+// A cached denial's Result is the store's, with RetryAfter and ResetAfter
+// shortened by the time passed; Remaining is as of the denial. Denied is
+// safe for concurrent use.
+type Denied struct {
+	next    sluice.Store
+	now     func() int64
+	seed    maphash.Seed
+	perSh   int
+	shards  [numShards]dshard
+	hits    atomic.Uint64
+	stored  atomic.Uint64
+	entries atomic.Int64
+}
+
+type dshard struct {
+	mu sync.Mutex
+	m  map[entryKey]denial
+}
+
+type denial struct {
+	cost  int64 // denied at this cost; any cost ≥ it is denied too
+	until int64 // µs on the local clock
+	res   sluice.Result
+}
+
+// DeniedStats are counters of a Denied cache.
+type DeniedStats struct {
+	// Hits counts ops answered from the cache.
+	Hits uint64
+	// Stored counts denials remembered.
+	Stored uint64
+	// Keys is the number of denials held now (expired ones included until
+	// they are replaced or looked up).
+	Keys int
+}
+
+// NewDenied returns a Denied cache in front of next.
+func NewDenied(next sluice.Store, opts DeniedOptions) *Denied {
+	d := &Denied{next: next, seed: maphash.MakeSeed()}
+	if opts.Now != nil {
+		now := opts.Now
+		d.now = func() int64 { return now().UnixMicro() }
+	} else {
+		base := time.Now()
+		d.now = func() int64 { return int64(time.Since(base) / time.Microsecond) }
+	}
+	n := opts.MaxKeys
+	if n <= 0 {
+		n = DefaultDeniedKeys
+	}
+	d.perSh = max(1, n/numShards)
+	for i := range d.shards {
+		d.shards[i].m = map[entryKey]denial{}
+	}
+	return d
+}
+
+// Stats returns the cache's counters.
+func (d *Denied) Stats() DeniedStats {
+	return DeniedStats{Hits: d.hits.Load(), Stored: d.stored.Load(), Keys: int(d.entries.Load())}
+}
+
+// Next returns the store behind the cache.
+func (d *Denied) Next() sluice.Store { return d.next }
+
+func (d *Denied) shard(k entryKey) *dshard {
+	return &d.shards[maphash.String(d.seed, k.key)%numShards]
+}
+
+// cacheable reports whether a denial of op may be remembered and reused.
+func cacheable(op *sluice.Op) bool {
+	return op.Cost > 0 && !op.Release && op.Limit.Algorithm != sluice.Concurrency
+}
+
+// Forget drops any remembered denial of key (under every limit), for
+// example after an operator reset it.
+func (d *Denied) Forget(key string) {
+	sh := d.shard(entryKey{key: key})
+	sh.mu.Lock()
+	for k := range sh.m {
+		if k.key == key {
+			delete(sh.m, k)
+			d.entries.Add(-1)
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// lookup returns the remembered denial of op, if it still holds at now.
+func (d *Denied) lookup(op *sluice.Op, now int64) (sluice.Result, bool) {
+	if !cacheable(op) {
+		return sluice.Result{}, false
+	}
+	k := entryKey{op.Key, op.Limit}
+	sh := d.shard(k)
+	sh.mu.Lock()
+	den, ok := sh.m[k]
+	if ok && now >= den.until {
+		delete(sh.m, k)
+		d.entries.Add(-1)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || op.Cost < den.cost {
+		return sluice.Result{}, false
+	}
+	r := den.res
+	left := time.Duration(den.until-now) * time.Microsecond
+	r.ResetAfter = max(r.ResetAfter-(r.RetryAfter-left), left)
+	r.RetryAfter = left
+	return r, true
+}
+
+// Take implements sluice.Store.
+func (d *Denied) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
+	if len(results) != len(ops) {
+		return d.next.Take(ctx, ops, results) // the next store names the error
+	}
+	start := d.now()
+	hits := 0
+	var hitBuf [4]bool
+	hit := hitBuf[:0]
+	for i := range ops {
+		r, ok := d.lookup(&ops[i], start)
+		if ok {
+			results[i] = r
+			hits++
+		}
+		hit = append(hit, ok)
+	}
+	if hits == len(ops) {
+		d.hits.Add(uint64(hits))
+		return nil
+	}
+	if hits > 0 {
+		// The batch is denied: ask the next store for looks at the rest,
+		// which is what a denied batch reports for them.
+		looks := make([]sluice.Op, len(ops))
+		copy(looks, ops)
+		for i := range looks {
+			if !looks[i].Release {
+				looks[i].Cost = 0
+			}
+		}
+		res := make([]sluice.Result, len(ops))
+		if err := d.next.Take(ctx, looks, res); err != nil {
+			return err
+		}
+		for i := range ops {
+			if !hit[i] {
+				results[i] = res[i]
+			}
+		}
+		d.hits.Add(uint64(hits))
+		return nil
+	}
+	if err := d.next.Take(ctx, ops, results); err != nil {
+		return err
+	}
+	for i := range ops {
+		r := &results[i]
+		if r.Allowed || r.Reason != sluice.ReasonLimited || r.RetryAfter <= 0 || !cacheable(&ops[i]) || dupKey(ops, i) {
+			continue
+		}
+		d.store(&ops[i], *r, start)
+	}
+	return nil
+}
+
+// dupKey reports whether another op of the batch uses op i's key: its
+// denial may then be due to the batch itself, not to the key's state.
+func dupKey(ops []sluice.Op, i int) bool {
+	for j := range ops {
+		if j != i && ops[j].Key == ops[i].Key {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Denied) store(op *sluice.Op, r sluice.Result, start int64) {
+	k := entryKey{op.Key, op.Limit}
+	den := denial{cost: op.Cost, until: start + r.RetryAfter.Microseconds(), res: r}
+	sh := d.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old, ok := sh.m[k]; ok {
+		if old.cost < den.cost && old.until >= den.until {
+			return // the old denial covers more
+		}
+		sh.m[k] = den
+		d.stored.Add(1)
+		return
+	}
+	if len(sh.m) >= d.perSh {
+		evicted := false
+		for ok, old := range sh.m {
+			if old.until <= start {
+				delete(sh.m, ok)
+				d.entries.Add(-1)
+				evicted = true
+				break
+			}
+		}
+		if !evicted {
+			return
+		}
+	}
+	sh.m[k] = den
+	d.entries.Add(1)
+	d.stored.Add(1)
+}

@@ -1,0 +1,610 @@
+// Package hybrid is a sluice.Store that decides most hits locally, from
+// allotments of quota leased from a global store (store/redis), and asks
+// the global store only near the limit, when an allotment runs out, and for
+// what it cannot decide alone.
+//
+// # How a key is decided
+//
+// Each instance keeps, per key, an allotment: units already counted against
+// the key in the global store (one atomic script, sluice.Allotter), which it
+// spends locally with no round trip. An allotment is sized from the key's
+// observed local rate (enough for Options.Horizon), capped at 1/Split of
+// the quota that stands above a reserve (Keep), and leased again in the
+// background before it runs out. Once the global quota left is at or below
+// the reserve, no allotment is granted and every hit of the key is decided
+// by the global store itself, one by one, exactly as with placement global.
+//
+// # Bounds (see also README, "Hybrid placement")
+//
+//   - fixed_window: never admits more than the quota in any window. An
+//     allotment is a reservation inside the current window, taken before it
+//     is spent and void when the window ends (measured from when the lease
+//     was sent, so a local clock running ahead or behind Redis changes
+//     nothing). The cost is under-admission: units reserved by one instance
+//     and not spent, at most the allotments outstanding, returned when an
+//     instance goes idle or closes, and at the latest when the window ends
+//     (a killed instance's reservation ends with the window).
+//   - gcra and token_bucket (decided as gcra): in any interval, admissions
+//     are at most what an exact bucket admits plus the units of allotments
+//     outstanding at the start of the interval (tokens taken from the
+//     bucket earlier and spent later). Each allotment is at most
+//     1/Split of the tokens above Keep when granted, and void after
+//     Options.Lease.
+//   - Other algorithms are refused (ErrUnsupported): leaky_bucket's Delay,
+//     sliding windows and logs, and concurrency's releases need the global
+//     state per hit.
+//
+// # Failure
+//
+// When the global store fails, each instance keeps deciding within the
+// allotments it holds; a hit it cannot decide from them returns the global
+// store's error, so the caller's failure mode applies.
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// ErrUnsupported: the op's algorithm cannot be decided from allotments.
+var ErrUnsupported = errors.New("hybrid: algorithm not supported (want fixed_window, gcra or token_bucket)")
+
+// Supported reports whether a can be placed in a hybrid store.
+func Supported(a sluice.Algorithm) bool {
+	return a == sluice.FixedWindow || a == sluice.GCRA || a == sluice.TokenBucket
+}
+
+// Defaults of Options.
+const (
+	DefaultHorizon  = 10 * time.Second
+	DefaultSplit    = 4
+	DefaultKeep     = 0.1
+	DefaultMaxKeys  = 1 << 20
+	DefaultIdle     = 30 * time.Second
+	DefaultBackoff  = time.Second
+	defaultInitial  = 8
+	refillFraction  = 4 // refill when fewer than 1/refillFraction of the horizon's units are held
+	maxAllotFactor  = 1 // an allotment never exceeds the limit's capacity
+	numShards       = 64
+	syncHysteresis  = 2 // leave global decisions when remaining > syncHysteresis × keep
+	sweepEveryTakes = 1 << 12
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Now is the local clock. Default time.Now (monotonic). Only durations
+	// on it matter: windows and leases come from the global store.
+	Now func() time.Time
+	// Horizon is how long an allotment should last at the key's observed
+	// rate. Longer means fewer global calls and larger outstanding
+	// allotments. Default 10s.
+	Horizon time.Duration
+	// Lease is how long a gcra or token_bucket allotment may be spent
+	// before its unspent units are void. Default Horizon. (A fixed_window
+	// allotment is void when its window ends.)
+	Lease time.Duration
+	// Split caps one allotment at 1/Split of the quota standing above the
+	// reserve. Default 4.
+	Split int64
+	// Keep is the reserve, as a fraction of the limit's capacity (rounded
+	// up, at least 1): once no more than this is left globally, hits are
+	// decided by the global store one by one. Default 0.1.
+	Keep float64
+	// MaxKeys caps the keys an instance keeps allotments for; a key beyond
+	// it is decided by the global store. Default 1,048,576.
+	MaxKeys int
+	// Idle: a key unused this long gives back its allotment and is
+	// forgotten. Default 30s.
+	Idle time.Duration
+}
+
+// Stats are counters of a Store since New.
+type Stats struct {
+	// Local counts ops decided from allotments, with no global call.
+	Local uint64
+	// Global counts ops sent to the global store's Take.
+	Global uint64
+	// Allots counts allotment requests sent; Granted the units they gave.
+	Allots, Granted uint64
+	// GivenBack counts units handed back unspent; Voided units that expired
+	// unspent.
+	GivenBack, Voided uint64
+	// Keys is the number of keys with local state.
+	Keys int
+}
+
+// Store decides from allotments of a global store. It is safe for
+// concurrent use. Close gives back what it holds.
+type Store struct {
+	g       sluice.Allotter
+	now     func() int64
+	horizon int64 // µs
+	lease   int64 // µs
+	split   int64
+	keep    float64
+	maxKeys int
+	idle    int64
+	seed    maphash.Seed
+	shards  [numShards]shard
+	keys    atomic.Int64
+	takes   atomic.Uint64
+	sweepMu sync.Mutex
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+
+	local, global, allots, granted, givenBack, voided atomic.Uint64
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[entryKey]*entry
+}
+
+type entryKey struct {
+	key   string
+	limit sluice.Limit
+}
+
+// entry is one key's local state; every field is guarded by its shard's mu.
+type entry struct {
+	held      int64 // unspent allotted units
+	deadline  int64 // local µs after which held is void
+	epoch     int64
+	remaining int64 // global remaining at the last answer (an estimate)
+	resetAt   int64 // local µs when the global quota is whole again (estimate)
+	spent     int64 // units spent locally since since
+	since     int64
+	rate      float64 // units per µs
+	global    bool    // near the limit: decide every hit globally
+	refilling bool
+	need      int64 // the cost that did not fit, for the next allotment
+	backoff   int64 // no allotment request before this (the global store failed)
+	last      int64
+}
+
+// New returns a Store over the global store g.
+func New(g sluice.Allotter, opts Options) (*Store, error) {
+	if g == nil {
+		return nil, errors.New("hybrid: nil global store")
+	}
+	if opts.Horizon < 0 || opts.Lease < 0 || opts.Split < 0 || opts.Keep < 0 || opts.Keep >= 1 || opts.MaxKeys < 0 || opts.Idle < 0 {
+		return nil, fmt.Errorf("hybrid: invalid options (horizon %v, lease %v, split %d, keep %v, max keys %d, idle %v)",
+			opts.Horizon, opts.Lease, opts.Split, opts.Keep, opts.MaxKeys, opts.Idle)
+	}
+	s := &Store{g: g, seed: maphash.MakeSeed()}
+	if opts.Now != nil {
+		now := opts.Now
+		s.now = func() int64 { return now().UnixMicro() }
+	} else {
+		base := time.Now()
+		s.now = func() int64 { return int64(time.Since(base) / time.Microsecond) }
+	}
+	s.horizon = durOr(opts.Horizon, DefaultHorizon)
+	s.lease = durOr(opts.Lease, time.Duration(s.horizon)*time.Microsecond)
+	s.idle = durOr(opts.Idle, DefaultIdle)
+	s.split = opts.Split
+	if s.split == 0 {
+		s.split = DefaultSplit
+	}
+	s.keep = opts.Keep
+	if s.keep == 0 {
+		s.keep = DefaultKeep
+	}
+	s.maxKeys = opts.MaxKeys
+	if s.maxKeys == 0 {
+		s.maxKeys = DefaultMaxKeys
+	}
+	for i := range s.shards {
+		s.shards[i].m = map[entryKey]*entry{}
+	}
+	return s, nil
+}
+
+func durOr(d, def time.Duration) int64 {
+	if d == 0 {
+		d = def
+	}
+	return max(d.Microseconds(), 1)
+}
+
+// Stats returns the Store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Local: s.local.Load(), Global: s.global.Load(),
+		Allots: s.allots.Load(), Granted: s.granted.Load(),
+		GivenBack: s.givenBack.Load(), Voided: s.voided.Load(),
+		Keys: int(s.keys.Load()),
+	}
+}
+
+// keepOf is the reserve of limit l.
+func (s *Store) keepOf(l sluice.Limit) int64 {
+	c := l.Capacity()
+	k := int64(float64(c)*s.keep + 0.999999)
+	return max(k, 1)
+}
+
+// normalize returns op as the store decides it: token_bucket as gcra (the
+// same decisions, and gcra's state can be allotted).
+func normalize(op sluice.Op) sluice.Op {
+	if op.Limit.Algorithm == sluice.TokenBucket {
+		op.Limit.Algorithm = sluice.GCRA
+	}
+	return op
+}
+
+func (s *Store) shardIndex(k entryKey) int {
+	return int(maphash.String(s.seed, k.key) % numShards)
+}
+
+func (s *Store) shardOf(k entryKey) *shard { return &s.shards[s.shardIndex(k)] }
+
+// lookup returns k's entry, creating it when create is set and the cap
+// allows (nil otherwise). The shard's mu must be held.
+func (s *Store) lookup(sh *shard, k entryKey, create bool, now int64) *entry {
+	if e := sh.m[k]; e != nil {
+		return e
+	}
+	if !create || s.keys.Load() >= int64(s.maxKeys) {
+		return nil
+	}
+	e := &entry{since: now, last: now}
+	sh.m[k] = e
+	s.keys.Add(1)
+	return e
+}
+
+// plan is what Take found for one op under the locks.
+type plan struct {
+	k  entryKey
+	si int // shard index
+	sh *shard
+	e  *entry
+}
+
+// Take implements sluice.Store: the batch is decided locally when every op
+// fits in its key's allotment, else by the global store (all-or-nothing
+// either way). ops must use supported algorithms (Supported).
+func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
+	if len(results) != len(ops) {
+		return fmt.Errorf("hybrid: %d ops, %d results: %w", len(ops), len(results), sluice.ErrResultsLength)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	var normBuf [4]sluice.Op
+	norm := normBuf[:0]
+	for i := range ops {
+		if err := ops[i].Check(); err != nil {
+			return fmt.Errorf("hybrid: %w", err)
+		}
+		if !Supported(ops[i].Limit.Algorithm) {
+			return fmt.Errorf("hybrid: op %q: %v: %w", ops[i].Key, ops[i].Limit.Algorithm, ErrUnsupported)
+		}
+		norm = append(norm, normalize(ops[i]))
+	}
+	if s.takes.Add(1)%sweepEveryTakes == 0 {
+		s.maybeSweep()
+	}
+	var planBuf [4]plan
+	plans := planBuf[:0]
+	for i := range norm {
+		k := entryKey{norm[i].Key, norm[i].Limit}
+		si := s.shardIndex(k)
+		plans = append(plans, plan{k: k, si: si, sh: &s.shards[si]})
+	}
+	now := s.now()
+	ok, need := s.tryLocal(norm, plans, results, now)
+	if ok {
+		return nil
+	}
+	if len(need) > 0 {
+		s.allot(ctx, need, now)
+		if ok, _ = s.tryLocal(norm, plans, results, s.now()); ok {
+			return nil
+		}
+	}
+	return s.takeGlobal(ctx, norm, plans, results, now)
+}
+
+// lockAll locks the shards of plans in index order (so that batches cannot
+// deadlock) and returns the unlock function.
+func (s *Store) lockAll(plans []plan) func() {
+	if len(plans) == 1 {
+		plans[0].sh.mu.Lock()
+		return plans[0].sh.mu.Unlock
+	}
+	idx := make([]int, 0, len(plans))
+	for i := range plans {
+		idx = append(idx, plans[i].si)
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		s.shards[i].mu.Lock()
+	}
+	return func() {
+		for _, i := range idx {
+			s.shards[i].mu.Unlock()
+		}
+	}
+}
+
+// tryLocal decides the batch from allotments if every op fits. Otherwise it
+// returns the keys that should ask for an allotment now.
+func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result, now int64) (bool, []entryKey) {
+	unlock := s.lockAll(plans)
+	defer unlock()
+	fits := true
+	var need []entryKey
+	for i := range ops {
+		p := &plans[i]
+		p.e = s.lookup(p.sh, p.k, true, now)
+		e := p.e
+		if e == nil {
+			fits = false
+			continue
+		}
+		e.last = now
+		if e.held > 0 && now >= e.deadline {
+			s.voided.Add(uint64(e.held))
+			e.held = 0
+		}
+		if ops[i].Cost > e.held || e.global {
+			fits = false
+			if !e.global && !e.refilling && now >= e.backoff && ops[i].Cost <= ops[i].Limit.Capacity() {
+				e.refilling = true
+				e.need = ops[i].Cost - e.held
+				need = append(need, p.k)
+			}
+		}
+	}
+	if !fits {
+		return false, need
+	}
+	for i := range ops {
+		e := plans[i].e
+		c := ops[i].Cost
+		e.held -= c
+		e.spent += c
+		results[i] = sluice.Result{
+			Allowed:    true,
+			Limit:      ops[i].Limit.Capacity(),
+			Remaining:  min(ops[i].Limit.Capacity(), max(e.remaining, 0)+e.held),
+			ResetAfter: time.Duration(max(e.resetAt-now, 0)) * time.Microsecond,
+		}
+		if !e.refilling && now >= e.backoff && !s.closed.Load() && e.held*refillFraction < s.want(e, ops[i].Limit, 0, now) {
+			e.refilling = true
+			s.wg.Add(1)
+			go s.refill(plans[i].k)
+		}
+	}
+	s.local.Add(uint64(len(ops)))
+	return true, nil
+}
+
+// rateOf is the key's observed local rate (units per µs): what was spent
+// since the last allotment, blended with the rate before it while that
+// span is short. mu of e's shard must be held.
+func (s *Store) rateOf(e *entry, now int64) float64 {
+	d := now - e.since
+	if d <= 0 || e.spent == 0 {
+		return e.rate
+	}
+	r := float64(e.spent) / float64(d)
+	if e.rate == 0 || d >= s.horizon/refillFraction {
+		return r
+	}
+	return (e.rate + r) / 2
+}
+
+// want is the allotment to ask for: the units the key's observed rate
+// spends in Horizon, at least cost (and defaultInitial while the rate is
+// unknown), at most the limit's capacity. mu of e's shard must be held.
+func (s *Store) want(e *entry, l sluice.Limit, cost, now int64) int64 {
+	w := int64(defaultInitial)
+	if r := s.rateOf(e, now); r > 0 {
+		span := s.horizon
+		if l.Algorithm == sluice.FixedWindow {
+			// Units reserved past the window's end would be void: ask for
+			// what the rate spends until then.
+			left := l.Window.Microseconds()
+			if e.deadline > now {
+				left = e.deadline - now
+			}
+			span = min(span, left)
+		}
+		w = int64(r*float64(span)) + 1
+	}
+	w = max(w, cost)
+	return min(w, l.Capacity()*maxAllotFactor)
+}
+
+// refill leases a new allotment for k in the background.
+func (s *Store) refill(k entryKey) {
+	defer s.wg.Done()
+	if s.closed.Load() {
+		s.endRefill(k)
+		return
+	}
+	s.allot(context.Background(), []entryKey{k}, s.now())
+}
+
+func (s *Store) endRefill(k entryKey) {
+	sh := s.shardOf(k)
+	sh.mu.Lock()
+	if e := sh.m[k]; e != nil {
+		e.refilling = false
+	}
+	sh.mu.Unlock()
+}
+
+// allot asks the global store for allotments of keys (whose entries have
+// refilling set) and applies the grants.
+func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
+	reqs := make([]sluice.AllotRequest, len(keys))
+	for i, k := range keys {
+		sh := s.shardOf(k)
+		sh.mu.Lock()
+		w := int64(defaultInitial)
+		if e := sh.m[k]; e != nil {
+			w = s.want(e, k.limit, e.need, now)
+			e.need = 0
+		}
+		sh.mu.Unlock()
+		reqs[i] = sluice.AllotRequest{Key: k.key, Limit: k.limit, Want: w, Keep: s.keepOf(k.limit), Split: s.split}
+	}
+	out := make([]sluice.Allotment, len(keys))
+	sent := s.now()
+	s.allots.Add(uint64(len(reqs)))
+	err := s.g.Allot(ctx, reqs, out)
+	for i, k := range keys {
+		sh := s.shardOf(k)
+		sh.mu.Lock()
+		e := sh.m[k]
+		if e == nil { // swept meanwhile: nothing to apply a grant to
+			sh.mu.Unlock()
+			if err == nil && out[i].Granted > 0 {
+				s.giveBack(k, out[i])
+			}
+			continue
+		}
+		e.refilling = false
+		if err != nil {
+			e.backoff = sent + DefaultBackoff.Microseconds()
+			sh.mu.Unlock()
+			continue
+		}
+		a := out[i]
+		s.granted.Add(uint64(a.Granted))
+		deadline := sent + a.TTL.Microseconds()
+		if k.limit.Algorithm != sluice.FixedWindow {
+			deadline = sent + min(s.lease, a.TTL.Microseconds())
+		}
+		if a.Epoch != e.epoch || sent >= e.deadline {
+			if e.held > 0 && e.deadline > sent {
+				// a new window: the old allotment is void
+				s.voided.Add(uint64(e.held))
+			}
+			e.held = 0
+			e.epoch = a.Epoch
+		}
+		e.held += a.Granted
+		e.deadline = deadline
+		e.remaining = a.Remaining
+		e.resetAt = sent + a.ResetAfter.Microseconds()
+		e.global = a.Granted == 0
+		e.rate = s.rateOf(e, sent)
+		e.spent, e.since = 0, sent
+		sh.mu.Unlock()
+	}
+}
+
+// giveBack hands an allotment back to the global store (best effort: a
+// failure leaves the units to expire with their window or bucket).
+func (s *Store) giveBack(k entryKey, a sluice.Allotment) {
+	req := []sluice.AllotRequest{{Key: k.key, Limit: k.limit, Give: a.Granted, Epoch: a.Epoch, Keep: s.keepOf(k.limit), Split: s.split}}
+	out := make([]sluice.Allotment, 1)
+	if s.g.Allot(context.Background(), req, out) == nil {
+		s.givenBack.Add(uint64(a.Granted))
+	}
+}
+
+// takeGlobal decides the batch in the global store and learns from the
+// results whether its keys are near their limits.
+func (s *Store) takeGlobal(ctx context.Context, ops []sluice.Op, plans []plan, results []sluice.Result, now int64) error {
+	s.global.Add(uint64(len(ops)))
+	if err := s.g.Take(ctx, ops, results); err != nil {
+		return err
+	}
+	for i := range ops {
+		p := &plans[i]
+		p.sh.mu.Lock()
+		if e := p.sh.m[p.k]; e != nil {
+			e.remaining = results[i].Remaining
+			e.resetAt = now + results[i].ResetAfter.Microseconds()
+			if e.global && results[i].Remaining > syncHysteresis*s.keepOf(p.k.limit) {
+				e.global = false // far from the limit again: allot on the next hit
+			}
+		}
+		p.sh.mu.Unlock()
+	}
+	return nil
+}
+
+// maybeSweep starts a sweep unless one runs.
+func (s *Store) maybeSweep() {
+	if !s.sweepMu.TryLock() {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.sweepMu.Unlock()
+		s.Sweep(context.Background(), false)
+	}()
+}
+
+// Sweep forgets keys idle for Options.Idle (all keys when all is set),
+// giving back their unspent allotments in one global call. Take calls it
+// now and then; Close calls it with all set.
+func (s *Store) Sweep(ctx context.Context, all bool) {
+	now := s.now()
+	var keys []entryKey
+	var reqs []sluice.AllotRequest
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if !all && now-e.last < s.idle {
+				continue
+			}
+			if e.refilling && !all {
+				continue
+			}
+			if e.held > 0 && now < e.deadline {
+				keys = append(keys, k)
+				reqs = append(reqs, sluice.AllotRequest{Key: k.key, Limit: k.limit, Give: e.held, Epoch: e.epoch, Keep: s.keepOf(k.limit), Split: s.split})
+			} else if e.held > 0 {
+				s.voided.Add(uint64(e.held))
+			}
+			delete(sh.m, k)
+			s.keys.Add(-1)
+		}
+		sh.mu.Unlock()
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	out := make([]sluice.Allotment, len(reqs))
+	if s.g.Allot(ctx, reqs, out) == nil {
+		for _, r := range reqs {
+			s.givenBack.Add(uint64(r.Give))
+		}
+	} else {
+		for _, r := range reqs {
+			s.voided.Add(uint64(r.Give))
+		}
+	}
+}
+
+// Close waits for background leases and gives back every unspent
+// allotment. It does not close the global store. Takes after Close still
+// work (they go to the global store once allotments are spent).
+func (s *Store) Close() error {
+	if s.closed.CompareAndSwap(false, true) {
+		s.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Sweep(ctx, true)
+	}
+	return nil
+}
