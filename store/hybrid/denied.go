@@ -156,42 +156,21 @@ func (d *Denied) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	}
 	start := d.now()
 	hits := 0
-	var hitBuf [4]bool
-	hit := hitBuf[:0]
 	for i := range ops {
 		r, ok := d.lookup(&ops[i], start)
-		if ok {
-			results[i] = r
-			hits++
+		if !ok {
+			break
 		}
-		hit = append(hit, ok)
+		results[i] = r
+		hits++
 	}
 	if hits == len(ops) {
 		d.hits.Add(uint64(hits))
 		return nil
 	}
-	if hits > 0 {
-		// The batch is denied: ask the next store for looks at the rest,
-		// which is what a denied batch reports for them.
-		looks := make([]sluice.Op, len(ops))
-		copy(looks, ops)
-		for i := range looks {
-			if !looks[i].Release {
-				looks[i].Cost = 0
-			}
-		}
-		res := make([]sluice.Result, len(ops))
-		if err := d.next.Take(ctx, looks, res); err != nil {
-			return err
-		}
-		for i := range ops {
-			if !hit[i] {
-				results[i] = res[i]
-			}
-		}
-		d.hits.Add(uint64(hits))
-		return nil
-	}
+	// A partial hit goes to the store whole: the other ops' own verdicts
+	// at their costs are only known there (a look would report them
+	// allowed).
 	if err := d.next.Take(ctx, ops, results); err != nil {
 		return err
 	}

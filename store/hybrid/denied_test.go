@@ -1,0 +1,186 @@
+package hybrid
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+// countingStore counts the ops that reach it.
+type countingStore struct {
+	sluice.Store
+	ops int
+}
+
+func (c *countingStore) Take(ctx context.Context, ops []sluice.Op, res []sluice.Result) error {
+	c.ops += len(ops)
+	return c.Store.Take(ctx, ops, res)
+}
+
+func TestDeniedCache(t *testing.T) {
+	clock := storetest.NewClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	defer mem.Close()
+	next := &countingStore{Store: mem}
+	d := NewDenied(next, DeniedOptions{Now: clock.Now})
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Second}
+	take := func(key string, cost int64) sluice.Result {
+		t.Helper()
+		res := make([]sluice.Result, 1)
+		if err := d.Take(context.Background(), []sluice.Op{{Key: key, Limit: l, Cost: cost}}, res); err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+		return res[0]
+	}
+	for i := range 3 {
+		if r := take("a", 1); !r.Allowed {
+			t.Fatalf("hit %d: denied, want allowed", i)
+		}
+	}
+	clock.Advance(100 * time.Millisecond)
+	r := take("a", 1)
+	if r.Allowed || r.RetryAfter != 900*time.Millisecond {
+		t.Fatalf("4th hit: %+v, want denied with RetryAfter 900ms", r)
+	}
+	before := next.ops
+	steps := []struct {
+		advance  time.Duration
+		cost     int64
+		allowed  bool
+		retry    time.Duration
+		fromCach bool
+	}{
+		{0, 1, false, 900 * time.Millisecond, true},
+		{400 * time.Millisecond, 2, false, 500 * time.Millisecond, true}, // larger cost: denied too
+		{0, 0, true, 0, false},                                          // a look always reaches the store
+		{499 * time.Millisecond, 1, false, time.Millisecond, true},
+		{time.Millisecond, 1, true, 0, false}, // RetryAfter has passed
+	}
+	for i, s := range steps {
+		clock.Advance(s.advance)
+		n := next.ops
+		r := take("a", s.cost)
+		if r.Allowed != s.allowed || r.RetryAfter != s.retry {
+			t.Errorf("step %d: got allowed %v retry %v, want %v %v", i, r.Allowed, r.RetryAfter, s.allowed, s.retry)
+		}
+		if cached := next.ops == n; cached != s.fromCach {
+			t.Errorf("step %d: answered from cache %v, want %v", i, cached, s.fromCach)
+		}
+	}
+	if got, want := d.Stats().Hits, uint64(3); got != want {
+		t.Errorf("Hits = %d, want %d (store ops %d since the denial)", got, want, next.ops-before)
+	}
+	// A denial at a larger cost says nothing about a smaller one.
+	clock.Advance(time.Second)
+	take("b", 3)
+	if r := take("b", 2); r.Allowed {
+		t.Fatalf("b cost 2 after 3: allowed, want denied")
+	}
+	n := next.ops
+	if r := take("b", 1); r.Allowed || next.ops == n {
+		t.Errorf("b cost 1 after a denial at cost 2: %+v, from cache %v; want denied by the store", r, next.ops == n)
+	}
+}
+
+func TestDeniedCacheBounded(t *testing.T) {
+	clock := storetest.NewClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	defer mem.Close()
+	d := NewDenied(mem, DeniedOptions{Now: clock.Now, MaxKeys: 64})
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Hour}
+	res := make([]sluice.Result, 1)
+	for i := range 10_000 {
+		op := []sluice.Op{{Key: fmt.Sprint(i), Limit: l, Cost: 1}}
+		for range 2 {
+			if err := d.Take(context.Background(), op, res); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := d.Stats().Keys; got > 64 {
+		t.Fatalf("Keys = %d after 10,000 denied keys, want ≤ 64", got)
+	}
+}
+
+// The cache changes no decision: instances, each with its own cache and
+// Redis client, and a reference store without a cache (its own prefix) see
+// the same random traffic on a fake clock; every Allowed must agree, and a
+// cached RetryAfter is never later than the store's.
+func TestDeniedCacheChangesNoDecision(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock()
+	open := func(prefix string) *redis.Store {
+		s, err := redis.New(redis.Options{URL: srv.URL(), Prefix: prefix, Now: clock.Now, Timeout: time.Second})
+		if err != nil {
+			t.Fatalf("redis.New: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	ref := open("ref:")
+	var inst []*Denied
+	for range 3 {
+		inst = append(inst, NewDenied(open("dc:"), DeniedOptions{Now: clock.Now}))
+	}
+	limits := []sluice.Limit{
+		{Algorithm: sluice.FixedWindow, Quota: 5, Window: 100 * time.Millisecond},
+		{Algorithm: sluice.GCRA, Quota: 10, Window: 100 * time.Millisecond, Burst: 3},
+		{Algorithm: sluice.TokenBucket, Quota: 10, Window: 100 * time.Millisecond, Burst: 4},
+		{Algorithm: sluice.SlidingWindow, Quota: 6, Window: 100 * time.Millisecond},
+		{Algorithm: sluice.SlidingLog, Quota: 4, Window: 100 * time.Millisecond},
+		{Algorithm: sluice.LeakyBucket, Quota: 20, Window: 100 * time.Millisecond, Burst: 3},
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	hits := uint64(0)
+	for i := range 3000 {
+		clock.Advance(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		n := 1 + rng.IntN(2)
+		ops := make([]sluice.Op, n)
+		used := map[string]bool{}
+		for j := range ops {
+			l := limits[rng.IntN(len(limits))]
+			key := fmt.Sprintf("k%d-%v", rng.IntN(3), l.Algorithm)
+			for used[key] {
+				l = limits[rng.IntN(len(limits))]
+				key = fmt.Sprintf("k%d-%v", rng.IntN(3), l.Algorithm)
+			}
+			used[key] = true
+			ops[j] = sluice.Op{Key: key, Limit: l, Cost: int64(rng.IntN(3))}
+		}
+		got := make([]sluice.Result, n)
+		want := make([]sluice.Result, n)
+		d := inst[rng.IntN(len(inst))]
+		if err := d.Take(context.Background(), ops, got); err != nil {
+			t.Fatalf("step %d: cached Take: %v", i, err)
+		}
+		if err := ref.Take(context.Background(), ops, want); err != nil {
+			t.Fatalf("step %d: reference Take: %v", i, err)
+		}
+		for j := range ops {
+			if ops[j].Key == "k2-sliding_window" && testing.Verbose() {
+				t.Logf("step %d t=%v n=%d op %d cost %d: got %v %v rem %d, want %v %v rem %d", i, clock.Now().Sub(storetest.Epoch), n, j, ops[j].Cost, got[j].Allowed, got[j].RetryAfter, got[j].Remaining, want[j].Allowed, want[j].RetryAfter, want[j].Remaining)
+			}
+			if got[j].Allowed != want[j].Allowed || got[j].Reason != want[j].Reason {
+				t.Fatalf("step %d op %d %+v: got allowed %v (%v), want %v (%v)", i, j, ops[j], got[j].Allowed, got[j].Reason, want[j].Allowed, want[j].Reason)
+			}
+			if got[j].RetryAfter > want[j].RetryAfter {
+				t.Fatalf("step %d op %d: cached RetryAfter %v, want ≤ the store's %v", i, j, got[j].RetryAfter, want[j].RetryAfter)
+			}
+		}
+	}
+	for _, d := range inst {
+		hits += d.Stats().Hits
+	}
+	if hits == 0 {
+		t.Fatal("no cache hits: the test exercised nothing")
+	}
+	t.Logf("%d ops answered from the caches", hits)
+}
