@@ -60,7 +60,7 @@ func TestDeniedCache(t *testing.T) {
 	}{
 		{0, 1, false, 900 * time.Millisecond, true},
 		{400 * time.Millisecond, 2, false, 500 * time.Millisecond, true}, // larger cost: denied too
-		{0, 0, true, 0, false},                                          // a look always reaches the store
+		{0, 0, true, 0, false},                                           // a look always reaches the store
 		{499 * time.Millisecond, 1, false, time.Millisecond, true},
 		{time.Millisecond, 1, true, 0, false}, // RetryAfter has passed
 	}
@@ -141,7 +141,7 @@ func TestDeniedCacheChangesNoDecision(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	hits := uint64(0)
 	for i := range 3000 {
-		clock.Advance(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		clock.Advance(time.Duration(rng.IntN(500)) * time.Microsecond)
 		n := 1 + rng.IntN(2)
 		ops := make([]sluice.Op, n)
 		used := map[string]bool{}
