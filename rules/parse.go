@@ -413,13 +413,13 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 
 var rateLimitKeys = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "burst", "window", "failure_mode",
+	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
 }
 
 func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	r := &Rule{File: p.file, Line: n.Line}
 	valid := true
-	var unitNode, rpuNode, algNode, burstNode, windowNode *yaml.Node
+	var unitNode, rpuNode, algNode, burstNode, windowNode, placeNode, subNode *yaml.Node
 	var burst uint64
 	alg := p.opts.algorithm()
 	var window time.Duration
@@ -479,6 +479,20 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 				}
 				window = w
 			}
+		case "placement":
+			placeNode = v
+			var s string
+			if s, good = p.str(v, f); good {
+				if r.Placement, good = parsePlacement(s); !good {
+					p.add(v.Line, f, "unknown placement %q (want global, hybrid or local)", s)
+				}
+			}
+		case "sub_counters":
+			subNode = v
+			var u uint64
+			if u, good = p.integer(v, f, MaxSubCounters); good {
+				r.SubCounters = int(u)
+			}
 		case "failure_mode":
 			var s string
 			if s, good = p.str(v, f); good {
@@ -504,7 +518,7 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		for _, x := range []struct {
 			n    *yaml.Node
 			name string
-		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}} {
+		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}} {
 			if x.n != nil {
 				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
 				valid = false
@@ -529,6 +543,18 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	}
 	if burstNode != nil && !alg.HasBurst() {
 		p.add(burstNode.Line, join(field, "burst"), "%v has no burst; remove it or use token_bucket, gcra or leaky_bucket", alg)
+		valid = false
+	}
+	if placeNode != nil && r.Placement == PlacementHybrid && !HybridAlgorithm(alg) {
+		p.add(placeNode.Line, join(field, "placement"), "hybrid placement supports fixed_window, gcra and token_bucket, not %v", alg)
+		valid = false
+	}
+	if subNode != nil && r.SubCounters > 1 && alg == sluice.Concurrency {
+		p.add(subNode.Line, join(field, "sub_counters"), "concurrency limits cannot be split")
+		valid = false
+	}
+	if subNode != nil && r.SubCounters > 1 && int64(r.RequestsPerUnit) < int64(r.SubCounters) {
+		p.add(subNode.Line, join(field, "sub_counters"), "%d sub-counters of requests_per_unit %d would leave some with no quota", r.SubCounters, r.RequestsPerUnit)
 		valid = false
 	}
 	if !valid {

@@ -73,6 +73,12 @@ type Rule struct {
 	DetailedMetric bool
 	// FailureMode is what to do when the store fails for this rule.
 	FailureMode FailureMode
+	// Placement is where the rule is decided (rate_limit.placement).
+	Placement Placement
+	// SubCounters, when above 1, splits the limit over that many counters
+	// (rate_limit.sub_counters), each enforcing its share, so that a hot key
+	// spreads over Redis Cluster slots. 0 or 1: one counter.
+	SubCounters int
 	// Replaces names the rules (by Name) this rule overrides when both match
 	// one request.
 	Replaces []string
