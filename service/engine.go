@@ -350,10 +350,10 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
 		ks := len(sc.key)
-		sc.key = appendKey(sc.key, req.Domain, d.Entries, r.Path, info.middle)
+		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, subCounter(r))
 		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode, local: info.local,
 			op: len(sc.ops), ks: ks, ke: len(sc.key)})
-		sc.ops = append(sc.ops, sluice.Op{Limit: r.Limit, Cost: int64(cost)})
+		sc.ops = append(sc.ops, sluice.Op{Limit: opLimit(r), Cost: int64(cost)})
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
@@ -560,7 +560,7 @@ func (e *Engine) ReleaseLeases(ctx context.Context, req Request, leases []uint64
 			continue
 		}
 		info := c.rules[r]
-		key := string(appendKey(nil, req.Domain, d.Entries, r.Path, info.middle))
+		key := string(appendRuleKey(nil, req.Domain, d.Entries, r, info.middle, 0))
 		ops = append(ops, sluice.Op{Key: key, Limit: r.Limit, Release: true, Lease: leases[i]})
 		if info.mode == rules.FailureLocal {
 			local = append(local, sluice.Op{Key: key, Limit: info.local, Release: true, Lease: leases[i]})
