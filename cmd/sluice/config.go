@@ -90,6 +90,11 @@ type redisConfig struct {
 	// Timeout bounds one store call; 0 means the URL's timeout parameter,
 	// else the store's default (50ms).
 	Timeout time.Duration
+	// DeniedCache is "auto" (on unless Redis is a Cluster), "on" or "off".
+	DeniedCache string
+	// HybridHorizon sizes allotments of placement: hybrid rules (0: the
+	// store's default, 10s).
+	HybridHorizon time.Duration
 }
 
 type engineConfig struct {
@@ -134,7 +139,7 @@ func defaultServeConfig() serveConfig {
 		Rules:  rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String()},
 		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070"},
 		Store: storeConfig{Kind: "memory", Memory: memoryConfig{MaxKeys: memory.DefaultMaxKeys}, Redis: redisConfig{
-			URL: "redis://127.0.0.1:6379/0",
+			URL: "redis://127.0.0.1:6379/0", DeniedCache: "auto",
 		}},
 		Service: engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open"},
 		Limits: limitsConfig{
@@ -166,6 +171,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Store.Redis.URLFile, "redis-url-file", c.Store.Redis.URLFile, "file holding the Redis URL (wins over --redis-url; keeps a password off the command line)")
 	fs.StringVar(&c.Store.Redis.Prefix, "redis-prefix", c.Store.Redis.Prefix, "prefix of every Redis key (default: the store's, sluice:)")
 	fs.DurationVar(&c.Store.Redis.Timeout, "redis-timeout", c.Store.Redis.Timeout, "timeout of one Redis call (0: the store's default, 50ms)")
+	fs.StringVar(&c.Store.Redis.DeniedCache, "denied-cache", c.Store.Redis.DeniedCache, "answer keys denied lately from memory until their RetryAfter: auto (on unless Redis Cluster), on, off")
+	fs.DurationVar(&c.Store.Redis.HybridHorizon, "hybrid-horizon", c.Store.Redis.HybridHorizon, "placement hybrid: allotments last this long at a key's observed rate (0: 10s)")
 	fs.IntVar(&c.Service.ExpectedReplicas, "expected-replicas", c.Service.ExpectedReplicas, "replicas sharing the store; failure_mode local enforces limit ÷ this")
 	fs.StringVar(&c.Service.DefaultFailureMode, "default-failure-mode", c.Service.DefaultFailureMode, "failure mode of rules that name none: open, closed or local")
 	fs.IntVar(&c.Limits.KeyBytes, "max-key-bytes", c.Limits.KeyBytes, "longest descriptor key (and domain) accepted, in bytes")
@@ -272,6 +279,12 @@ func (c serveConfig) Validate() error {
 		}
 		if c.Store.Redis.Timeout < 0 {
 			bad("--redis-timeout: %v, want a positive duration (or 0 for the default)", c.Store.Redis.Timeout)
+		}
+		if d := c.Store.Redis.DeniedCache; d != "auto" && d != "on" && d != "off" {
+			bad("--denied-cache: %q, want auto, on or off", d)
+		}
+		if c.Store.Redis.HybridHorizon < 0 {
+			bad("--hybrid-horizon: %v, want a positive duration (or 0 for the default)", c.Store.Redis.HybridHorizon)
 		}
 	default:
 		bad("--store: %q, want memory or redis", c.Store.Kind)

@@ -144,12 +144,17 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 		rs, closeStore := connectRedis(ropts, log.With("component", "store"))
-		s.store = rs
 		s.closers = append(s.closers, closerFunc(closeStore))
 		fallback := memory.New(memOpts)
 		s.closers = append(s.closers, fallback)
 		ecfg.Fallback = fallback
 		memStores["fallback"] = fallback
+		placed, closeHybrid, err := placedRedis(rs, fallback, cfg.Store.Redis, reg)
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		s.store = placed
+		s.closers = append(s.closers, closeHybrid)
 	default:
 		ms := memory.New(memOpts)
 		s.store = ms

@@ -35,7 +35,7 @@ type connectingStore struct {
 
 // connectRedis returns the Redis store for opts: connected at once if Redis
 // answers, else a connectingStore that keeps trying in the background.
-func connectRedis(opts redis.Options, log *slog.Logger) (sluice.Store, func() error) {
+func connectRedis(opts redis.Options, log *slog.Logger) (globalStore, func() error) {
 	rs, err := redis.New(opts)
 	if err == nil {
 		return rs, rs.Close
