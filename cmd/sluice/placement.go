@@ -94,4 +94,3 @@ func (c *connectingStore) Cluster() bool {
 	defer c.mu.RUnlock()
 	return c.store == nil || c.store.Cluster()
 }
-
