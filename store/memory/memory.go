@@ -72,7 +72,7 @@ type store struct {
 	mask      uint64
 	seed      maphash.Seed
 	now       func() int64 // µs since the epoch; nil means the coarse clock
-	coarse    atomic.Int64
+	coarse    coarseClock
 	lease     atomic.Uint64
 	evictions atomic.Uint64
 	swept     atomic.Uint64
@@ -120,9 +120,9 @@ func New(opts Options) *Store {
 		s.now = func() int64 { return now().UnixMicro() }
 		res = 0
 	} else {
-		s.coarse.Store(time.Now().UnixMicro())
+		s.coarse.init(res, s.stop)
 	}
-	go s.background(res, sweep)
+	go s.background(sweep)
 	out := &Store{s}
 	runtime.AddCleanup(out, func(s *store) { s.close() }, s)
 	return out
@@ -140,23 +140,15 @@ func (s *store) close() {
 	<-s.done
 }
 
-// background ticks the coarse clock (when res > 0) and sweeps idle keys.
-func (s *store) background(res, sweep time.Duration) {
+// background sweeps idle keys (the coarse clock ticks on its own, clock.go).
+func (s *store) background(sweep time.Duration) {
 	defer close(s.done)
-	var tick <-chan time.Time
-	if res > 0 {
-		t := time.NewTicker(res)
-		defer t.Stop()
-		tick = t.C
-	}
 	sw := time.NewTicker(sweep)
 	defer sw.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
-		case t := <-tick:
-			s.coarse.Store(t.UnixMicro())
 		case <-sw.C:
 			s.Sweep()
 		}
@@ -193,7 +185,7 @@ func (s *store) clock() int64 {
 	if s.now != nil {
 		return s.now()
 	}
-	return s.coarse.Load()
+	return s.coarse.load()
 }
 
 // hash returns the hash of key, which picks both its shard (top bits) and
