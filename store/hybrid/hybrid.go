@@ -280,8 +280,6 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	if len(ops) == 0 {
 		return nil
 	}
-	var normBuf [4]sluice.Op
-	norm := normBuf[:0]
 	for i := range ops {
 		if err := ops[i].Check(); err != nil {
 			return fmt.Errorf("hybrid: %w", err)
@@ -289,60 +287,69 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		if !Supported(ops[i].Limit.Algorithm) {
 			return fmt.Errorf("hybrid: op %q: %v: %w", ops[i].Key, ops[i].Limit.Algorithm, ErrUnsupported)
 		}
-		norm = append(norm, normalize(ops[i]))
 	}
 	if s.takes.Add(1)%sweepEveryTakes == 0 {
 		s.maybeSweep()
 	}
 	var planBuf [4]plan
 	plans := planBuf[:0]
-	for i := range norm {
-		k := entryKey{norm[i].Key, norm[i].Limit}
+	for i := range ops {
+		k := entryKey{ops[i].Key, normalize(ops[i]).Limit}
 		si := s.shardIndex(k)
 		plans = append(plans, plan{k: k, si: si, sh: &s.shards[si]})
 	}
 	now := s.now()
-	ok, need := s.tryLocal(norm, plans, results, now)
+	ok, need := s.tryLocal(ops, plans, results, now)
 	if ok {
 		return nil
 	}
 	if len(need) > 0 {
 		s.allot(ctx, need, now)
-		if ok, _ = s.tryLocal(norm, plans, results, s.now()); ok {
+		if ok, _ = s.tryLocal(ops, plans, results, s.now()); ok {
 			return nil
 		}
 	}
-	return s.takeGlobal(ctx, norm, plans, results, now)
+	return s.takeGlobal(ctx, ops, plans, results, now)
 }
 
-// lockAll locks the shards of plans in index order (so that batches cannot
-// deadlock) and returns the unlock function.
-func (s *Store) lockAll(plans []plan) func() {
+// lock locks the shards of plans in index order (so that batches cannot
+// deadlock); unlock releases them.
+func (s *Store) lock(plans []plan) {
 	if len(plans) == 1 {
 		plans[0].sh.mu.Lock()
-		return plans[0].sh.mu.Unlock
+		return
 	}
-	idx := make([]int, 0, len(plans))
-	for i := range plans {
-		idx = append(idx, plans[i].si)
-	}
-	slices.Sort(idx)
-	idx = slices.Compact(idx)
-	for _, i := range idx {
+	var buf [8]int
+	for _, i := range shardSet(plans, buf[:0]) {
 		s.shards[i].mu.Lock()
 	}
-	return func() {
-		for _, i := range idx {
-			s.shards[i].mu.Unlock()
-		}
+}
+
+func (s *Store) unlock(plans []plan) {
+	if len(plans) == 1 {
+		plans[0].sh.mu.Unlock()
+		return
 	}
+	var buf [8]int
+	for _, i := range shardSet(plans, buf[:0]) {
+		s.shards[i].mu.Unlock()
+	}
+}
+
+// shardSet appends the distinct shard indexes of plans to buf, sorted.
+func shardSet(plans []plan, buf []int) []int {
+	for i := range plans {
+		buf = append(buf, plans[i].si)
+	}
+	slices.Sort(buf)
+	return slices.Compact(buf)
 }
 
 // tryLocal decides the batch from allotments if every op fits. Otherwise it
 // returns the keys that should ask for an allotment now.
 func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result, now int64) (bool, []entryKey) {
-	unlock := s.lockAll(plans)
-	defer unlock()
+	s.lock(plans)
+	defer s.unlock(plans)
 	fits := true
 	var need []entryKey
 	for i := range ops {
@@ -522,7 +529,17 @@ func (s *Store) giveBack(k entryKey, a sluice.Allotment) {
 // results whether its keys are near their limits.
 func (s *Store) takeGlobal(ctx context.Context, ops []sluice.Op, plans []plan, results []sluice.Result, now int64) error {
 	s.global.Add(uint64(len(ops)))
-	if err := s.g.Take(ctx, ops, results); err != nil {
+	norm := ops
+	for i := range ops {
+		if ops[i].Limit.Algorithm == sluice.TokenBucket {
+			norm = make([]sluice.Op, len(ops))
+			for j := range ops {
+				norm[j] = normalize(ops[j])
+			}
+			break
+		}
+	}
+	if err := s.g.Take(ctx, norm, results); err != nil {
 		return err
 	}
 	for i := range ops {

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func init() {
+	register("bench-hybrid", "load figures of placement hybrid beside the memory store and Redis (global), in one run", runBenchHybrid)
+}
+
+// runBenchHybrid starts redis-server and three `sluice serve` children —
+// memory store, Redis with the rule placed global, Redis with it placed
+// hybrid — and drives them in interleaved rounds with the same load: server
+// CPU per request, redis-server CPU and commands per decision, p99 at half
+// of each one's maximum, and each one's idle CPU afterwards. With --pin the
+// servers run on CPU 1 and the generator and redis-server on CPU 0
+// (taskset), so latency and CPU are the server's own.
+func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io.Writer) error {
+	spec := loadSpec{method: "rls", domain: "bench", key: "remote_address"}
+	var rounds int
+	var pin bool
+	var horizon, idle time.Duration
+	fs := flag.NewFlagSet("bench-hybrid", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&spec.keys, "keys", 10_000, "distinct client addresses, used round robin")
+	fs.IntVar(&spec.concurrency, "concurrency", 50, "concurrent callers")
+	fs.DurationVar(&spec.duration, "duration", 10*time.Second, "measured time per point")
+	fs.DurationVar(&spec.warmup, "warmup", 2*time.Second, "unmeasured time before each point")
+	fs.IntVar(&rounds, "rounds", 3, "interleaved rounds at full speed (medians are reported)")
+	fs.BoolVar(&pin, "pin", true, "pin servers to CPU 1, this generator and redis-server to CPU 0 (taskset)")
+	fs.DurationVar(&horizon, "hybrid-horizon", time.Minute, "--hybrid-horizon of the hybrid server")
+	fs.DurationVar(&idle, "idle", 10*time.Second, "idle time over which each server's idle CPU is measured (0: skip)")
+	if done, err := parseOptions(fs, args, func(string) string { return "" }); done || err != nil {
+		return err
+	}
+	if spec.concurrency < 1 || spec.keys < 1 || spec.duration <= 0 || rounds < 1 {
+		return fmt.Errorf("bench-hybrid: --concurrency, --keys, --duration and --rounds must be positive: %w", errUsage)
+	}
+	redis, url, stopRedis, err := startRedis(ctx)
+	if err != nil {
+		return fmt.Errorf("bench-hybrid: redis-server: %w", err)
+	}
+	defer stopRedis()
+	redisAddr := strings.TrimSuffix(strings.TrimPrefix(url, "redis://"), "/0")
+
+	type target struct {
+		name  string
+		c     *child
+		redis bool
+		full  []loadResult
+		cmds  []float64 // Redis commands per decision, per round
+		half  loadResult
+		idle  float64 // ms of CPU per second, idle
+	}
+	var targets []*target
+	defer func() {
+		for _, t := range targets {
+			t.c.stop()
+		}
+	}()
+	serve := func(name, rules string, store ...string) error {
+		a := append([]string{"serve", "--rules", rules, "--grpc-addr", "{addr}", "--http-addr", "127.0.0.1:0",
+			"--debug-addr", "", "--log-level", "warn"}, store...)
+		c, err := startChild(ctx, a)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, &target{name: name, c: c, redis: len(store) > 2})
+		return nil
+	}
+	if err := serve("memory", "testdata/rules/bench-global", "--store", "memory"); err != nil {
+		return err
+	}
+	rflags := []string{"--store", "redis", "--redis-url", url, "--redis-timeout", "250ms"}
+	if err := serve("redis, placement global", "testdata/rules/bench-global", rflags...); err != nil {
+		return err
+	}
+	if err := serve("redis, placement hybrid", "testdata/rules/bench-hybrid", append(rflags, "--hybrid-horizon", horizon.String())...); err != nil {
+		return err
+	}
+	if pin {
+		for _, t := range targets {
+			if err := taskset("1", t.c.cmd.Process.Pid); err != nil {
+				return err
+			}
+		}
+		if err := taskset("0", redis.Process.Pid); err != nil {
+			return err
+		}
+		if err := taskset("0", os.Getpid()); err != nil {
+			return err
+		}
+	}
+	measure := func(t *target, rate float64) (loadResult, float64, error) {
+		s := spec
+		s.addr, s.rate, s.pid = t.c.addr, rate, t.c.cmd.Process.Pid
+		s.extraPID = 0
+		if t.redis {
+			s.extraPID = redis.Process.Pid
+		}
+		fmt.Fprintf(stdout, "--- %s", t.name)
+		if rate > 0 {
+			fmt.Fprintf(stdout, ", paced at %.0f req/s", rate)
+		}
+		fmt.Fprintln(stdout)
+		// The warmup runs inside drive; count Redis commands around the
+		// whole call and scale by the measured share of requests.
+		c0, err := redisCommands(redisAddr)
+		if err != nil {
+			return loadResult{}, 0, err
+		}
+		res, err := drive(ctx, s)
+		if err != nil {
+			return res, 0, err
+		}
+		c1, err := redisCommands(redisAddr)
+		if err != nil {
+			return res, 0, err
+		}
+		total := float64(res.requests) * float64(s.duration+s.warmup) / float64(s.duration)
+		perDecision := float64(c1-c0-2) / total // minus the two INFO calls
+		fmt.Fprintf(stdout, "    %v\n    redis commands per decision %.4f\n", res, perDecision)
+		return res, perDecision, nil
+	}
+	for r := range rounds {
+		fmt.Fprintf(stdout, "=== round %d of %d, full speed\n", r+1, rounds)
+		for _, t := range targets {
+			res, cmds, err := measure(t, 0)
+			if err != nil {
+				return err
+			}
+			t.full = append(t.full, res)
+			t.cmds = append(t.cmds, cmds)
+		}
+	}
+	rps := func(t *target) float64 {
+		xs := make([]float64, len(t.full))
+		for i, r := range t.full {
+			xs[i] = r.rps()
+		}
+		return median(xs)
+	}
+	fmt.Fprintln(stdout, "=== half of each server's median maximum")
+	for _, t := range targets {
+		res, _, err := measure(t, rps(t)/2)
+		if err != nil {
+			return err
+		}
+		t.half = res
+	}
+	if idle > 0 {
+		fmt.Fprintf(stdout, "=== idle, %v\n", idle)
+		var before []time.Duration
+		for _, t := range targets {
+			c, err := procCPU(t.c.cmd.Process.Pid)
+			if err != nil {
+				return err
+			}
+			before = append(before, c)
+		}
+		sleep(ctx, idle)
+		for i, t := range targets {
+			c, err := procCPU(t.c.cmd.Process.Pid)
+			if err != nil {
+				return err
+			}
+			t.idle = float64(c-before[i]) / float64(time.Millisecond) / idle.Seconds()
+		}
+	}
+
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	mem := targets[0]
+	fmt.Fprintf(stdout, "\n=== summary: %d rounds of %v per server at full speed, interleaved; %d keys, %d callers, pinned %v\n",
+		rounds, spec.duration, spec.keys, spec.concurrency, pin)
+	fmt.Fprintf(stdout, "%-26s %9s %10s %10s %11s %12s %10s %10s %10s\n", "server", "req/s", "server µs", "vs memory", "+redis µs", "redis cmd/dec", "p99 @half", "p50 @half", "idle ms/s")
+	for _, t := range targets {
+		var cpu, ratio, extra []float64
+		for i, r := range t.full {
+			cpu = append(cpu, us(r.cpuPerRequest()))
+			ratio = append(ratio, us(r.cpuPerRequest())/us(mem.full[i].cpuPerRequest()))
+			extra = append(extra, us(r.extraPerRequest()))
+		}
+		fmt.Fprintf(stdout, "%-26s %9.0f %10.1f %9.2fx %11.2f %12.4f %8.2fms %8.2fms %10.2f\n", t.name, rps(t), median(cpu), median(ratio),
+			median(extra), median(t.cmds), us(t.half.p99)/1000, us(t.half.p50)/1000, t.idle)
+		fmt.Fprintf(stdout, "%-26s per round: CPU vs memory %s; redis cmd/dec %s\n", "", fmtList(ratio, "%.2f"), fmtList(t.cmds, "%.4f"))
+	}
+	fmt.Fprintln(stdout, "\nserver µs: CPU of the serving process per request (/proc, 10ms ticks); +redis µs: redis-server's CPU per request;")
+	fmt.Fprintln(stdout, "redis cmd/dec: commands redis-server processed per decision (INFO total_commands_processed, warmup included);")
+	fmt.Fprintln(stdout, "p99/p50 @half: paced at half of the server's median maximum, from each request's intended start.")
+	return nil
+}
+
+// taskset pins every thread of pid to cpus.
+func taskset(cpus string, pid int) error {
+	out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("bench-hybrid: taskset %s %d: %v: %s", cpus, pid, err, out)
+	}
+	return nil
+}
+
+// redisCommands returns INFO stats' total_commands_processed of the Redis
+// at addr.
+func redisCommands(addr string) (int64, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("INFO stats\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return 0, fmt.Errorf("redis INFO: %w", err)
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+		if strings.TrimSpace(line) == "" && errors.Is(err, io.EOF) {
+			return 0, errors.New("redis INFO: no total_commands_processed")
+		}
+	}
+}
