@@ -40,17 +40,26 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 	fs.BoolVar(&pin, "pin", true, "pin servers to CPU 1, this generator and redis-server to CPU 0 (taskset)")
 	fs.DurationVar(&horizon, "hybrid-horizon", time.Minute, "--hybrid-horizon of the hybrid server")
 	fs.DurationVar(&idle, "idle", 10*time.Second, "idle time over which each server's idle CPU is measured (0: skip)")
+	var redisURL, other string
+	var redisPID int
+	fs.StringVar(&redisURL, "redis", "", "redis:// URL of a running redis-server to use instead of starting one (give --redis-pid too)")
+	fs.IntVar(&redisPID, "redis-pid", 0, "with --redis: its process, whose CPU counts")
+	fs.StringVar(&other, "other", "", "NAME,HOST:PORT,PID: also drive this running RLS server (e.g. envoyproxy/ratelimit on the same Redis)")
 	if done, err := parseOptions(fs, args, func(string) string { return "" }); done || err != nil {
 		return err
 	}
 	if spec.concurrency < 1 || spec.keys < 1 || spec.duration <= 0 || rounds < 1 {
 		return fmt.Errorf("bench-hybrid: --concurrency, --keys, --duration and --rounds must be positive: %w", errUsage)
 	}
-	redis, url, stopRedis, err := startRedis(ctx)
-	if err != nil {
-		return fmt.Errorf("bench-hybrid: redis-server: %w", err)
+	url := redisURL
+	if url == "" {
+		cmd, u, stopRedis, err := startRedis(ctx)
+		if err != nil {
+			return fmt.Errorf("bench-hybrid: redis-server: %w", err)
+		}
+		defer stopRedis()
+		url, redisPID = u, cmd.Process.Pid
 	}
-	defer stopRedis()
 	redisAddr := strings.TrimSuffix(strings.TrimPrefix(url, "redis://"), "/0")
 
 	type target struct {
@@ -58,14 +67,18 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 		c     *child
 		redis bool
 		full  []loadResult
-		cmds  []float64 // Redis script calls per decision, per round
+		cmds  []float64 // Redis commands per decision, per round
 		half  loadResult
 		idle  float64 // ms of CPU per second, idle
+		// foreign: started by the caller (--other); not stopped here.
+		foreign bool
 	}
 	var targets []*target
 	defer func() {
 		for _, t := range targets {
-			t.c.stop()
+			if !t.foreign {
+				t.c.stop()
+			}
 		}
 	}()
 	serve := func(name, rules string, store ...string) error {
@@ -88,14 +101,24 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 	if err := serve("redis, placement hybrid", "testdata/rules/bench-hybrid", append(rflags, "--hybrid-horizon", horizon.String())...); err != nil {
 		return err
 	}
+	if other != "" {
+		f := strings.Split(other, ",")
+		pid, err := strconv.Atoi(f[len(f)-1])
+		if len(f) != 3 || err != nil {
+			return fmt.Errorf("bench-hybrid: --other %q: want NAME,HOST:PORT,PID: %w", other, errUsage)
+		}
+		targets = append(targets, &target{name: f[0], c: &child{cmd: &exec.Cmd{Process: &os.Process{Pid: pid}}, addr: f[1]}, redis: true, foreign: true})
+	}
 	if pin {
 		for _, t := range targets {
 			if err := taskset("1", t.c.cmd.Process.Pid); err != nil {
 				return err
 			}
 		}
-		if err := taskset("0", redis.Process.Pid); err != nil {
-			return err
+		if redisPID != 0 {
+			if err := taskset("0", redisPID); err != nil {
+				return err
+			}
 		}
 		if err := taskset("0", os.Getpid()); err != nil {
 			return err
@@ -106,7 +129,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 		s.addr, s.rate, s.pid = t.c.addr, rate, t.c.cmd.Process.Pid
 		s.extraPID = 0
 		if t.redis {
-			s.extraPID = redis.Process.Pid
+			s.extraPID = redisPID
 		}
 		fmt.Fprintf(stdout, "--- %s", t.name)
 		if rate > 0 {
@@ -129,7 +152,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 		}
 		total := float64(res.requests) * float64(s.duration+s.warmup) / float64(s.duration)
 		perDecision := float64(c1-c0) / total
-		fmt.Fprintf(stdout, "    %v\n    redis script calls per decision %.4f\n", res, perDecision)
+		fmt.Fprintf(stdout, "    %v\n    redis commands per decision %.4f\n", res, perDecision)
 		return res, perDecision, nil
 	}
 	for r := range rounds {
@@ -182,7 +205,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 	mem := targets[0]
 	fmt.Fprintf(stdout, "\n=== summary: %d rounds of %v per server at full speed, interleaved; %d keys, %d callers, pinned %v\n",
 		rounds, spec.duration, spec.keys, spec.concurrency, pin)
-	fmt.Fprintf(stdout, "%-26s %9s %10s %10s %11s %12s %10s %10s %10s\n", "server", "req/s", "server µs", "vs memory", "+redis µs", "scripts/dec", "p99 @half", "p50 @half", "idle ms/s")
+	fmt.Fprintf(stdout, "%-26s %9s %10s %10s %11s %12s %10s %10s %10s\n", "server", "req/s", "server µs", "vs memory", "+redis µs", "redis ops/dec", "p99 @half", "p50 @half", "idle ms/s")
 	for _, t := range targets {
 		var cpu, ratio, extra []float64
 		for i, r := range t.full {
@@ -192,10 +215,10 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 		}
 		fmt.Fprintf(stdout, "%-26s %9.0f %10.1f %9.2fx %11.2f %12.4f %8.2fms %8.2fms %10.2f\n", t.name, rps(t), median(cpu), median(ratio),
 			median(extra), median(t.cmds), us(t.half.p99)/1000, us(t.half.p50)/1000, t.idle)
-		fmt.Fprintf(stdout, "%-26s per round: CPU vs memory %s; scripts/dec %s\n", "", fmtList(ratio, "%.2f"), fmtList(t.cmds, "%.4f"))
+		fmt.Fprintf(stdout, "%-26s per round: CPU vs memory %s; redis ops/dec %s\n", "", fmtList(ratio, "%.2f"), fmtList(t.cmds, "%.4f"))
 	}
 	fmt.Fprintln(stdout, "\nserver µs: CPU of the serving process per request (/proc, 10ms ticks); +redis µs: redis-server's CPU per request;")
-	fmt.Fprintln(stdout, "scripts/dec: script calls (EVALSHA, EVAL) redis-server served per decision (INFO commandstats, warmup included);")
+	fmt.Fprintln(stdout, "redis ops/dec: commands clients sent redis-server per decision (EVALSHA, EVAL, INCRBY, EXPIRE from INFO commandstats; warmup included);")
 	fmt.Fprintln(stdout, "p99/p50 @half: paced at half of the server's median maximum, from each request's intended start.")
 	return nil
 }
@@ -209,9 +232,11 @@ func taskset(cpus string, pid int) error {
 	return nil
 }
 
-// redisCommands returns how many script calls (EVALSHA and EVAL) the Redis
-// at addr has served: INFO commandstats. (total_commands_processed would
-// also count the GETs and SETs inside each script.)
+// redisCommands returns how many commands the Redis at addr has served
+// that a rate limiter's client sends: script calls (EVALSHA, EVAL; Sluice)
+// and INCRBY, EXPIRE (envoyproxy/ratelimit's pipeline), from INFO
+// commandstats. (total_commands_processed would also count the GETs and
+// SETs inside each script.)
 func redisCommands(addr string) (int64, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -238,7 +263,7 @@ func redisCommands(addr string) (int64, error) {
 	total := int64(0)
 	for _, line := range strings.Split(string(body), "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval" && name != "cmdstat_incrby" && name != "cmdstat_expire") {
 			continue
 		}
 		calls, _, _ := strings.Cut(rest, ",")

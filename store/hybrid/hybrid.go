@@ -70,7 +70,8 @@ const (
 	DefaultMaxKeys  = 1 << 20
 	DefaultIdle     = 30 * time.Second
 	DefaultBackoff  = time.Second
-	defaultInitial  = 8
+	defaultInitial  = 8   // the first allotment of a key, at least…
+	initialShare    = 100 // …or 1/initialShare of the limit's capacity
 	refillFraction  = 4 // refill when fewer than 1/refillFraction of the horizon's units are held
 	maxAllotFactor  = 1 // an allotment never exceeds the limit's capacity
 	numShards       = 64
@@ -414,10 +415,12 @@ func (s *Store) rateOf(e *entry, now int64) float64 {
 }
 
 // want is the allotment to ask for: the units the key's observed rate
-// spends in Horizon, at least cost (and defaultInitial while the rate is
-// unknown), at most the limit's capacity. mu of e's shard must be held.
+// spends in Horizon, at least cost (and, while the rate is unknown, the
+// larger of defaultInitial and 1% of the capacity: one lease then covers
+// most keys' traffic in a window), at most the limit's capacity. mu of e's
+// shard must be held.
 func (s *Store) want(e *entry, l sluice.Limit, cost, now int64) int64 {
-	w := int64(defaultInitial)
+	w := max(int64(defaultInitial), l.Capacity()/initialShare)
 	if r := s.rateOf(e, now); r > 0 {
 		span := s.horizon
 		if l.Algorithm == sluice.FixedWindow {
@@ -461,7 +464,7 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 	for i, k := range keys {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
-		w := int64(defaultInitial)
+		w := max(int64(defaultInitial), k.limit.Capacity()/initialShare)
 		if e := sh.m[k]; e != nil {
 			w = s.want(e, k.limit, e.need, now)
 			e.need = 0
