@@ -72,8 +72,8 @@ const (
 	DefaultBackoff  = time.Second
 	defaultInitial  = 8   // the first allotment of a key, at least…
 	initialShare    = 100 // …or 1/initialShare of the limit's capacity
-	refillFraction  = 4 // refill when fewer than 1/refillFraction of the horizon's units are held
-	maxAllotFactor  = 1 // an allotment never exceeds the limit's capacity
+	refillFraction  = 4   // refill when fewer than 1/refillFraction of the horizon's units are held
+	maxAllotFactor  = 1   // an allotment never exceeds the limit's capacity
 	numShards       = 64
 	syncHysteresis  = 2 // leave global decisions when remaining > syncHysteresis × keep
 	sweepEveryTakes = 1 << 12
