@@ -366,7 +366,8 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			s.voided.Add(uint64(e.held))
 			e.held = 0
 		}
-		if ops[i].Cost > e.held || e.global {
+		if ops[i].Cost > e.held || e.global || e.deadline == 0 {
+			// (deadline 0: never allotted; even a look has nothing to say)
 			fits = false
 			if !e.global && !e.refilling && now >= e.backoff && ops[i].Cost <= ops[i].Limit.Capacity() {
 				e.refilling = true
@@ -500,10 +501,8 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 			deadline = sent + min(s.lease, a.TTL.Microseconds())
 		}
 		if a.Epoch != e.epoch || sent >= e.deadline {
-			if e.held > 0 && e.deadline > sent {
-				// a new window: the old allotment is void
-				s.voided.Add(uint64(e.held))
-			}
+			// a new window, or the old allotment expired: it is void
+			s.voided.Add(uint64(e.held))
 			e.held = 0
 			e.epoch = a.Epoch
 		}
