@@ -128,6 +128,9 @@ type Store struct {
 	g       sluice.Allotter
 	now     func() int64
 	horizon int64 // µs
+	// rateSpan is the shortest span a rate is measured over: Horizon/20,
+	// at most a second.
+	rateSpan int64
 	lease   int64 // µs
 	split   int64
 	keep    float64
@@ -189,6 +192,7 @@ func New(g sluice.Allotter, opts Options) (*Store, error) {
 		s.now = func() int64 { return int64(time.Since(base) / time.Microsecond) }
 	}
 	s.horizon = durOr(opts.Horizon, DefaultHorizon)
+	s.rateSpan = min(s.horizon/20, time.Second.Microseconds())
 	s.lease = durOr(opts.Lease, time.Duration(s.horizon)*time.Microsecond)
 	s.idle = durOr(opts.Idle, DefaultIdle)
 	s.split = opts.Split
@@ -405,7 +409,9 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 // span is short. mu of e's shard must be held.
 func (s *Store) rateOf(e *entry, now int64) float64 {
 	d := now - e.since
-	if d <= 0 || e.spent == 0 {
+	if d < s.rateSpan || e.spent == 0 {
+		// Too short to tell: a few hits within a millisecond are not a
+		// rate of thousands a second.
 		return e.rate
 	}
 	r := float64(e.spent) / float64(d)
