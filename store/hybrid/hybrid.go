@@ -131,18 +131,18 @@ type Store struct {
 	// rateSpan is the shortest span a rate is measured over: Horizon/20,
 	// at most a second.
 	rateSpan int64
-	lease   int64 // µs
-	split   int64
-	keep    float64
-	maxKeys int
-	idle    int64
-	seed    maphash.Seed
-	shards  [numShards]shard
-	keys    atomic.Int64
-	takes   atomic.Uint64
-	sweepMu sync.Mutex
-	wg      sync.WaitGroup
-	closed  atomic.Bool
+	lease    int64 // µs
+	split    int64
+	keep     float64
+	maxKeys  int
+	idle     int64
+	seed     maphash.Seed
+	shards   [numShards]shard
+	keys     atomic.Int64
+	takes    atomic.Uint64
+	sweepMu  sync.Mutex
+	wg       sync.WaitGroup
+	closed   atomic.Bool
 
 	local, global, allots, granted, givenBack, voided atomic.Uint64
 }
