@@ -583,7 +583,6 @@ func (s *Store) maybeSweep() {
 // now and then; Close calls it with all set.
 func (s *Store) Sweep(ctx context.Context, all bool) {
 	now := s.now()
-	var keys []entryKey
 	var reqs []sluice.AllotRequest
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -596,7 +595,6 @@ func (s *Store) Sweep(ctx context.Context, all bool) {
 				continue
 			}
 			if e.held > 0 && now < e.deadline {
-				keys = append(keys, k)
 				reqs = append(reqs, sluice.AllotRequest{Key: k.key, Limit: k.limit, Give: e.held, Epoch: e.epoch, Keep: s.keepOf(k.limit), Split: s.split})
 			} else if e.held > 0 {
 				s.voided.Add(uint64(e.held))
