@@ -141,3 +141,12 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	}
 	return nil
 }
+
+// Health implements sluice.HealthReporter with the global store's nodes
+// (nil when the global store reports none).
+func (p *Placed) Health() []sluice.NodeHealth {
+	if hr, ok := p.Global.(sluice.HealthReporter); ok {
+		return hr.Health()
+	}
+	return nil
+}

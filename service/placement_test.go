@@ -109,3 +109,20 @@ descriptors:
 		}
 	}
 }
+
+type healthyStore struct{ sluice.Store }
+
+func (healthyStore) Health() []sluice.NodeHealth {
+	return []sluice.NodeHealth{{Node: "n1:6379", State: "open"}}
+}
+
+// Placed passes the global store's node health through.
+func TestPlacedHealth(t *testing.T) {
+	p := &Placed{Global: healthyStore{}}
+	if h := p.Health(); len(h) != 1 || h[0].Node != "n1:6379" {
+		t.Fatalf("Health() = %v, want the global store's one node", h)
+	}
+	if h := (&Placed{Global: &recordingStore{}}).Health(); h != nil {
+		t.Fatalf("Health() over a store without health = %v, want nil", h)
+	}
+}

@@ -94,3 +94,12 @@ func (c *connectingStore) Cluster() bool {
 	defer c.mu.RUnlock()
 	return c.store == nil || c.store.Cluster()
 }
+
+// Health reports the global store's nodes, so that the cache in front of
+// it hides nothing from the engine and /metrics.
+func (c *clusterGate) Health() []sluice.NodeHealth {
+	if hr, ok := c.g.(sluice.HealthReporter); ok {
+		return hr.Health()
+	}
+	return nil
+}
