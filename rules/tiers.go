@@ -256,3 +256,38 @@ func tenantRules(t *domainTree, probs *Errors) {
 		}
 	})
 }
+
+// Switch is a rule's runtime state, set fleet-wide by the admin API's kill
+// switch without editing rule files. The zero value is SwitchOn.
+type Switch uint8
+
+// The switch states.
+const (
+	// SwitchOn: the rule applies as written.
+	SwitchOn Switch = iota
+	// SwitchOff: the rule is ignored, as if no rule had matched.
+	SwitchOff
+	// SwitchShadow: the rule counts, but a denial is reported as allowed
+	// (as shadow_mode: true).
+	SwitchShadow
+)
+
+var switchNames = [...]string{"on", "off", "shadow"}
+
+// String returns "on", "off" or "shadow".
+func (s Switch) String() string {
+	if int(s) < len(switchNames) {
+		return switchNames[s]
+	}
+	return fmt.Sprintf("Switch(%d)", uint8(s))
+}
+
+// ParseSwitch returns the Switch spelled s ("on", "off", "shadow").
+func ParseSwitch(s string) (Switch, error) {
+	for i, n := range switchNames {
+		if s == n {
+			return Switch(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown state %q (want on, off or shadow)", s)
+}

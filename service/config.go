@@ -34,6 +34,10 @@ type Config struct {
 	// Limits bound the size of requests and of detailed_metric labels; the
 	// zero value is DefaultLimits.
 	Limits Limits
+	// Overrides, if set, resolves each matched rule's limit per request
+	// (tenant tiers and overrides, kill switches; see Overrides). Nil keeps
+	// the rule files' limits.
+	Overrides Overrides
 }
 
 // Observer sees the decisions of rule-file limits, one call per limit

@@ -334,6 +334,10 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		if r == nil {
 			continue
 		}
+		ov := e.overrideFor(r, d.Entries)
+		if ov.off {
+			continue // switched off: as if no rule matched
+		}
 		info := c.rules[r]
 		st.Rule = r
 		if len(r.Replaces) > 0 {
@@ -350,10 +354,16 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
 		ks := len(sc.key)
-		sc.key = appendKey(sc.key, req.Domain, d.Entries, r.Path, info.middle)
-		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode, local: info.local,
+		lim, local := r.Limit, info.local
+		if ov.limit != nil {
+			lim, local, currents[i] = ov.limit.Limit, scaleLimit(ov.limit.Limit, e.cfg.ExpectedReplicas), ov.current(r)
+			sc.key = appendKeyWith(sc.key, req.Domain, d.Entries, r.Path, info.middle, lim)
+		} else {
+			sc.key = appendKey(sc.key, req.Domain, d.Entries, r.Path, info.middle)
+		}
+		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow, local: local,
 			op: len(sc.ops), ks: ks, ke: len(sc.key)})
-		sc.ops = append(sc.ops, sluice.Op{Limit: r.Limit, Cost: int64(cost)})
+		sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: int64(cost)})
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
