@@ -21,6 +21,11 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
+// ErrUnavailable marks an error of a Source or store that could not reach
+// its database (as opposed to one that refused a request). The admin API
+// answers 503 for it.
+var ErrUnavailable = errors.New("tenant: database unavailable")
+
 // Bounds on what a record may hold.
 const (
 	// MaxTenantLen is the longest tenant key, in bytes.

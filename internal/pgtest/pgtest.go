@@ -258,8 +258,6 @@ func (s *Server) Start() {
 	)
 	cmd.Dir = s.root
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own process group, so Kill takes the backends down with the
-	// postmaster, as a machine crash would.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("pgtest: start postgres: %v", err)
@@ -297,7 +295,7 @@ func (s *Server) log() string {
 }
 
 // Kill stops the server and its backends with SIGKILL, as a crash would,
-// and waits for the postmaster to exit. Killing a stopped server does
+// and waits for them to exit. Killing a stopped server does
 // nothing.
 func (s *Server) Kill() {
 	s.mu.Lock()
@@ -319,33 +317,71 @@ func (s *Server) signalLocked(sig syscall.Signal) {
 	if s.cmd == nil {
 		return
 	}
+	pid := s.cmd.Process.Pid
+	var kids []int
 	if sig == syscall.SIGKILL {
-		_ = syscall.Kill(-s.cmd.Process.Pid, sig)
-	} else {
-		_ = s.cmd.Process.Signal(sig)
+		// Every backend makes itself a session leader, so signalling the
+		// postmaster's group does not reach them: kill each child, as a
+		// crash would, or a restart finds their shared memory in use.
+		kids = children(pid)
+		for _, k := range kids {
+			_ = syscall.Kill(k, sig)
+		}
 	}
+	_ = s.cmd.Process.Signal(sig)
 	select {
 	case <-s.exited:
 	case <-time.After(startTimeout):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		_ = s.cmd.Process.Kill()
 		<-s.exited
 	}
-	if sig == syscall.SIGKILL {
-		// Backends exit on their own once the postmaster is gone; wait so a
-		// restart does not find their shared memory in use.
-		waitGroupGone(s.cmd.Process.Pid)
-	}
+	waitGone(kids)
 	s.cmd = nil
 }
 
-// waitGroupGone waits (bounded) until no process of group pgid is left.
-func waitGroupGone(pgid int) {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-			return
+// children returns the processes whose parent is pid.
+func children(pid int) []int {
+	var out []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, d := range dirs {
+		if ppid, _, ok := procStat(d); ok && ppid == pid {
+			k, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+			out = append(out, k)
 		}
-		time.Sleep(10 * time.Millisecond)
+	}
+	return out
+}
+
+// procStat reads the parent and state of /proc/<pid>/stat.
+func procStat(path string) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')') // the command may hold spaces
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, f[0][0], err == nil
+}
+
+// waitGone waits (bounded) until every pid has exited (a zombie counts as
+// exited: it holds no shared memory).
+func waitGone(pids []int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range pids {
+		for time.Now().Before(deadline) {
+			_, state, ok := procStat(fmt.Sprintf("/proc/%d/stat", p))
+			if !ok || state == 'Z' {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 }
 

@@ -39,8 +39,8 @@ const Channel = "sluice_tenants"
 
 // ErrUnavailable marks an error caused by a database that could not be
 // reached or did not answer in time (as opposed to one that refused a
-// statement). Servers map it to 503.
-var ErrUnavailable = errors.New("pg: database unavailable")
+// statement). It is tenant.ErrUnavailable; servers map it to 503.
+var ErrUnavailable = tenant.ErrUnavailable
 
 // Options configure a Store.
 type Options struct {
