@@ -124,10 +124,7 @@ func (p *parser) tiers(n *yaml.Node, field string, r *Rule) bool {
 		return false
 	}
 	good := true
-	names := make([]string, 0, NumTiers-1)
-	for _, nm := range tierNames[:TierCustom] {
-		names = append(names, nm)
-	}
+	names := tierNames[:TierCustom] // custom takes no tier limits
 	p.fields(n, field, names, func(name string, _, v *yaml.Node) {
 		tier, _ := ParseTier(name)
 		tl := p.tierLimit(v, join(field, name), r)

@@ -117,8 +117,6 @@ func New(opts Options) (http.Handler, error) {
 	return mux, nil
 }
 
-type actorKey struct{}
-
 // auth admits a request with a valid token: 401 without one, 403 for a
 // read-only token on an endpoint that writes.
 func (h *handler) auth(write bool, f func(w http.ResponseWriter, r *http.Request, actor string)) http.Handler {
