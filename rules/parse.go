@@ -423,13 +423,15 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 
 var rateLimitKeys = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "burst", "window", "failure_mode", "tiers",
+	"algorithm", "burst", "window", "failure_mode", "tiers", "calendar", "time_zone",
 }
 
 func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	r := &Rule{File: p.file, Line: n.Line}
 	valid := true
 	var unitNode, rpuNode, algNode, burstNode, windowNode, tiersNode *yaml.Node
+	var calNode, tzNode *yaml.Node
+	var cal Calendar
 	var burst uint64
 	alg := p.opts.algorithm()
 	var window time.Duration
@@ -491,6 +493,13 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 			}
 		case "tiers":
 			tiersNode = v
+		case "calendar", "time_zone":
+			good = p.calendarField(key, v, f, &cal)
+			if key == "calendar" {
+				calNode = v
+			} else {
+				tzNode = v
+			}
 		case "failure_mode":
 			var s string
 			if s, good = p.str(v, f); good {
@@ -516,7 +525,7 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		for _, x := range []struct {
 			n    *yaml.Node
 			name string
-		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {tiersNode, "tiers"}} {
+		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}} {
 			if x.n != nil {
 				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
 				valid = false
@@ -527,7 +536,14 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		}
 		return r
 	}
+	if calNode != nil || tzNode != nil {
+		if !p.calendarRule(field, n, &cal, calNode, tzNode, unitNode, windowNode, algNode, &alg) {
+			return nil
+		}
+		r.Calendar, r.Unit, window = &cal, cal.Period.String(), cal.nominal()
+	}
 	switch {
+	case r.Calendar != nil:
 	case unitNode != nil && windowNode != nil:
 		p.add(windowNode.Line, join(field, "window"), "give unit or window, not both")
 		return nil

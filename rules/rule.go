@@ -95,6 +95,11 @@ type Rule struct {
 	// Tiers holds the limit of each tier the rule gives one for (rule file
 	// rate_limit.tiers); nil means the tier has the rule's own Limit.
 	Tiers [NumTiers]*TierLimit
+	// Calendar, when set, makes the quota reset at the start of each
+	// calendar month or day (rate_limit.calendar); Limit is then a
+	// fixed_window with the longest period as its nominal window, and the
+	// engine counts each period with Calendar.Limit.
+	Calendar *Calendar
 }
 
 // MatchKind says how one level of a rule's path matches a request entry.

@@ -80,6 +80,9 @@ type TierLimit struct {
 	Unit            string
 	// Line is where the tier's limit is in the rule file.
 	Line int
+	// Calendar: the limit counts the rule's calendar periods (a tier of a
+	// calendar rule that names no unit or window of its own).
+	Calendar bool
 }
 
 // TenantKey returns the key that names a tenant in domain (the file's
@@ -210,6 +213,13 @@ func (p *parser) tierLimit(n *yaml.Node, field string, r *Rule) *TierLimit {
 	if unitNode != nil && windowNode != nil {
 		p.add(windowNode.Line, join(field, "window"), "give unit or window, not both")
 		good = false
+	}
+	if r.Calendar != nil && unitNode == nil && windowNode == nil {
+		tl.Calendar = true
+		if lim.Algorithm != sluice.FixedWindow {
+			p.add(algNode.Line, join(field, "algorithm"), "a calendar quota is a fixed_window; %v cannot reset at calendar boundaries", lim.Algorithm)
+			good = false
+		}
 	}
 	if rpuNode == nil {
 		p.add(n.Line, join(field, "requests_per_unit"), "required")

@@ -223,6 +223,9 @@ type plan struct {
 	// retried as a look; shadowRes is the denial it reported.
 	shadowHit bool
 	shadowRes sluice.Result
+	// calExcess: a calendar quota's store window outlasts its period by
+	// this much (see rules.Calendar.Limit).
+	calExcess time.Duration
 }
 
 // scratch holds a check's working memory, reused through a pool.
@@ -300,7 +303,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	defer sc.release()
 
 	knownDomain := snap.HasDomain(req.Domain)
-	replacing := false
+	replacing, calendar := false, false
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
@@ -354,15 +357,18 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
 		ks := len(sc.key)
-		lim, local := r.Limit, info.local
-		if ov.limit != nil {
-			lim, local, currents[i] = ov.limit.Limit, scaleLimit(ov.limit.Limit, e.cfg.ExpectedReplicas), ov.current(r)
+		lim, excess := e.limitFor(r, &ov, &currents[i])
+		var local sluice.Limit
+		if lim != r.Limit {
+			local = scaleLimit(lim, e.cfg.ExpectedReplicas)
 			sc.key = appendKeyWith(sc.key, req.Domain, d.Entries, r.Path, info.middle, lim)
 		} else {
+			local = info.local
 			sc.key = appendKey(sc.key, req.Domain, d.Entries, r.Path, info.middle)
 		}
+		calendar = calendar || excess != 0
 		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow, local: local,
-			op: len(sc.ops), ks: ks, ke: len(sc.key)})
+			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess})
 		sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: int64(cost)})
 	}
 	if replacing {
@@ -378,6 +384,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		}
 		if err := e.decide(ctx, sc, &resp); err != nil {
 			return Response{}, err
+		}
+		if calendar {
+			trimCalendar(sc, &resp)
 		}
 	}
 	e.record(sc, &req, &resp)

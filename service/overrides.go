@@ -2,6 +2,7 @@ package service
 
 import (
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -40,6 +41,49 @@ func (e *Engine) overrideFor(r *rules.Rule, entries []rules.Entry) override {
 		o.limit = tl
 	}
 	return o
+}
+
+// limitFor returns the limit rule r enforces under override ov (setting the
+// CurrentLimit *cur reports when it is not the rule's), and for a calendar
+// quota, how long its store window outlasts the period (negative when the
+// rule is a calendar quota but nothing needs trimming).
+func (e *Engine) limitFor(r *rules.Rule, ov *override, cur *CurrentLimit) (lim sluice.Limit, excess time.Duration) {
+	lim = r.Limit
+	if ov.limit != nil {
+		lim, *cur = ov.limit.Limit, ov.current(r)
+	}
+	if r.Calendar != nil && (ov.limit == nil || ov.limit.Calendar) {
+		lim, excess = r.Calendar.Limit(e.now(), lim.Quota)
+		if excess == 0 {
+			excess = -1 // still a calendar quota: trim nothing, but look
+		}
+	}
+	return lim, excess
+}
+
+func (e *Engine) now() time.Time {
+	if e.cfg.Now != nil {
+		return e.cfg.Now()
+	}
+	return time.Now()
+}
+
+// trimCalendar reports the reset and retry times of calendar quotas at the
+// end of their period rather than of their store window.
+func trimCalendar(sc *scratch, resp *Response) {
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.calExcess <= 0 || p.op < 0 || p.dropped {
+			continue
+		}
+		res := &resp.Statuses[p.desc].Result
+		if res.ResetAfter > 0 {
+			res.ResetAfter = max(res.ResetAfter-p.calExcess, time.Microsecond)
+		}
+		if res.RetryAfter > 0 {
+			res.RetryAfter = max(res.RetryAfter-p.calExcess, time.Microsecond)
+		}
+	}
 }
 
 // current is the CurrentLimit reported for an overridden rule.

@@ -197,3 +197,43 @@ func BenchmarkCheckOverrides(b *testing.B) {
 		})
 	}
 }
+
+// TestCalendarQuota: a monthly quota in Berlin resets at midnight on the
+// 1st, local time, and reports that instant as its reset, to the µs.
+func TestCalendarQuota(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Skipf("no time zone data: %v", err)
+	}
+	h := newHarness(t, `
+domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {calendar: month, time_zone: Europe/Berlin, requests_per_unit: 3}
+`, DefaultConfig())
+	h.eng.cfg.Now = h.clock.Now
+	h.clock.Set(time.Date(2026, 11, 30, 23, 0, 0, 0, berlin))
+	req := Request{Domain: "api", Descriptors: []Descriptor{desc("api_key", "acme")}}
+	if got := admitted(t, h, req, 5); got != 3 {
+		t.Fatalf("November: admitted %d of 5, want 3", got)
+	}
+	st := h.check(t, req).Statuses[0]
+	if st.Code != CodeOverLimit || st.Result.RetryAfter != time.Hour || st.Result.ResetAfter != time.Hour {
+		t.Errorf("at 23:00 on Nov 30: code %v, retry %v, reset %v; want over limit, 1h, 1h (midnight in Berlin)", st.Code, st.Result.RetryAfter, st.Result.ResetAfter)
+	}
+	if cl := st.CurrentLimit; cl == nil || cl.Unit != "month" || cl.RequestsPerUnit != 3 {
+		t.Errorf("current limit %+v, want 3 per month", cl)
+	}
+	h.clock.Advance(time.Hour - time.Microsecond)
+	if h.check(t, req).OverallCode != CodeOverLimit {
+		t.Error("1µs before midnight: allowed, want still denied")
+	}
+	h.clock.Advance(time.Microsecond)
+	if got := admitted(t, h, req, 5); got != 3 {
+		t.Errorf("December 1st 00:00: admitted %d of 5, want 3", got)
+	}
+	h.clock.Set(time.Date(2026, 12, 15, 12, 0, 0, 0, berlin))
+	if got := admitted(t, h, req, 2); got != 0 {
+		t.Errorf("December 15th: admitted %d, want 0 (December's quota is spent)", got)
+	}
+}
