@@ -57,7 +57,7 @@ func toEntry(rec *Record) entry {
 				continue
 			}
 			e.ovs = append(e.ovs, ovr{path: o.Descriptor, from: micros(o.EffectiveAt), until: micros(o.ExpiresAt),
-				lim: rules.TierLimit{Limit: o.Limit, RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit}})
+				lim: rules.TierLimit{Limit: o.Limit, RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, Calendar: o.Calendar}})
 		}
 	}
 	return e

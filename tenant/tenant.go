@@ -52,6 +52,10 @@ type Override struct {
 	// stops (zero: never).
 	EffectiveAt time.Time
 	ExpiresAt   time.Time
+	// Calendar: the override counts the calendar periods of the rule it
+	// names (it gave no unit or window, and the rule is a calendar quota);
+	// Limit.Window is then the rule's nominal window.
+	Calendar bool
 }
 
 // Record is everything kept about one tenant.
@@ -166,6 +170,17 @@ func Prepare(rec *Record, snap *rules.Snapshot) error {
 		}
 		if o.Limit.Algorithm == 0 {
 			o.Limit.Algorithm = r.Limit.Algorithm
+		}
+		if o.Limit.Window == 0 && o.Unit == "" {
+			if r.Calendar == nil {
+				bad(f+".unit", "required (or window)")
+				continue
+			}
+			o.Calendar, o.Limit.Window, o.Unit = true, r.Limit.Window, r.Unit
+			if o.Limit.Algorithm != sluice.FixedWindow {
+				bad(f+".algorithm", "%q is a calendar quota, a fixed_window; give a unit or window for %v", o.Descriptor, o.Limit.Algorithm)
+				continue
+			}
 		}
 		if o.Limit.Algorithm == sluice.Concurrency {
 			bad(f+".algorithm", "concurrency is not available for an override")

@@ -225,6 +225,7 @@ func TestAdmin(t *testing.T) {
 			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": -1, "unit": "minute"}]}`, "overrides[0].requests_per_unit"},
 			{`{"tier": "pro", "effective_at": "2030-01-02T00:00:00Z", "expires_at": "2030-01-01T00:00:00Z"}`, "expires_at"},
 			{`{"tier": "pro", "colour": "red"}`, "colour"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5}]}`, "overrides[0].unit"},
 			{`{"tier": 7}`, "tier"},
 			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute"}, {"descriptor": "", "requests_per_unit": 6, "unit": "minute"}]}`, "overrides[1].descriptor"},
 			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute", "algorithm": "fixed_window", "burst": 3}]}`, "overrides[0].burst"},

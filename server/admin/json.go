@@ -45,6 +45,10 @@ type OverrideJSON struct {
 	Burst       int64      `json:"burst,omitempty"`
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	// Calendar, in answers: the override counts its rule's calendar
+	// periods (a PUT gets that by giving neither unit nor window for a
+	// calendar rule). Ignored in requests.
+	Calendar bool `json:"calendar,omitempty"`
 }
 
 // QuotaJSON is a tenant's record as the API answers it.
@@ -220,7 +224,8 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 			}
 			ov.Limit.Window = w
 		default:
-			bad(f+".unit", "required (or window)")
+			// Neither: the override takes the calendar of a calendar rule
+			// (tenant.Prepare refuses it for any other rule).
 		}
 		if o.Algorithm != "" {
 			a, err := sluice.ParseAlgorithm(o.Algorithm)
@@ -280,7 +285,10 @@ func optTime(t time.Time) *time.Time {
 func overrideJSON(o tenant.Override) OverrideJSON {
 	j := OverrideJSON{Descriptor: o.Descriptor, RequestsPerUnit: int64(o.RequestsPerUnit), Unit: o.Unit,
 		Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst, ExpiresAt: optTime(o.ExpiresAt), EffectiveAt: optTime(o.EffectiveAt)}
-	if o.Unit == "" {
+	switch {
+	case o.Calendar:
+		j.Unit, j.Calendar = "", true
+	case o.Unit == "":
 		j.Window = o.Limit.Window.String()
 	}
 	return j

@@ -199,6 +199,7 @@ type auditOverride struct {
 	Window          string     `json:"window"`
 	Algorithm       string     `json:"algorithm"`
 	Burst           int64      `json:"burst,omitempty"`
+	Calendar        bool       `json:"calendar,omitempty"`
 	EffectiveAt     time.Time  `json:"effective_at"`
 	ExpiresAt       *time.Time `json:"expires_at"`
 }
@@ -227,7 +228,7 @@ func auditJSON(rec *tenant.Record) []byte {
 		Overrides: []auditOverride{}}
 	for _, o := range rec.Overrides {
 		a.Overrides = append(a.Overrides, auditOverride{Descriptor: o.Descriptor, RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit,
-			Window: o.Limit.Window.String(), Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst,
+			Window: o.Limit.Window.String(), Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst, Calendar: o.Calendar,
 			EffectiveAt: o.EffectiveAt.UTC(), ExpiresAt: optTime(o.ExpiresAt)})
 	}
 	b, _ := json.Marshal(a)
@@ -277,12 +278,12 @@ func (s *Store) Put(ctx context.Context, actor string, rec tenant.Record) (tenan
 				unit = &o.Unit
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO sluice_overrides
-				(tenant, descriptor, requests_per_unit, unit, window_us, algorithm, burst, effective_at, expires_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+				(tenant, descriptor, requests_per_unit, unit, window_us, algorithm, burst, effective_at, expires_at, calendar)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 				ON CONFLICT (tenant, descriptor) DO UPDATE SET requests_per_unit = $3, unit = $4, window_us = $5,
-					algorithm = $6, burst = $7, effective_at = $8, expires_at = $9, updated_at = now()`,
+					algorithm = $6, burst = $7, effective_at = $8, expires_at = $9, calendar = $10, updated_at = now()`,
 				rec.Tenant, o.Descriptor, int64(o.RequestsPerUnit), unit, o.Limit.Window.Microseconds(),
-				o.Limit.Algorithm.String(), o.Limit.Burst, oeff, optTime(o.ExpiresAt)); err != nil {
+				o.Limit.Algorithm.String(), o.Limit.Burst, oeff, optTime(o.ExpiresAt), o.Calendar); err != nil {
 				return err
 			}
 		}
@@ -420,7 +421,7 @@ type querier interface {
 }
 
 const tenantColumns = "tenant, tier, effective_at, expires_at, created_at, updated_at"
-const overrideColumns = "tenant, descriptor, requests_per_unit, unit, window_us, algorithm, burst, effective_at, expires_at"
+const overrideColumns = "tenant, descriptor, requests_per_unit, unit, window_us, algorithm, burst, effective_at, expires_at, calendar"
 
 func scanTenant(row pgx.Row, rec *tenant.Record) error {
 	var tier string
@@ -445,7 +446,7 @@ func scanOverride(row pgx.Row) (string, tenant.Override, error) {
 	var rpu, windowUS int64
 	var exp *time.Time
 	var o tenant.Override
-	if err := row.Scan(&name, &o.Descriptor, &rpu, &unit, &windowUS, &alg, &o.Limit.Burst, &o.EffectiveAt, &exp); err != nil {
+	if err := row.Scan(&name, &o.Descriptor, &rpu, &unit, &windowUS, &alg, &o.Limit.Burst, &o.EffectiveAt, &exp, &o.Calendar); err != nil {
 		return "", o, err
 	}
 	a, err := sluice.ParseAlgorithm(alg)

@@ -19,6 +19,8 @@ CREATE TABLE sluice_overrides (
     window_us         bigint NOT NULL CHECK (window_us > 0),
     algorithm         text NOT NULL,
     burst             bigint NOT NULL DEFAULT 0 CHECK (burst >= 0),
+    -- counts the calendar periods of a calendar rule (window_us is nominal)
+    calendar          boolean NOT NULL DEFAULT false,
     effective_at      timestamptz NOT NULL DEFAULT now(),
     expires_at        timestamptz CHECK (expires_at IS NULL OR expires_at > effective_at),
     created_at        timestamptz NOT NULL DEFAULT now(),
