@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+	// Calendar quotas name IANA time zones; embed the database so a rule
+	// file does not depend on the host having one (≈ 450 KB).
+	_ "time/tzdata"
 
 	"github.com/prometheus/client_golang/prometheus"
 
