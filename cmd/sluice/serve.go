@@ -60,6 +60,9 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if passwordOnCommandLine(args, cfg) {
 		log.Warn("the Redis URL on the command line holds a password, which every local user can read (ps, /proc); pass it in SLUICE_REDIS_URL or --redis-url-file instead")
 	}
+	if flagGiven(args, "postgres-url") && len(urlSecrets(cfg.Tenants.PostgresURL)) > 0 {
+		log.Warn("the PostgreSQL URL on the command line holds a password, which every local user can read (ps, /proc); pass it in SLUICE_POSTGRES_URL instead")
+	}
 	s, err := newServer(cfg, log, deps{getenv: getenv})
 	if err != nil {
 		return scrub.err(err)
@@ -70,15 +73,21 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 // passwordOnCommandLine reports whether --redis-url was given as an argument
 // (not from the environment) with a secret in it.
 func passwordOnCommandLine(args []string, cfg serveConfig) bool {
-	given := false
+	return flagGiven(args, "redis-url") && cfg.Store.Redis.URLFile == "" && len(urlSecrets(cfg.Store.Redis.URL)) > 0
+}
+
+// flagGiven reports whether flag was given as an argument.
+func flagGiven(args []string, flag string) bool {
 	for _, a := range args {
 		if a == "--" {
 			break
 		}
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		given = given || (strings.HasPrefix(a, "-") && name == "redis-url")
+		if strings.HasPrefix(a, "-") && name == flag {
+			return true
+		}
 	}
-	return given && cfg.Store.Redis.URLFile == "" && len(cfg.secrets()) > 0
+	return false
 }
 
 // server is one running `sluice serve`: rules, store, engine and the three
