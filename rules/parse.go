@@ -83,6 +83,10 @@ type domainTree struct {
 	top    []*dnode
 	// replLines holds the line of each name in a rule's replaces.
 	replLines map[*Rule][]int
+	// tenantKey is the file's tenant_key; tierLines the line of each
+	// rule's tiers (see tiers.go).
+	tenantKey string
+	tierLines map[*Rule]int
 }
 
 // walk calls f for every descriptor with a rule, depth first in file order.
@@ -267,7 +271,7 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 	t := &domainTree{file: p.file, line: n.Line}
 	var descs *yaml.Node
 	haveDomain := false
-	ok := p.fields(n, "", []string{"domain", "descriptors"}, func(key string, k, v *yaml.Node) {
+	ok := p.fields(n, "", []string{"domain", "descriptors", "tenant_key"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "domain":
 			haveDomain = true
@@ -279,6 +283,12 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 			}
 		case "descriptors":
 			descs = v
+		case "tenant_key":
+			if s, ok := p.str(v, "tenant_key"); ok && s == "" {
+				p.add(v.Line, "tenant_key", "must not be empty")
+			} else {
+				t.tenantKey = s
+			}
 		}
 	})
 	if !ok {
@@ -414,12 +424,15 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 var rateLimitKeys = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
 	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
+	"tiers", "calendar", "time_zone",
 }
 
 func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	r := &Rule{File: p.file, Line: n.Line}
 	valid := true
-	var unitNode, rpuNode, algNode, burstNode, windowNode, placeNode, subNode *yaml.Node
+	var unitNode, rpuNode, algNode, burstNode, windowNode, placeNode, subNode, tiersNode *yaml.Node
+	var calNode, tzNode *yaml.Node
+	var cal Calendar
 	var burst uint64
 	alg := p.opts.algorithm()
 	var window time.Duration
@@ -493,6 +506,15 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 			if u, good = p.integer(v, f, MaxSubCounters); good {
 				r.SubCounters = int(u)
 			}
+		case "tiers":
+			tiersNode = v
+		case "calendar", "time_zone":
+			good = p.calendarField(key, v, f, &cal)
+			if key == "calendar" {
+				calNode = v
+			} else {
+				tzNode = v
+			}
 		case "failure_mode":
 			var s string
 			if s, good = p.str(v, f); good {
@@ -518,7 +540,7 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		for _, x := range []struct {
 			n    *yaml.Node
 			name string
-		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}} {
+		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}} {
 			if x.n != nil {
 				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
 				valid = false
@@ -529,7 +551,14 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		}
 		return r
 	}
+	if calNode != nil || tzNode != nil {
+		if !p.calendarRule(field, n, &cal, calNode, tzNode, unitNode, windowNode, algNode, &alg) {
+			return nil
+		}
+		r.Calendar, r.Unit, window = &cal, cal.Period.String(), cal.nominal()
+	}
 	switch {
+	case r.Calendar != nil:
 	case unitNode != nil && windowNode != nil:
 		p.add(windowNode.Line, join(field, "window"), "give unit or window, not both")
 		return nil
@@ -566,6 +595,15 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 			"window": firstNode(windowNode, unitNode), "quota": rpuNode, "burst": burstNode, "algorithm": algNode,
 		})
 		return nil
+	}
+	if tiersNode != nil {
+		if !p.tiers(tiersNode, join(field, "tiers"), r) {
+			return nil
+		}
+		if t.tierLines == nil {
+			t.tierLines = map[*Rule]int{}
+		}
+		t.tierLines[r] = tiersNode.Line
 	}
 	return r
 }

@@ -90,6 +90,22 @@ type Rule struct {
 	// the rule only with exactly len(Path) entries whose keys are
 	// Path[i].Key, in order.
 	Path []Step
+	// TenantDepth is 1 + the index in Path of the domain's tenant key (the
+	// request entry at TenantDepth-1 names the tenant), or 0 when the rule's
+	// path has no tenant key.
+	TenantDepth int
+	// TenantPath names the rule for per-tenant overrides: its path below
+	// the tenant key, as TenantPathOf spells it ("" for the rule at the
+	// tenant key). Meaningful only when TenantDepth > 0.
+	TenantPath string
+	// Tiers holds the limit of each tier the rule gives one for (rule file
+	// rate_limit.tiers); nil means the tier has the rule's own Limit.
+	Tiers [NumTiers]*TierLimit
+	// Calendar, when set, makes the quota reset at the start of each
+	// calendar month or day (rate_limit.calendar); Limit is then a
+	// fixed_window with the longest period as its nominal window, and the
+	// engine counts each period with Calendar.Limit.
+	Calendar *Calendar
 }
 
 // MatchKind says how one level of a rule's path matches a request entry.

@@ -20,6 +20,8 @@ type Snapshot struct {
 	rules   []*Rule // sorted by domain, then ID
 	names   []string
 	byName  map[string]map[string]*Rule
+	// tenantKeys holds each domain's tenant_key, if it names one.
+	tenantKeys map[string]string
 }
 
 // level is one level of a domain's descriptor tree, indexed for matching.
@@ -213,7 +215,7 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 // whole set reveals: duplicate domains, colliding rule IDs, replaces that name
 // no rule.
 func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
-	s := &Snapshot{domains: map[string]*level{}, byName: map[string]map[string]*Rule{}}
+	s := &Snapshot{domains: map[string]*level{}, byName: map[string]map[string]*Rule{}, tenantKeys: map[string]string{}}
 	first := map[string]*domainTree{}
 	for _, t := range trees {
 		if t.domain == "" {
@@ -225,6 +227,10 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 			continue
 		}
 		first[t.domain] = t
+		tenantRules(t, &probs)
+		if t.tenantKey != "" {
+			s.tenantKeys[t.domain] = t.tenantKey
+		}
 		var domainRules []*Rule
 		ids := map[string]*Rule{}
 		names := map[string]*Rule{}

@@ -34,6 +34,14 @@ type Config struct {
 	// Limits bound the size of requests and of detailed_metric labels; the
 	// zero value is DefaultLimits.
 	Limits Limits
+	// Overrides, if set, resolves each matched rule's limit per request
+	// (tenant tiers and overrides, kill switches; see Overrides). Nil keeps
+	// the rule files' limits.
+	Overrides Overrides
+	// Now is the clock that places calendar quotas (rules.Calendar) in
+	// their month or day; nil means time.Now. Give it the store's clock in
+	// tests with a fake one.
+	Now func() time.Time
 }
 
 // Observer sees the decisions of rule-file limits, one call per limit

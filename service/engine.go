@@ -223,6 +223,9 @@ type plan struct {
 	// retried as a look; shadowRes is the denial it reported.
 	shadowHit bool
 	shadowRes sluice.Result
+	// calExcess: a calendar quota's store window outlasts its period by
+	// this much (see rules.Calendar.Limit).
+	calExcess time.Duration
 }
 
 // scratch holds a check's working memory, reused through a pool.
@@ -300,7 +303,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	defer sc.release()
 
 	knownDomain := snap.HasDomain(req.Domain)
-	replacing := false
+	replacing, calendar := false, false
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
@@ -334,6 +337,10 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		if r == nil {
 			continue
 		}
+		ov := e.overrideFor(r, d.Entries)
+		if ov.off {
+			continue // switched off: as if no rule matched
+		}
 		info := c.rules[r]
 		st.Rule = r
 		if len(r.Replaces) > 0 {
@@ -350,10 +357,16 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
 		ks := len(sc.key)
-		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, subCounter(r))
-		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode, local: info.local,
-			op: len(sc.ops), ks: ks, ke: len(sc.key)})
-		sc.ops = append(sc.ops, sluice.Op{Limit: opLimit(r), Cost: int64(cost)})
+		lim, excess := e.limitFor(r, &ov, &currents[i])
+		local, own := info.local, (*sluice.Limit)(nil)
+		if lim != r.Limit {
+			local, own = scaleLimit(lim, e.cfg.ExpectedReplicas), &lim
+		}
+		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, subCounter(r), own)
+		calendar = calendar || excess != 0
+		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow, local: local,
+			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess})
+		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: int64(cost)})
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
@@ -368,6 +381,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		}
 		if err := e.decide(ctx, sc, &resp); err != nil {
 			return Response{}, err
+		}
+		if calendar {
+			trimCalendar(sc, &resp)
 		}
 	}
 	e.record(sc, &req, &resp)
@@ -560,7 +576,7 @@ func (e *Engine) ReleaseLeases(ctx context.Context, req Request, leases []uint64
 			continue
 		}
 		info := c.rules[r]
-		key := string(appendRuleKey(nil, req.Domain, d.Entries, r, info.middle, 0))
+		key := string(appendRuleKey(nil, req.Domain, d.Entries, r, info.middle, 0, nil))
 		ops = append(ops, sluice.Op{Key: key, Limit: r.Limit, Release: true, Lease: leases[i]})
 		if info.mode == rules.FailureLocal {
 			local = append(local, sluice.Op{Key: key, Limit: info.local, Release: true, Lease: leases[i]})

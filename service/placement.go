@@ -32,18 +32,21 @@ func placementByte(p rules.Placement) byte {
 
 // appendRuleKey is appendKey for a rule: its placement byte first, and with
 // sub-counters the counter sub (0 ≤ sub < r.SubCounters) inside the tag.
-func appendRuleKey(b []byte, domain string, entries []rules.Entry, r *rules.Rule, middle string, sub int) []byte {
+func appendRuleKey(b []byte, domain string, entries []rules.Entry, r *rules.Rule, middle string, sub int, lim *sluice.Limit) []byte {
 	if c := placementByte(r.Placement); c != 0 {
 		b = append(b, c)
 	}
-	if r.SubCounters <= 1 {
-		return appendKey(b, domain, entries, r.Path, middle)
+	if r.SubCounters > 1 {
+		tagged := make([]byte, 0, len(middle)+4)
+		tagged = append(tagged, "|s"...)
+		tagged = append(tagged, fmt.Sprint(sub)...)
+		tagged = append(tagged, middle...)
+		middle = string(tagged)
 	}
-	tagged := make([]byte, 0, len(middle)+4)
-	tagged = append(tagged, "|s"...)
-	tagged = append(tagged, fmt.Sprint(sub)...)
-	tagged = append(tagged, middle...)
-	return appendKey(b, domain, entries, r.Path, string(tagged))
+	if lim != nil { // a tenant's or a calendar's limit: its own counter
+		return appendKeyWith(b, domain, entries, r.Path, middle, *lim)
+	}
+	return appendKey(b, domain, entries, r.Path, middle)
 }
 
 // subCounter picks the sub-counter of one check.
@@ -54,14 +57,14 @@ func subCounter(r *rules.Rule) int {
 	return rand.IntN(r.SubCounters)
 }
 
-// opLimit is the limit one counter of r enforces: the rule's, or its share
-// when split over sub-counters.
-func opLimit(r *rules.Rule) sluice.Limit {
-	l := r.Limit
-	if s := int64(r.SubCounters); s > 1 {
-		l.Quota /= s
-		l.Burst /= s
-		if l.Burst == 0 && r.Limit.Burst != 0 {
+// splitLimit is the limit one of s sub-counters enforces: l itself, or its
+// share when split over s > 1 sub-counters.
+func splitLimit(l sluice.Limit, s int) sluice.Limit {
+	if s > 1 {
+		burst := l.Burst
+		l.Quota /= int64(s)
+		l.Burst /= int64(s)
+		if l.Burst == 0 && burst != 0 {
 			l.Burst = 1
 		}
 	}

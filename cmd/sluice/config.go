@@ -25,6 +25,7 @@ type serveConfig struct {
 	Store   storeConfig
 	Service engineConfig
 	Limits  limitsConfig
+	Tenants tenantsConfig
 	Log     logConfig
 	// ShutdownTimeout bounds the drain of in-flight calls on SIGINT/SIGTERM;
 	// what is still running after it is cut off.
@@ -125,6 +126,21 @@ func (l limitsConfig) serviceLimits() service.Limits {
 		MaxEntries: l.Entries, MaxDetailedMetricValues: l.DetailedMetricValues}
 }
 
+// tenantsConfig turns on quotas per tenant (PostgreSQL) and the admin API.
+type tenantsConfig struct {
+	// PostgresURL holds tenant records; "" turns tenants off. Prefer the
+	// SLUICE_POSTGRES_URL variable: a flag's value shows in ps.
+	PostgresURL string
+	// Migrate applies the schema migrations at start.
+	Migrate bool
+	// Resync is the period of the full reload that backs up LISTEN/NOTIFY.
+	Resync time.Duration
+	// AdminTokenFile lists the admin API's bearer tokens; with no tokens
+	// (file or SLUICE_ADMIN_TOKEN / SLUICE_ADMIN_READONLY_TOKEN) the admin
+	// API is off.
+	AdminTokenFile string
+}
+
 type logConfig struct {
 	// Format is "text" or "json".
 	Format string
@@ -147,6 +163,7 @@ func defaultServeConfig() serveConfig {
 			Descriptors: service.DefaultMaxDescriptors, Entries: service.DefaultMaxEntries,
 			RequestBytes: defaultMaxRequestBytes, DetailedMetricValues: service.DefaultMaxDetailedMetricValues,
 		},
+		Tenants:         tenantsConfig{Resync: time.Minute},
 		Log:             logConfig{Format: "text", Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
 	}
@@ -181,6 +198,10 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Limits.Entries, "max-entries", c.Limits.Entries, "most entries in one descriptor")
 	fs.IntVar(&c.Limits.RequestBytes, "max-request-bytes", c.Limits.RequestBytes, "largest HTTP body or gRPC message accepted, in bytes")
 	fs.IntVar(&c.Limits.DetailedMetricValues, "max-detailed-metric-values", c.Limits.DetailedMetricValues, "most label values detailed_metric rules create; more are counted under the rule's own label")
+	fs.StringVar(&c.Tenants.PostgresURL, "postgres-url", c.Tenants.PostgresURL, "PostgreSQL URL of tenant quotas (prefer SLUICE_POSTGRES_URL); empty: tenants off")
+	fs.BoolVar(&c.Tenants.Migrate, "migrate", c.Tenants.Migrate, "apply the PostgreSQL schema migrations at start (as sluice migrate does)")
+	fs.DurationVar(&c.Tenants.Resync, "tenants-resync", c.Tenants.Resync, "period of the full reload of tenant records (backs up LISTEN/NOTIFY)")
+	fs.StringVar(&c.Tenants.AdminTokenFile, "admin-token-file", c.Tenants.AdminTokenFile, "file of admin API bearer tokens, lines of: <name> <rw|ro> <token>; none: admin API off")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")
@@ -315,6 +336,12 @@ func (c serveConfig) Validate() error {
 	}
 	if _, err := service.ParseFailureMode(c.Service.DefaultFailureMode); err != nil {
 		bad("--default-failure-mode: %v", err)
+	}
+	if c.Tenants.Resync <= 0 {
+		bad("--tenants-resync: %v, want a positive duration", c.Tenants.Resync)
+	}
+	if c.Tenants.Migrate && c.Tenants.PostgresURL == "" {
+		bad("--migrate: needs --postgres-url (or SLUICE_POSTGRES_URL)")
 	}
 	switch c.Log.Format {
 	case "text", "json":

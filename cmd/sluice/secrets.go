@@ -38,7 +38,7 @@ func (c *serveConfig) loadSecrets() error {
 // Redis URL (or its whole user info when it has no password part, as in
 // redis://token@host).
 func (c serveConfig) secrets() []string {
-	return urlSecrets(c.Store.Redis.URL)
+	return append(urlSecrets(c.Store.Redis.URL), urlSecrets(c.Tenants.PostgresURL)...)
 }
 
 func urlSecrets(raw string) []string {

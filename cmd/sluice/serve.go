@@ -26,6 +26,8 @@ import (
 	"github.com/sluice-rl/sluice/server/rls"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/tenant"
+	"github.com/sluice-rl/sluice/tenant/pg"
 )
 
 func init() {
@@ -58,7 +60,10 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if passwordOnCommandLine(args, cfg) {
 		log.Warn("the Redis URL on the command line holds a password, which every local user can read (ps, /proc); pass it in SLUICE_REDIS_URL or --redis-url-file instead")
 	}
-	s, err := newServer(cfg, log, deps{})
+	if flagGiven(args, "postgres-url") && len(urlSecrets(cfg.Tenants.PostgresURL)) > 0 {
+		log.Warn("the PostgreSQL URL on the command line holds a password, which every local user can read (ps, /proc); pass it in SLUICE_POSTGRES_URL instead")
+	}
+	s, err := newServer(cfg, log, deps{getenv: getenv})
 	if err != nil {
 		return scrub.err(err)
 	}
@@ -68,15 +73,21 @@ func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.
 // passwordOnCommandLine reports whether --redis-url was given as an argument
 // (not from the environment) with a secret in it.
 func passwordOnCommandLine(args []string, cfg serveConfig) bool {
-	given := false
+	return flagGiven(args, "redis-url") && cfg.Store.Redis.URLFile == "" && len(urlSecrets(cfg.Store.Redis.URL)) > 0
+}
+
+// flagGiven reports whether flag was given as an argument.
+func flagGiven(args []string, flag string) bool {
 	for _, a := range args {
 		if a == "--" {
 			break
 		}
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		given = given || (strings.HasPrefix(a, "-") && name == "redis-url")
+		if strings.HasPrefix(a, "-") && name == flag {
+			return true
+		}
 	}
-	return given && cfg.Store.Redis.URLFile == "" && len(cfg.secrets()) > 0
+	return false
 }
 
 // server is one running `sluice serve`: rules, store, engine and the three
@@ -89,6 +100,8 @@ type server struct {
 	store   sluice.Store
 	closers []io.Closer
 	engine  *service.Engine
+	pg      *pg.Store        // nil without --postgres-url
+	tenants *tenant.Registry // nil without --postgres-url
 	rls     *rls.Server
 	grpc    *grpc.Server
 	http    *http.Server
@@ -104,6 +117,9 @@ type deps struct {
 	// now, if set, is the stores' clock (tests pass a fake one; the Redis
 	// store then sends it to its scripts instead of reading Redis TIME).
 	now func() time.Time
+	// getenv reads the admin tokens given in the environment
+	// (SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_READONLY_TOKEN); nil reads none.
+	getenv env
 }
 
 // newServer assembles the service from cfg (already validated) and binds its
@@ -136,6 +152,12 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	memStores := map[string]*memory.Store{}
 	if ecfg.DefaultFailureMode, err = service.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
 		return nil, fmt.Errorf("serve: --default-failure-mode: %w", err)
+	}
+	if cfg.Tenants.PostgresURL != "" {
+		if err := s.openTenants(cfg.Tenants, reg, log); err != nil {
+			return nil, err
+		}
+		ecfg.Overrides = s.tenants
 	}
 	switch cfg.Store.Kind {
 	case "redis":
@@ -194,10 +216,23 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		ResponseHeaders: cfg.Listen.ResponseHeaders,
 		MaxBodyBytes:    int64(cfg.Limits.RequestBytes),
 		Limits:          ecfg.Limits,
+		ReadyNotes:      s.readyNotes,
+		RuleSwitch:      s.ruleSwitch,
 	}
 	h, err := api.New(aopts)
 	if err != nil {
 		return nil, fmt.Errorf("serve: http: %w", err)
+	}
+	getenv := d.getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	toks, err := adminTokens(cfg.Tenants.AdminTokenFile, getenv)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if h, err = s.withAdmin(h, toks, log.With("component", "admin")); err != nil {
+		return nil, err
 	}
 	s.http = &http.Server{
 		Handler:           h,
@@ -266,6 +301,13 @@ func (s *server) run(ctx context.Context) error {
 			s.log.Error("rule watcher stopped; rules will not reload", "err", err)
 		}
 	}()
+	if s.tenants != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.tenants.Run(watchCtx)
+		}()
+	}
 	go func() {
 		if err := s.grpc.Serve(s.grpcLn); err != nil {
 			errc <- fmt.Errorf("serve: grpc: %w", err)

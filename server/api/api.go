@@ -77,6 +77,13 @@ type Options struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// /v1/check and /json answers.
 	ResponseHeaders bool
+	// ReadyNotes, if set, adds lines to a 200 /readyz answer: conditions
+	// that leave the service able to decide but degraded (stale tenant
+	// overrides, for one).
+	ReadyNotes func() []string
+	// RuleSwitch, if set, gives the kill-switch state ("off", "shadow"; ""
+	// or "on" when on) of a rule for /debug/rules.
+	RuleSwitch func(domain, id string) string
 }
 
 // handler holds the options every endpoint shares.
@@ -366,6 +373,11 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ready\n")
+	if h.opts.ReadyNotes != nil {
+		for _, n := range h.opts.ReadyNotes() {
+			_, _ = io.WriteString(w, n+"\n")
+		}
+	}
 }
 
 // ruleJSON is one rule in /debug/rules.
@@ -384,7 +396,9 @@ type ruleJSON struct {
 	DetailedMetric  bool     `json:"detailed_metric,omitempty"`
 	FailureMode     string   `json:"failure_mode,omitempty"`
 	Replaces        []string `json:"replaces,omitempty"`
-	Source          string   `json:"source"`
+	// Switch is the admin API's kill switch when not on: "off", "shadow".
+	Switch string `json:"switch,omitempty"`
+	Source string `json:"source"`
 }
 
 // debugRules serves the rules in force and the last reload error.
@@ -418,6 +432,11 @@ func (h *handler) debugRules(w http.ResponseWriter, _ *http.Request) {
 			Unit: r.Unit, RequestsPerUnit: r.RequestsPerUnit, ShadowMode: r.ShadowMode,
 			DetailedMetric: r.DetailedMetric, FailureMode: r.FailureMode.String(), Replaces: r.Replaces,
 			Source: fmt.Sprintf("%s:%d", r.File, r.Line),
+		}
+		if h.opts.RuleSwitch != nil {
+			if sw := h.opts.RuleSwitch(r.Domain, r.ID); sw != "on" {
+				rj.Switch = sw
+			}
 		}
 		if !r.Unlimited {
 			rj.Algorithm = r.Limit.Algorithm.String()

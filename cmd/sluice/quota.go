@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/server/admin"
+)
+
+func init() {
+	register("quota", "manage tenant quotas through the admin API: sluice quota set|get|rm|list", runQuota)
+}
+
+// quotaOverrides collects --override DESCRIPTOR=N/UNIT flags.
+type quotaOverrides []admin.OverrideJSON
+
+func (q *quotaOverrides) String() string { return "" }
+
+func (q *quotaOverrides) Set(s string) error {
+	i := strings.LastIndexByte(s, '=')
+	if i < 0 {
+		return fmt.Errorf("%q: want DESCRIPTOR=N/UNIT, such as 'endpoint:POST /api/v1/orders=500/minute'", s)
+	}
+	desc, lim := s[:i], s[i+1:]
+	n, per, ok := strings.Cut(lim, "/")
+	rpu, err := strconv.ParseInt(n, 10, 64)
+	if !ok || err != nil || rpu < 0 {
+		return fmt.Errorf("%q: want N/UNIT after the last '=', such as 500/minute or 10/90s", s)
+	}
+	o := admin.OverrideJSON{Descriptor: desc, RequestsPerUnit: rpu}
+	if _, err := time.ParseDuration(per); err == nil {
+		o.Window = per
+	} else {
+		o.Unit = per
+	}
+	*q = append(*q, o)
+	return nil
+}
+
+func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
+	usage := func(w io.Writer) {
+		fmt.Fprintln(w, "Usage: sluice quota set TENANT --tier T [--override 'DESCRIPTOR=N/UNIT']… [--effective-at T] [--expires-at T]")
+		fmt.Fprintln(w, "       sluice quota get TENANT")
+		fmt.Fprintln(w, "       sluice quota rm TENANT")
+		fmt.Fprintln(w, "       sluice quota list [--tier T] [--limit N] [--after TENANT]")
+		fmt.Fprintln(w, "\nTalks to a server's admin API (--admin-url, SLUICE_ADMIN_URL) with the bearer token in")
+		fmt.Fprintln(w, "SLUICE_ADMIN_TOKEN or --token-file, and prints its JSON answer.")
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return fmt.Errorf("quota: no action given: %w", errUsage)
+		}
+		return nil
+	}
+	action := args[0]
+	fs := flag.NewFlagSet("quota "+action, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("admin-url", "http://127.0.0.1:8080", "base URL of the server's HTTP listener")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token (default: SLUICE_ADMIN_TOKEN)")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the answer")
+	var tier, effective, expires, after string
+	var limit int
+	var ovs quotaOverrides
+	switch action {
+	case "set":
+		fs.StringVar(&tier, "tier", "", "free, pro, enterprise or custom (required)")
+		fs.Var(&ovs, "override", "an override DESCRIPTOR=N/UNIT (UNIT: second…year, or a duration such as 90s); repeatable")
+		fs.StringVar(&effective, "effective-at", "", "RFC 3339 time the record applies from (default: now)")
+		fs.StringVar(&expires, "expires-at", "", "RFC 3339 time the record stops (default: never)")
+	case "list":
+		fs.StringVar(&tier, "tier", "", "only tenants on this tier")
+		fs.IntVar(&limit, "limit", 100, "page size (1–1000)")
+		fs.StringVar(&after, "after", "", "start after this tenant (the next of the previous page)")
+	case "get", "rm":
+	default:
+		usage(stderr)
+		return fmt.Errorf("quota: unknown action %q (want set, get, rm or list): %w", action, errUsage)
+	}
+	fs.Usage = func() { usage(stderr); fmt.Fprintln(stderr, "\nFlags:"); fs.PrintDefaults() }
+	// Flags may come before or after the tenant.
+	var pos []string
+	rest := args[1:]
+	for {
+		if err := parseFlags(fs, rest, getenv); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	wantPos := 1
+	if action == "list" {
+		wantPos = 0
+	}
+	if len(pos) != wantPos {
+		return fmt.Errorf("quota %s: want %d argument(s), got %q: %w", action, wantPos, pos, errUsage)
+	}
+	token := getenv(envAdminToken)
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fmt.Errorf("quota: --token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return fmt.Errorf("quota: no token: set %s or --token-file: %w", envAdminToken, errUsage)
+	}
+	var method, path string
+	var body []byte
+	switch action {
+	case "set":
+		if tier == "" {
+			return fmt.Errorf("quota set: --tier is required: %w", errUsage)
+		}
+		req := admin.QuotaRequest{Tier: tier, Overrides: ovs}
+		for _, t := range []struct {
+			flag, v string
+			dst     **time.Time
+		}{{"--effective-at", effective, &req.EffectiveAt}, {"--expires-at", expires, &req.ExpiresAt}} {
+			if t.v == "" {
+				continue
+			}
+			tm, err := time.Parse(time.RFC3339, t.v)
+			if err != nil {
+				return fmt.Errorf("quota set: %s: want an RFC 3339 time such as 2027-01-01T00:00:00Z: %w", t.flag, errUsage)
+			}
+			*t.dst = &tm
+		}
+		if req.Overrides == nil {
+			req.Overrides = []admin.OverrideJSON{}
+		}
+		body, _ = json.Marshal(req)
+		method, path = http.MethodPut, "quotas/"+url.PathEscape(pos[0])
+	case "get":
+		method, path = http.MethodGet, "quotas/"+url.PathEscape(pos[0])
+	case "rm":
+		method, path = http.MethodDelete, "quotas/"+url.PathEscape(pos[0])
+	case "list":
+		q := url.Values{}
+		if tier != "" {
+			q.Set("tier", tier)
+		}
+		if after != "" {
+			q.Set("after", after)
+		}
+		q.Set("limit", strconv.Itoa(limit))
+		method, path = http.MethodGet, "quotas?"+q.Encode()
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(*base, "/")+admin.Prefix+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("quota: --admin-url: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("quota: %w", err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("quota: reading the answer: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		var p struct{ Detail string }
+		if json.Unmarshal(out, &p) == nil && p.Detail != "" {
+			return fmt.Errorf("quota %s: %s: %s", action, resp.Status, p.Detail)
+		}
+		return fmt.Errorf("quota %s: %s", action, resp.Status)
+	}
+	if resp.StatusCode == http.StatusNoContent {
+		fmt.Fprintf(stdout, "removed %s\n", pos[0])
+		return nil
+	}
+	_, err = stdout.Write(out)
+	return err
+}

@@ -1,0 +1,336 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/pgtest"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/tenant"
+	"github.com/sluice-rl/sluice/tenant/pg"
+)
+
+const (
+	rwToken = "rw-token-0123456789abcdef"
+	roToken = "ro-token-0123456789abcdef"
+)
+
+const testRules = `
+domain: api
+tenant_key: api_key
+descriptors:
+  - key: api_key
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      tiers:
+        pro: {requests_per_unit: 1000}
+    descriptors:
+      - key: endpoint
+        value: POST /api/v1/orders
+        rate_limit: {unit: minute, requests_per_unit: 20}
+      - key: endpoint
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+`
+
+type env struct {
+	srv   *httptest.Server
+	pg    *pgtest.Server
+	store *pg.Store
+	reg   *tenant.Registry
+	eng   *service.Engine
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	snap, err := rules.Parse("api.yaml", []byte(testRules), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{pg: pgtest.Start(t)}
+	e.store, err = pg.Open(pg.Options{URL: e.pg.NewDatabase(t), ConnectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.store.Close)
+	if _, err := e.store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.reg = tenant.NewRegistry(e.store, tenant.Options{RetryMin: 20 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.reg.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-e.reg.Synced()
+	ms := memory.New(memory.Options{})
+	t.Cleanup(func() { ms.Close() })
+	cfg := service.DefaultConfig()
+	cfg.Overrides = e.reg
+	e.eng, err = service.New(cfg, service.StaticRules{Snapshot: snap}, ms, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := &Tokens{}
+	_ = toks.Add("alice", true, rwToken)
+	_ = toks.Add("reader", false, roToken)
+	h, err := New(Options{Tokens: toks, Store: e.store, Rules: func() *rules.Snapshot { return snap }, Checker: e.eng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(h)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// do sends a request and decodes a JSON answer into out (if not nil).
+func (e *env) do(t *testing.T, method, path, token, body string, out any) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: decoding %s: %v", method, path, b, err)
+		}
+	}
+	return resp.StatusCode, string(b)
+}
+
+func (e *env) check(t *testing.T, entries ...rules.Entry) service.Status {
+	t.Helper()
+	zero := uint64(0)
+	resp, err := e.eng.Check(context.Background(), service.Request{Domain: "api", Descriptors: []service.Descriptor{{Entries: entries, Hits: &zero}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Statuses[0]
+}
+
+func TestAdmin(t *testing.T) {
+	e := newEnv(t)
+	put := `{"tier": "enterprise", "overrides": [{"descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 500, "unit": "minute"}], "expires_at": null}`
+
+	t.Run("auth", func(t *testing.T) {
+		for _, tc := range []struct {
+			method, path, token, body string
+			want                      int
+		}{
+			{"GET", "/admin/v1/quotas/acme", "", "", 401},
+			{"GET", "/admin/v1/quotas/acme", "wrong-token-0123456789", "", 401},
+			{"PUT", "/admin/v1/quotas/acme", roToken, put, 403},
+			{"DELETE", "/admin/v1/quotas/acme", roToken, "", 403},
+			{"PUT", "/admin/v1/switches", roToken, `{"domain":"api","rule":"remote_address","state":"off"}`, 403},
+			{"GET", "/admin/v1/quotas/acme", roToken, "", 404}, // read-only may read
+			{"GET", "/admin/v1/openapi.yaml", "", "", 200},
+		} {
+			got, body := e.do(t, tc.method, tc.path, tc.token, tc.body, nil)
+			if got != tc.want {
+				t.Errorf("%s %s with token %q: status %d, want %d (%s)", tc.method, tc.path, tc.token, got, tc.want, body)
+			}
+			if strings.Contains(body, rwToken) || strings.Contains(body, roToken) {
+				t.Errorf("%s %s: the answer holds a token", tc.method, tc.path)
+			}
+		}
+	})
+
+	t.Run("put get list delete", func(t *testing.T) {
+		if st := e.check(t, rules.Entry{Key: "api_key", Value: "acme"}, rules.Entry{Key: "endpoint", Value: "POST /api/v1/orders"}); st.CurrentLimit.RequestsPerUnit != 20 {
+			t.Fatalf("before: limit %d, want the rule's 20", st.CurrentLimit.RequestsPerUnit)
+		}
+		var q QuotaJSON
+		if code, body := e.do(t, "PUT", "/admin/v1/quotas/acme", rwToken, put, &q); code != 200 {
+			t.Fatalf("PUT: %d %s", code, body)
+		}
+		if q.Tier != "enterprise" || len(q.Overrides) != 1 || q.UpdatedAt.IsZero() || q.Overrides[0].Algorithm != "fixed_window" {
+			t.Errorf("PUT answered %+v", q)
+		}
+		sources := map[string]string{}
+		for _, r := range q.Quotas {
+			sources[r.Rule] = fmt.Sprintf("%s %d", r.Source, r.RequestsPerUnit)
+		}
+		want := map[string]string{"api_key": "default 100", "api_key.endpoint=POST /api/v1/orders": "override 500", "api_key.endpoint": "default 5"}
+		for k, v := range want {
+			if sources[k] != v {
+				t.Errorf("quota of %s: %q, want %q", k, sources[k], v)
+			}
+		}
+		// The registry hears of it and the engine enforces it.
+		deadline := time.Now().Add(10 * time.Second)
+		for e.check(t, rules.Entry{Key: "api_key", Value: "acme"}, rules.Entry{Key: "endpoint", Value: "POST /api/v1/orders"}).CurrentLimit.RequestsPerUnit != 500 {
+			if time.Now().After(deadline) {
+				t.Fatal("the override did not reach the engine within 10s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var u UsageJSON
+		if code, body := e.do(t, "GET", "/admin/v1/usage/acme", roToken, "", &u); code != 200 {
+			t.Fatalf("usage: %d %s", code, body)
+		}
+		if len(u.Limits) != 2 || u.Skipped != 1 {
+			t.Errorf("usage lists %d limits, skipped %d; want 2, 1: %+v", len(u.Limits), u.Skipped, u)
+		}
+		for _, l := range u.Limits {
+			if l.Descriptor == "endpoint:POST /api/v1/orders" && (l.Limit != 500 || l.Used != 0) {
+				t.Errorf("usage of orders: %+v, want limit 500 used 0", l)
+			}
+		}
+
+		var got QuotaJSON
+		if code, body := e.do(t, "GET", "/admin/v1/quotas/acme", roToken, "", &got); code != 200 || got.Tier != "enterprise" {
+			t.Errorf("GET: %d %s", code, body)
+		}
+		if code, _ := e.do(t, "PUT", "/admin/v1/quotas/beta", rwToken, `{"tier":"pro"}`, nil); code != 200 {
+			t.Errorf("PUT beta: %d", code)
+		}
+		var page ListJSON
+		if code, body := e.do(t, "GET", "/admin/v1/quotas?tier=pro&limit=1", roToken, "", &page); code != 200 || len(page.Tenants) != 1 || page.Tenants[0].Tenant != "beta" {
+			t.Errorf("list pro: %d %s", code, body)
+		}
+		if code, _ := e.do(t, "DELETE", "/admin/v1/quotas/beta", rwToken, "", nil); code != 204 {
+			t.Errorf("DELETE: %d, want 204", code)
+		}
+		if code, _ := e.do(t, "GET", "/admin/v1/quotas/beta", roToken, "", nil); code != 404 {
+			t.Errorf("GET after DELETE: %d, want 404", code)
+		}
+	})
+
+	t.Run("bad input names the field and writes nothing", func(t *testing.T) {
+		for _, tc := range []struct{ body, field string }{
+			{`{"tier": "gold"}`, "tier"},
+			{`{}`, "tier"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "fortnight"}]}`, "overrides[0].unit"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "nope:x", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].descriptor"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": -1, "unit": "minute"}]}`, "overrides[0].requests_per_unit"},
+			{`{"tier": "pro", "effective_at": "2030-01-02T00:00:00Z", "expires_at": "2030-01-01T00:00:00Z"}`, "expires_at"},
+			{`{"tier": "pro", "colour": "red"}`, "colour"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5}]}`, "overrides[0].unit"},
+			{`{"tier": 7}`, "tier"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute"}, {"descriptor": "", "requests_per_unit": 6, "unit": "minute"}]}`, "overrides[1].descriptor"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute", "algorithm": "fixed_window", "burst": 3}]}`, "overrides[0].burst"},
+			{`{"tier": "pro"} {}`, "body"},
+		} {
+			code, body := e.do(t, "PUT", "/admin/v1/quotas/bad", rwToken, tc.body, nil)
+			var p struct {
+				Errors []struct{ Field string }
+			}
+			_ = json.Unmarshal([]byte(body), &p)
+			named := false
+			for _, f := range p.Errors {
+				named = named || f.Field == tc.field
+			}
+			if code != 400 || !named {
+				t.Errorf("PUT %s: %d %s; want 400 naming %s", tc.body, code, body, tc.field)
+			}
+		}
+		if code, _ := e.do(t, "GET", "/admin/v1/quotas/bad", roToken, "", nil); code != 404 {
+			t.Errorf("after bad PUTs: GET %d, want 404 (nothing written)", code)
+		}
+		log, err := e.store.AuditLog(context.Background(), "tenant:bad", 10)
+		if err != nil || len(log) != 0 {
+			t.Errorf("audit rows after bad PUTs: %d, %v; want none", len(log), err)
+		}
+	})
+
+	t.Run("switches", func(t *testing.T) {
+		if code, body := e.do(t, "PUT", "/admin/v1/switches", rwToken, `{"domain":"api","rule":"nope","state":"off"}`, nil); code != 400 || !strings.Contains(body, `"rule"`) {
+			t.Errorf("switch of an unknown rule: %d %s", code, body)
+		}
+		if code, body := e.do(t, "PUT", "/admin/v1/switches", rwToken, `{"domain":"api","rule":"remote_address","state":"off"}`, nil); code != 200 {
+			t.Fatalf("switch off: %d %s", code, body)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for e.check(t, rules.Entry{Key: "remote_address", Value: "1.2.3.4"}).Rule != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("the switch did not reach the engine within 10s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var out struct{ Switches []SwitchJSON }
+		if code, _ := e.do(t, "GET", "/admin/v1/switches", roToken, "", &out); code != 200 || len(out.Switches) != 1 || out.Switches[0].State != "off" {
+			t.Errorf("GET switches: %d %+v", code, out)
+		}
+		if code, _ := e.do(t, "PUT", "/admin/v1/switches", rwToken, `{"domain":"api","rule":"remote_address","state":"on"}`, nil); code != 200 {
+			t.Errorf("switch on: %d", code)
+		}
+	})
+
+	t.Run("postgres down: 503, nothing lost", func(t *testing.T) {
+		e.pg.Kill()
+		code, body := e.do(t, "PUT", "/admin/v1/quotas/down", rwToken, `{"tier":"pro"}`, nil)
+		if code != 503 {
+			t.Errorf("PUT while PostgreSQL is down: %d %s; want 503", code, body)
+		}
+		if strings.Contains(body, "127.0.0.1") || strings.Contains(body, "postgres://") {
+			t.Errorf("503 answer reveals the database address: %s", body)
+		}
+		// Checks go on with the last known overrides.
+		if st := e.check(t, rules.Entry{Key: "api_key", Value: "acme"}, rules.Entry{Key: "endpoint", Value: "POST /api/v1/orders"}); st.CurrentLimit.RequestsPerUnit != 500 {
+			t.Errorf("while down: limit %d, want the last known 500", st.CurrentLimit.RequestsPerUnit)
+		}
+		e.pg.Start()
+	})
+}
+
+func TestTokens(t *testing.T) {
+	toks, err := ParseTokens([]byte("# admins\nalice rw " + rwToken + "\n\nreader ro " + roToken + "\n"))
+	if err != nil || toks.Len() != 2 {
+		t.Fatalf("ParseTokens = %d tokens, %v", toks.Len(), err)
+	}
+	for _, tc := range []struct {
+		header      string
+		name        string
+		write, want bool
+	}{
+		{"Bearer " + rwToken, "alice", true, true},
+		{"Bearer " + roToken, "reader", false, true},
+		{"Bearer " + rwToken + "x", "", false, false},
+		{rwToken, "", false, false},
+		{"", "", false, false},
+	} {
+		name, write, ok := toks.check(tc.header)
+		if name != tc.name || write != tc.write || ok != tc.want {
+			t.Errorf("check(%q) = %q, %v, %v; want %q, %v, %v", tc.header, name, write, ok, tc.name, tc.write, tc.want)
+		}
+	}
+	_, err = ParseTokens([]byte("bob admin supersecretvalue0123456789\ncarol rw short\n"))
+	if err == nil || strings.Contains(err.Error(), "supersecret") || !strings.Contains(err.Error(), "line 1") || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("ParseTokens errors = %v; want lines 1 and 2 named, no token", err)
+	}
+}
+
+func TestDecodeQuotaBounds(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString(`{"tier":"pro","overrides":[`)
+	for i := range tenant.MaxOverrides + 1 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"descriptor":"d%d","requests_per_unit":1,"unit":"second"}`, i)
+	}
+	b.WriteString(`]}`)
+	if _, err := DecodeQuota(b.Bytes(), "x"); err == nil || !strings.Contains(err.Error(), "overrides") {
+		t.Errorf("DecodeQuota of %d overrides = %v, want an error naming overrides", tenant.MaxOverrides+1, err)
+	}
+}

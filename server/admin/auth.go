@@ -1,0 +1,132 @@
+package admin
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// MinTokenLen is the shortest token accepted, in bytes.
+const MinTokenLen = 16
+
+// maxTokenFile bounds a token file's size.
+const maxTokenFile = 1 << 20
+
+// Tokens are the bearer tokens the admin API accepts. The zero value holds
+// none (every request is refused). A Tokens is read-only once built and
+// safe for concurrent use. It keeps SHA-256 digests, not the tokens.
+type Tokens struct {
+	entries []token
+}
+
+type token struct {
+	name   string
+	digest [sha256.Size]byte
+	write  bool
+}
+
+// Len returns the number of tokens.
+func (t *Tokens) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.entries)
+}
+
+// Add adds a token named name (the actor in audit rows); write allows
+// changes, otherwise the token only reads. The token must be at least
+// MinTokenLen bytes of printable ASCII without spaces.
+func (t *Tokens) Add(name string, write bool, tok string) error {
+	if name == "" || strings.ContainsAny(name, " \t\r\n") {
+		return fmt.Errorf("token name %q: want one word", name)
+	}
+	if len(tok) < MinTokenLen {
+		return fmt.Errorf("token %q: shorter than %d bytes", name, MinTokenLen)
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] <= ' ' || tok[i] > '~' {
+			return fmt.Errorf("token %q: want printable ASCII without spaces", name)
+		}
+	}
+	t.entries = append(t.entries, token{name: name, digest: sha256.Sum256([]byte(tok)), write: write})
+	return nil
+}
+
+// ParseTokens reads a token file: one token per line as
+//
+//	<name> <rw|ro> <token>
+//
+// where rw may change things and ro only read; blank lines and lines
+// starting with # are ignored. Errors name the line, never the token.
+func ParseTokens(data []byte) (*Tokens, error) {
+	if len(data) > maxTokenFile {
+		return nil, fmt.Errorf("token file larger than %d bytes", maxTokenFile)
+	}
+	t := &Tokens{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), maxTokenFile)
+	var errs []error
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		f := strings.Fields(s)
+		if len(f) != 3 {
+			errs = append(errs, fmt.Errorf("line %d: want <name> <rw|ro> <token>, got %d fields", line, len(f)))
+			continue
+		}
+		var write bool
+		switch f[1] {
+		case "rw":
+			write = true
+		case "ro":
+		default:
+			errs = append(errs, fmt.Errorf("line %d: access %q, want rw or ro", line, f[1]))
+			continue
+		}
+		if err := t.Add(f[0], write, f[2]); err != nil {
+			errs = append(errs, fmt.Errorf("line %d: %w", line, err))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return t, errors.Join(errs...)
+}
+
+// LoadTokens reads the token file at path (see ParseTokens).
+func LoadTokens(path string) (*Tokens, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("admin tokens: %w", err)
+	}
+	t, err := ParseTokens(data)
+	if err != nil {
+		return nil, fmt.Errorf("admin tokens: %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// check finds the token of an Authorization header value. It compares the
+// digest with every token's, without stopping early, so the time it takes
+// says nothing about which token, or how much of one, matched.
+func (t *Tokens) check(header string) (name string, write, ok bool) {
+	tok, found := strings.CutPrefix(header, "Bearer ")
+	if !found || t == nil {
+		return "", false, false
+	}
+	d := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	for i := range t.entries {
+		e := &t.entries[i]
+		if subtle.ConstantTimeCompare(d[:], e.digest[:]) == 1 {
+			name, write, ok = e.name, e.write, true
+		}
+	}
+	return name, write, ok
+}

@@ -1,0 +1,54 @@
+package admin
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/sluice-rl/sluice/tenant"
+)
+
+// FuzzDecodeQuota: any body decodes to a record or to field errors, never a
+// panic; a decoded record's fields are within their bounds.
+func FuzzDecodeQuota(f *testing.F) {
+	for _, s := range []string{
+		`{"tier": "enterprise", "overrides": [{"descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 500, "unit": "minute"}], "effective_at": "2026-01-01T00:00:00Z", "expires_at": null}`,
+		`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "window": "90s", "algorithm": "gcra", "burst": 10}]}`,
+		`{"tier": "gold"}`, `{}`, `[]`, `{"tier": "pro"} x`, `{"tier": "pro", "overrides": [{"requests_per_unit": -1}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec, err := DecodeQuota(body, "t")
+		if err != nil {
+			var fe fieldErrors
+			if !errors.As(err, &fe) || len(fe) == 0 {
+				t.Fatalf("error %T %v, want field errors", err, err)
+			}
+			return
+		}
+		if len(rec.Overrides) > tenant.MaxOverrides {
+			t.Fatalf("%d overrides", len(rec.Overrides))
+		}
+		for _, o := range rec.Overrides {
+			// Window 0 (neither unit nor window) is left to tenant.Prepare.
+			if o.Limit.Quota < 0 || o.Limit.Burst < 0 || o.Limit.Window < 0 || (o.Limit.Window == 0 && o.Unit != "") {
+				t.Fatalf("override out of bounds: %+v", o)
+			}
+		}
+	})
+}
+
+// FuzzDecodeSwitch: never a panic; errors are field errors.
+func FuzzDecodeSwitch(f *testing.F) {
+	for _, s := range []string{`{"domain":"api","rule":"remote_address","state":"off"}`, `{"state":"x"}`, `null`, `{"domain":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if _, _, _, err := DecodeSwitch(body); err != nil {
+			var fe fieldErrors
+			if !errors.As(err, &fe) || len(fe) == 0 {
+				t.Fatalf("error %T %v, want field errors", err, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,304 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/tenant"
+)
+
+// QuotaRequest is the body of PUT /admin/v1/quotas/{tenant}.
+type QuotaRequest struct {
+	// Tier is free, pro, enterprise or custom. Required.
+	Tier string `json:"tier"`
+	// Overrides replace the tenant's whole set of overrides.
+	Overrides []OverrideJSON `json:"overrides"`
+	// EffectiveAt (RFC 3339) is when the record applies; absent means now.
+	EffectiveAt *time.Time `json:"effective_at"`
+	// ExpiresAt (RFC 3339) is when it stops; absent or null means never.
+	ExpiresAt *time.Time `json:"expires_at"`
+}
+
+// OverrideJSON is one override, in requests and answers.
+type OverrideJSON struct {
+	// Descriptor names the rules by their path below the tenant key:
+	// "endpoint:POST /api/v1/orders" ("" for the rule at the tenant key).
+	Descriptor string `json:"descriptor"`
+	// RequestsPerUnit is the quota, from 0 to 4294967295.
+	RequestsPerUnit int64 `json:"requests_per_unit"`
+	// Unit (second … year) or Window (a duration such as "90s"): one of
+	// the two.
+	Unit   string `json:"unit,omitempty"`
+	Window string `json:"window,omitempty"`
+	// Algorithm defaults to the rule's.
+	Algorithm string `json:"algorithm,omitempty"`
+	// Burst is the bucket capacity of token_bucket, gcra and leaky_bucket
+	// (0: the quota).
+	Burst       int64      `json:"burst,omitempty"`
+	EffectiveAt *time.Time `json:"effective_at,omitempty"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	// Calendar, in answers: the override counts its rule's calendar
+	// periods (a PUT gets that by giving neither unit nor window for a
+	// calendar rule). Ignored in requests.
+	Calendar bool `json:"calendar,omitempty"`
+}
+
+// QuotaJSON is a tenant's record as the API answers it.
+type QuotaJSON struct {
+	Tenant      string         `json:"tenant"`
+	Tier        string         `json:"tier"`
+	Overrides   []OverrideJSON `json:"overrides"`
+	EffectiveAt time.Time      `json:"effective_at"`
+	ExpiresAt   *time.Time     `json:"expires_at"`
+	CreatedAt   time.Time      `json:"created_at"`
+	UpdatedAt   time.Time      `json:"updated_at"`
+	// Quotas is the limit the tenant gets from each rule below a tenant
+	// key, now, and where it comes from; present in single-tenant answers.
+	Quotas []ResolvedJSON `json:"quotas,omitempty"`
+}
+
+// ResolvedJSON is the limit one rule enforces for a tenant.
+type ResolvedJSON struct {
+	Domain     string `json:"domain"`
+	Rule       string `json:"rule"`
+	Descriptor string `json:"descriptor"`
+	// Source is "override", "tier" or "default" (the rule's own limit).
+	Source          string `json:"source"`
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Unit            string `json:"unit,omitempty"`
+	Window          string `json:"window"`
+	Algorithm       string `json:"algorithm"`
+	Burst           int64  `json:"burst,omitempty"`
+}
+
+// ListJSON is a page of GET /admin/v1/quotas.
+type ListJSON struct {
+	Tenants []QuotaJSON `json:"tenants"`
+	// Next is the after= value of the next page; absent on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// SwitchJSON is the body of PUT /admin/v1/switches and one entry of its GET.
+type SwitchJSON struct {
+	Domain string `json:"domain"`
+	Rule   string `json:"rule"`
+	// State is on, off or shadow.
+	State     string     `json:"state"`
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+}
+
+// fieldErrors is a 400's list of invalid fields.
+type fieldErrors []*tenant.FieldError
+
+func (e fieldErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, f := range e {
+		msgs[i] = f.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func asFieldErrors(err error) fieldErrors {
+	var out fieldErrors
+	var fe fieldErrors
+	if errors.As(err, &fe) {
+		return fe
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var f *tenant.FieldError
+		if errors.As(e, &f) {
+			out = append(out, f)
+		} else {
+			out = append(out, &tenant.FieldError{Field: "body", Msg: e.Error()})
+		}
+	}
+	return out
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields and
+// trailing data, and names the field of a type error.
+func decodeStrict(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te) && te.Field != "":
+			return fieldErrors{{Field: te.Field, Msg: fmt.Sprintf("want %v, got a JSON %s", te.Type, te.Value)}}
+		case errors.As(err, &se):
+			return fieldErrors{{Field: "body", Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)}}
+		case errors.Is(err, io.EOF):
+			return fieldErrors{{Field: "body", Msg: "empty; want a JSON object"}}
+		}
+		msg := err.Error()
+		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+			return fieldErrors{{Field: strings.Trim(f, `"`), Msg: "unknown field"}}
+		}
+		if te, ok := err.(*time.ParseError); ok {
+			return fieldErrors{{Field: "body", Msg: "time: " + te.Error()}}
+		}
+		return fieldErrors{{Field: "body", Msg: strings.TrimPrefix(msg, "json: ")}}
+	}
+	if dec.More() {
+		return fieldErrors{{Field: "body", Msg: "data after the JSON object"}}
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return fieldErrors{{Field: "body", Msg: "data after the JSON object"}}
+	}
+	return nil
+}
+
+// DecodeQuota decodes the body of PUT /admin/v1/quotas/{name} into a record
+// of tenant name. It checks the body's own shape (types, unknown fields,
+// tier, units, windows, algorithms, signs and ranges), naming each bad field
+// in a *tenant.FieldError; what needs the rules (descriptors, limits) is
+// tenant.Prepare's. It never panics.
+func DecodeQuota(body []byte, name string) (tenant.Record, error) {
+	var q QuotaRequest
+	if err := decodeStrict(bytes.NewReader(body), &q); err != nil {
+		return tenant.Record{}, err
+	}
+	var errs fieldErrors
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &tenant.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	rec := tenant.Record{Tenant: name}
+	if err := tenant.ValidTenant(name); err != nil {
+		bad("tenant", "%v", err)
+	}
+	if q.Tier == "" {
+		bad("tier", "required (free, pro, enterprise or custom)")
+	} else if t, err := rules.ParseTier(q.Tier); err != nil {
+		bad("tier", "%v", err)
+	} else {
+		rec.Tier = t
+	}
+	if q.EffectiveAt != nil {
+		rec.EffectiveAt = *q.EffectiveAt
+	}
+	if q.ExpiresAt != nil {
+		rec.ExpiresAt = *q.ExpiresAt
+	}
+	if len(q.Overrides) > tenant.MaxOverrides {
+		bad("overrides", "%d overrides; at most %d", len(q.Overrides), tenant.MaxOverrides)
+		return rec, errs
+	}
+	for i, o := range q.Overrides {
+		f := fmt.Sprintf("overrides[%d]", i)
+		ov := tenant.Override{Descriptor: o.Descriptor, Limit: sluice.Limit{Burst: o.Burst}}
+		switch {
+		case o.RequestsPerUnit < 0:
+			bad(f+".requests_per_unit", "%d must not be negative", o.RequestsPerUnit)
+		case o.RequestsPerUnit > math.MaxUint32:
+			bad(f+".requests_per_unit", "%d is above %d", o.RequestsPerUnit, uint32(math.MaxUint32))
+		default:
+			ov.RequestsPerUnit, ov.Limit.Quota = uint32(o.RequestsPerUnit), o.RequestsPerUnit
+		}
+		switch {
+		case o.Unit != "" && o.Window != "":
+			bad(f+".window", "give unit or window, not both")
+		case o.Unit != "":
+			w, ok := rules.UnitWindow(o.Unit)
+			if !ok {
+				bad(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", o.Unit)
+			}
+			ov.Unit, ov.Limit.Window = strings.ToLower(o.Unit), w
+		case o.Window != "":
+			w, err := time.ParseDuration(o.Window)
+			if err != nil || w <= 0 {
+				bad(f+".window", "want a positive duration such as 90s, got %q", o.Window)
+			}
+			ov.Limit.Window = w
+		default:
+			// Neither: the override takes the calendar of a calendar rule
+			// (tenant.Prepare refuses it for any other rule).
+		}
+		if o.Algorithm != "" {
+			a, err := sluice.ParseAlgorithm(o.Algorithm)
+			if err != nil {
+				bad(f+".algorithm", "%v", err)
+			}
+			ov.Limit.Algorithm = a
+		}
+		if o.Burst < 0 {
+			bad(f+".burst", "%d must not be negative", o.Burst)
+		}
+		if o.EffectiveAt != nil {
+			ov.EffectiveAt = *o.EffectiveAt
+		}
+		if o.ExpiresAt != nil {
+			ov.ExpiresAt = *o.ExpiresAt
+		}
+		rec.Overrides = append(rec.Overrides, ov)
+	}
+	if len(errs) > 0 {
+		return rec, errs
+	}
+	return rec, nil
+}
+
+// DecodeSwitch decodes the body of PUT /admin/v1/switches.
+func DecodeSwitch(body []byte) (domain, rule string, state rules.Switch, err error) {
+	var s SwitchJSON
+	if err := decodeStrict(bytes.NewReader(body), &s); err != nil {
+		return "", "", 0, err
+	}
+	var errs fieldErrors
+	if s.Domain == "" {
+		errs = append(errs, &tenant.FieldError{Field: "domain", Msg: "required"})
+	}
+	if s.Rule == "" {
+		errs = append(errs, &tenant.FieldError{Field: "rule", Msg: "required (a rule ID, as /debug/rules lists them)"})
+	}
+	st, perr := rules.ParseSwitch(s.State)
+	if perr != nil {
+		errs = append(errs, &tenant.FieldError{Field: "state", Msg: perr.Error()})
+	}
+	if len(errs) > 0 {
+		return "", "", 0, errs
+	}
+	return s.Domain, s.Rule, st, nil
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func overrideJSON(o tenant.Override) OverrideJSON {
+	j := OverrideJSON{Descriptor: o.Descriptor, RequestsPerUnit: int64(o.RequestsPerUnit), Unit: o.Unit,
+		Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst, ExpiresAt: optTime(o.ExpiresAt), EffectiveAt: optTime(o.EffectiveAt)}
+	switch {
+	case o.Calendar:
+		j.Unit, j.Calendar = "", true
+	case o.Unit == "":
+		j.Window = o.Limit.Window.String()
+	}
+	return j
+}
+
+func quotaJSON(rec tenant.Record) QuotaJSON {
+	q := QuotaJSON{Tenant: rec.Tenant, Tier: rec.Tier.String(), Overrides: []OverrideJSON{},
+		EffectiveAt: rec.EffectiveAt.UTC(), ExpiresAt: optTime(rec.ExpiresAt), CreatedAt: rec.CreatedAt.UTC(), UpdatedAt: rec.UpdatedAt.UTC()}
+	for _, o := range rec.Overrides {
+		q.Overrides = append(q.Overrides, overrideJSON(o))
+	}
+	return q
+}

@@ -1,0 +1,287 @@
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// Change names what changed in a Source.
+type Change struct {
+	// Tenant whose record changed (was written or removed); "" when the
+	// change is to the switches only.
+	Tenant string
+	// Switches: the rule switches changed.
+	Switches bool
+}
+
+// Source is where records and switches live. tenant/pg implements it over
+// PostgreSQL. Implementations are safe for concurrent use.
+type Source interface {
+	// Listen reports changes until ctx ends or the connection to the source
+	// fails; it returns the reason (nil once ctx is done). It calls ready
+	// once, when every change committed from then on will be reported, and
+	// changed for each change, in commit order, from one goroutine.
+	Listen(ctx context.Context, ready func(), changed func(Change)) error
+	// LoadAll calls each for every record, in no particular order.
+	LoadAll(ctx context.Context, each func(*Record) error) error
+	// Load returns the record of one tenant; found is false when it has
+	// none.
+	Load(ctx context.Context, tenant string) (rec Record, found bool, err error)
+	// Switches returns every rule switch that is not on.
+	Switches(ctx context.Context) ([]RuleSwitch, error)
+}
+
+// Options configure a Registry. The zero value is usable.
+type Options struct {
+	// Resync is how often the whole snapshot is read again, the backstop
+	// for a change notification that was lost. Zero means one minute.
+	Resync time.Duration
+	// RetryMin and RetryMax bound the wait between attempts to reach a
+	// failing source (doubling from RetryMin). Zero means 100ms and 5s.
+	RetryMin, RetryMax time.Duration
+	// MaxDelta is how many tenants may change between full loads before the
+	// registry reads everything again (each change copies the changed set).
+	// Zero means 4096.
+	MaxDelta int
+	// Now is the clock for effective and expiry times. Nil means time.Now.
+	Now func() time.Time
+	// OnError, if set, is told of every failure of the source (the registry
+	// keeps serving its last snapshot and retries). Packages do not log;
+	// servers pass a function that does.
+	OnError func(error)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Resync <= 0 {
+		o.Resync = time.Minute
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = 100 * time.Millisecond
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 5 * time.Second
+	}
+	if o.MaxDelta <= 0 {
+		o.MaxDelta = 4096
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.OnError == nil {
+		o.OnError = func(error) {}
+	}
+	return o
+}
+
+// Status says how current a Registry's snapshot is.
+type Status struct {
+	// Synced: a full load has completed at least once.
+	Synced bool
+	// Live: the registry is listening to the source and its last full load
+	// succeeded, so changes arrive as they are made. When not Live, the
+	// snapshot is stale: checks go on with the last one known.
+	Live bool
+	// LastSync is when the last full load completed (zero: never).
+	LastSync time.Time
+	// Tenants is the number of records in the snapshot.
+	Tenants int
+	// Err is the last failure of the source, nil once it works again.
+	Err error
+}
+
+// Registry keeps the snapshot of a Source current: a full load at start and
+// every Options.Resync, one record at a time as the Source reports changes.
+// Its lookups (Resolve) never wait on the source. It is safe for concurrent
+// use; create it with NewRegistry and call Run.
+type Registry struct {
+	src  Source
+	opts Options
+	snap atomic.Pointer[Snapshot]
+
+	mu     sync.Mutex
+	status Status
+	synced chan struct{} // closed after the first full load
+	once   sync.Once
+}
+
+// NewRegistry returns a registry over src (nil: no source; the snapshot
+// stays empty until Set). It serves an empty snapshot, every tenant on the
+// free tier, until Run has loaded the source.
+func NewRegistry(src Source, opts Options) *Registry {
+	g := &Registry{src: src, opts: opts.withDefaults(), synced: make(chan struct{})}
+	g.snap.Store(&Snapshot{})
+	return g
+}
+
+// Resolve returns the limit rule r enforces for a request with these
+// entries (nil: the rule's own Limit) and the rule's switch state; see the
+// package comment for the order. It does not allocate, and it satisfies
+// service.Overrides.
+func (g *Registry) Resolve(r *rules.Rule, entries []rules.Entry) (*rules.TierLimit, rules.Switch) {
+	return g.snap.Load().Resolve(r, entries, g.opts.Now)
+}
+
+// Snapshot returns the snapshot in force.
+func (g *Registry) Snapshot() *Snapshot { return g.snap.Load() }
+
+// Set replaces the snapshot (for programs that build one themselves, and
+// tests). A running registry replaces it again on its next load.
+func (g *Registry) Set(s *Snapshot) { g.snap.Store(s) }
+
+// Status reports how current the snapshot is.
+func (g *Registry) Status() Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.status
+	st.Tenants = g.snap.Load().Len()
+	return st
+}
+
+// Synced returns a channel closed once the first full load has completed.
+func (g *Registry) Synced() <-chan struct{} { return g.synced }
+
+func (g *Registry) setStatus(f func(*Status)) {
+	g.mu.Lock()
+	f(&g.status)
+	g.mu.Unlock()
+}
+
+// Run keeps the snapshot current until ctx is done, then returns nil. While
+// the source fails it keeps the last snapshot, reports each failure to
+// Options.OnError and retries with backoff.
+func (g *Registry) Run(ctx context.Context) error {
+	if g.src == nil {
+		return errors.New("tenant: Run: no source")
+	}
+	wait := g.opts.RetryMin
+	for ctx.Err() == nil {
+		synced, err := g.session(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if err == nil {
+			err = errors.New("tenant: source stopped listening")
+		}
+		g.setStatus(func(s *Status) { s.Live, s.Err = false, err })
+		g.opts.OnError(err)
+		if synced {
+			wait = g.opts.RetryMin
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, g.opts.RetryMax)
+	}
+	g.setStatus(func(s *Status) { s.Live = false })
+	return nil
+}
+
+// session listens, loads everything, then applies changes as they come
+// until the source fails. synced reports whether the full load succeeded.
+func (g *Registry) session(ctx context.Context) (synced bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changes := make(chan Change, 1024)
+	var overflow atomic.Bool
+	ready := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		var once sync.Once
+		errc <- g.src.Listen(ctx, func() { once.Do(func() { close(ready) }) }, func(c Change) {
+			select {
+			case changes <- c:
+			default:
+				overflow.Store(true) // a full load will cover it
+			}
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		return false, fmt.Errorf("tenant: listen: %w", err)
+	case <-ctx.Done():
+		return false, nil
+	}
+	if err := g.fullLoad(ctx); err != nil {
+		return false, err
+	}
+	resync := time.NewTicker(g.opts.Resync)
+	defer resync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case err := <-errc:
+			return true, fmt.Errorf("tenant: listen: %w", err)
+		case <-resync.C:
+			if err := g.fullLoad(ctx); err != nil {
+				return true, err
+			}
+		case c := <-changes:
+			if err := g.apply(ctx, c); err != nil {
+				return true, err
+			}
+			if overflow.Swap(false) {
+				if err := g.fullLoad(ctx); err != nil {
+					return true, err
+				}
+			}
+		}
+	}
+}
+
+// fullLoad reads everything and swaps the snapshot.
+func (g *Registry) fullLoad(ctx context.Context) error {
+	at := g.opts.Now()
+	b := newBuilder(g.snap.Load().Len(), at)
+	if err := g.src.LoadAll(ctx, func(rec *Record) error { b.add(rec); return nil }); err != nil {
+		return fmt.Errorf("tenant: load: %w", err)
+	}
+	sw, err := g.src.Switches(ctx)
+	if err != nil {
+		return fmt.Errorf("tenant: load switches: %w", err)
+	}
+	g.snap.Store(b.done(sw))
+	g.setStatus(func(s *Status) {
+		s.Synced, s.Live, s.LastSync, s.Err = true, true, g.opts.Now(), nil
+	})
+	g.once.Do(func() { close(g.synced) })
+	return nil
+}
+
+// apply reads what one change touched and swaps the snapshot.
+func (g *Registry) apply(ctx context.Context, c Change) error {
+	cur := g.snap.Load()
+	if c.Switches {
+		sw, err := g.src.Switches(ctx)
+		if err != nil {
+			return fmt.Errorf("tenant: load switches: %w", err)
+		}
+		cur = cur.withSwitches(sw)
+		g.snap.Store(cur)
+	}
+	if c.Tenant == "" {
+		return nil
+	}
+	if len(cur.delta) >= g.opts.MaxDelta {
+		return g.fullLoad(ctx)
+	}
+	at := g.opts.Now()
+	rec, found, err := g.src.Load(ctx, c.Tenant)
+	if err != nil {
+		return fmt.Errorf("tenant: load %q: %w", c.Tenant, err)
+	}
+	var p *Record
+	if found {
+		p = &rec
+	}
+	g.snap.Store(cur.withTenant(c.Tenant, p, at))
+	return nil
+}
