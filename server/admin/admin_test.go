@@ -3,6 +3,7 @@ package admin
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -308,6 +309,9 @@ func TestTokens(t *testing.T) {
 		{"Bearer " + rwToken + "x", "", false, false},
 		{rwToken, "", false, false},
 		{"", "", false, false},
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("anyone:"+roToken)), "reader", false, true},
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+roToken+"x")), "", false, false},
+		{"Basic !!!", "", false, false},
 	} {
 		name, write, ok := toks.check(tc.header)
 		if name != tc.name || write != tc.write || ok != tc.want {
@@ -317,6 +321,36 @@ func TestTokens(t *testing.T) {
 	_, err = ParseTokens([]byte("bob admin supersecretvalue0123456789\ncarol rw short\n"))
 	if err == nil || strings.Contains(err.Error(), "supersecret") || !strings.Contains(err.Error(), "line 1") || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("ParseTokens errors = %v; want lines 1 and 2 named, no token", err)
+	}
+}
+
+func TestReadMiddleware(t *testing.T) {
+	toks, err := ParseTokens([]byte("reader ro " + roToken + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := toks.Read()(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	for _, tc := range []struct {
+		header string
+		want   int
+	}{
+		{"", http.StatusUnauthorized},
+		{"Bearer " + roToken, http.StatusTeapot},
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("x:"+roToken)), http.StatusTeapot},
+		{"Bearer nope-nope-nope-nope", http.StatusUnauthorized},
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/dashboard/", nil)
+		if tc.header != "" {
+			req.Header.Set("Authorization", tc.header)
+		}
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("Authorization %.20q: status %d, want %d", tc.header, rec.Code, tc.want)
+		}
+		if rec.Code == http.StatusUnauthorized && !strings.HasPrefix(rec.Header().Get("WWW-Authenticate"), "Basic ") {
+			t.Errorf("401 without a Basic challenge: %q", rec.Header().Get("WWW-Authenticate"))
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 )
@@ -116,10 +117,22 @@ func LoadTokens(path string) (*Tokens, error) {
 // check finds the token of an Authorization header value. It compares the
 // digest with every token's, without stopping early, so the time it takes
 // says nothing about which token, or how much of one, matched.
+//
+// Besides "Bearer <token>" it takes HTTP Basic credentials whose password
+// is the token (the user name is ignored), which is what a browser sends
+// for the dashboard.
 func (t *Tokens) check(header string) (name string, write, ok bool) {
-	tok, found := strings.CutPrefix(header, "Bearer ")
-	if !found || t == nil {
+	if t == nil {
 		return "", false, false
+	}
+	tok, found := strings.CutPrefix(header, "Bearer ")
+	if !found {
+		r := http.Request{Header: http.Header{"Authorization": {header}}}
+		_, pass, basic := r.BasicAuth()
+		if !basic {
+			return "", false, false
+		}
+		tok = pass
 	}
 	d := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	for i := range t.entries {
@@ -129,4 +142,21 @@ func (t *Tokens) check(header string) (name string, write, ok bool) {
 		}
 	}
 	return name, write, ok
+}
+
+// Read returns middleware that admits requests carrying any valid token
+// (read-only or read-write), as a bearer token or as the password of HTTP
+// Basic credentials, and answers 401 otherwise with a Basic challenge, so
+// that a browser asks for the token. The dashboard uses it.
+func (t *Tokens) Read() func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, _, ok := t.check(r.Header.Get("Authorization")); !ok {
+				w.Header().Set("WWW-Authenticate", `Basic realm="sluice admin", charset="UTF-8"`)
+				problem(w, http.StatusUnauthorized, "a valid admin token is required (Authorization: Bearer <token>, or as the Basic password)", nil)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
