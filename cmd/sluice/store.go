@@ -57,6 +57,13 @@ func (c *connectingStore) Take(ctx context.Context, ops []sluice.Op, results []s
 	return s.Take(ctx, ops, results)
 }
 
+// current returns the real store, or nil until connected.
+func (c *connectingStore) current() *redis.Store {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.store
+}
+
 // Health reports the real store's nodes once connected; before, one node
 // "redis" that is out.
 func (c *connectingStore) Health() []sluice.NodeHealth {

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/server/dashboard"
+)
+
+const dashRO = "viewer-token-0123456789"
+
+// adminGet is GET with a bearer token (none when tok is empty).
+func adminGet(t *testing.T, url, tok string, v any) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if v != nil && resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// TestDashboardFleetOnRedis: two servers on one Redis with a read-only
+// admin token; the dashboard needs the token, and /admin/v1/top on either
+// server shows the denials of both.
+func TestDashboardFleetOnRedis(t *testing.T) {
+	rd := redistest.Start(t)
+	tokFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokFile, []byte("viewer ro "+dashRO+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	edit := withRedis(rd.URL(), func(c *serveConfig) { c.Tenants.AdminTokenFile = tokFile })
+	a := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), edit)
+	b := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), edit)
+
+	if code := adminGet(t, a.base+"/dashboard/", "", nil); code != http.StatusUnauthorized {
+		t.Errorf("/dashboard/ without a token = %d, want 401", code)
+	}
+	if code := adminGet(t, a.base+"/dashboard/", dashRO, nil); code != http.StatusOK {
+		t.Errorf("/dashboard/ with a read-only token = %d, want 200", code)
+	}
+	// The "closed" rule of testdata/rules/failure admits few per window.
+	for range 20 {
+		checkJSON(t, a, "closed")
+		checkJSON(t, b, "closed")
+	}
+	if a.server.dash == nil || b.server.dash == nil {
+		t.Fatal("an admin token is configured but a server has no dashboard")
+	}
+	// Each server publishes its snapshot every two seconds.
+	var denials uint64
+	waitUntil(t, "a's top list to include b's denials", 10*time.Second, func() bool {
+		var top dashboard.TopResponse
+		adminGet(t, a.base+"/admin/v1/top?domain=failure&n=5", dashRO, &top)
+		denials = 0
+		for _, r := range top.Rules {
+			for _, o := range r.TopDenied {
+				if strings.HasPrefix(o.Key, "closed=") {
+					denials += o.Denials
+				}
+			}
+		}
+		return len(top.Instances) == 2 && denials == 38
+	})
+	var st dashboard.Stats
+	adminGet(t, a.base+"/admin/v1/stats", dashRO, &st)
+	var deniedCount float64
+	for _, d := range st.Decisions {
+		if d.Outcome == "denied" {
+			deniedCount += d.Count
+		}
+	}
+	if denials != 38 || deniedCount != 38 {
+		t.Errorf("fleet: top denials of closed=v %d, denied decisions %v; want 38 and 38 (40 checks, 2 admitted)", denials, deniedCount)
+	}
+	if len(st.Breakers) != 1 || st.Breakers[0].Node != rd.Addr() {
+		t.Errorf("breakers = %+v, want one node %s", st.Breakers, rd.Addr())
+	}
+}
