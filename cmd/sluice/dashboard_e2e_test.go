@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/server/admin"
 	"github.com/sluice-rl/sluice/server/dashboard"
 )
 
@@ -77,6 +81,20 @@ func TestDashboardFleetOnRedis(t *testing.T) {
 		}
 		return len(top.Instances) == 2 && denials == 38
 	})
+	// sluice top prints the same, from either server.
+	var out, errOut bytes.Buffer
+	getenv := func(k string) string {
+		if k == envAdminToken {
+			return dashRO
+		}
+		return ""
+	}
+	if err := run(context.Background(), []string{"top", "--admin-url", b.base, "--domain", "failure"}, getenv, &out, &errOut); err != nil {
+		t.Fatalf("sluice top: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "2 instance(s)") || !regexp.MustCompile(`(?m)^\s+38\s+40\s+closed=v$`).MatchString(out.String()) {
+		t.Errorf("sluice top printed:\n%s\nwant 2 instances and closed=v with 38 denied of 40 checked", out.String())
+	}
 	var st dashboard.Stats
 	adminGet(t, a.base+"/admin/v1/stats", dashRO, &st)
 	var deniedCount float64
@@ -90,5 +108,22 @@ func TestDashboardFleetOnRedis(t *testing.T) {
 	}
 	if len(st.Breakers) != 1 || st.Breakers[0].Node != rd.Addr() {
 		t.Errorf("breakers = %+v, want one node %s", st.Breakers, rd.Addr())
+	}
+}
+
+func TestPrintUsage(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	u := admin.UsageJSON{Tenant: "acme", Skipped: 1, Limits: []admin.LimitJSON{
+		{Domain: "api", Rule: "api_key.endpoint", Descriptor: "endpoint:POST /orders", Unit: "minute", Limit: 500, Used: 120, Remaining: 380, Reset: now.Add(42 * time.Second)},
+		{Domain: "api", Rule: "api_key", Window: "720h0m0s", Limit: 1000000, Used: 0, Remaining: 1000000, Reset: now, Degraded: "failed_open"},
+	}}
+	var b bytes.Buffer
+	if err := printUsage(&b, u, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"tenant acme", "500/minute", "120", "380", "42s", "1000000/720h0m0s", "now (failed_open)", "1 rule(s) counted per value"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("printUsage output lacks %q:\n%s", want, b.String())
+		}
 	}
 }

@@ -48,6 +48,67 @@ func (q *quotaOverrides) Set(s string) error {
 	return nil
 }
 
+// adminClient calls a server's admin API for the operator commands (quota,
+// top, usage).
+type adminClient struct {
+	base, tokenFile string
+	timeout         time.Duration
+}
+
+// flags registers --admin-url, --token-file and --timeout.
+func (c *adminClient) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.base, "admin-url", "http://127.0.0.1:8080", "base URL of the server's HTTP listener (env SLUICE_ADMIN_URL)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token (default: SLUICE_ADMIN_TOKEN)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the answer")
+}
+
+// maxAdminAnswer bounds an admin API answer read by the commands.
+const maxAdminAnswer = 16 << 20
+
+// do sends one request to the admin API path (below /admin/v1/) and returns
+// the body of a 2xx answer and its status; other answers become errors
+// carrying the problem's detail. what names the command in errors.
+func (c *adminClient) do(ctx context.Context, getenv env, what, method, path string, body []byte) ([]byte, int, error) {
+	token := getenv(envAdminToken)
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: --token-file: %w", what, err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return nil, 0, fmt.Errorf("%s: no token: set %s or --token-file: %w", what, envAdminToken, errUsage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.base, "/")+admin.Prefix+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: --admin-url: %w", what, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", what, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminAnswer))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: reading the answer: %w", what, err)
+	}
+	if resp.StatusCode >= 300 {
+		var p struct{ Detail string }
+		if json.Unmarshal(out, &p) == nil && p.Detail != "" {
+			return nil, resp.StatusCode, fmt.Errorf("%s: %s: %s", what, resp.Status, p.Detail)
+		}
+		return nil, resp.StatusCode, fmt.Errorf("%s: %s", what, resp.Status)
+	}
+	return out, resp.StatusCode, nil
+}
+
 func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	usage := func(w io.Writer) {
 		fmt.Fprintln(w, "Usage: sluice quota set TENANT --tier T [--override 'DESCRIPTOR=N/UNIT']… [--effective-at T] [--expires-at T]")
@@ -67,9 +128,8 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	action := args[0]
 	fs := flag.NewFlagSet("quota "+action, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("admin-url", "http://127.0.0.1:8080", "base URL of the server's HTTP listener")
-	tokenFile := fs.String("token-file", "", "file holding the bearer token (default: SLUICE_ADMIN_TOKEN)")
-	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the answer")
+	var ac adminClient
+	ac.flags(fs)
 	var tier, effective, expires, after string
 	var limit int
 	var ovs quotaOverrides
@@ -110,17 +170,6 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	if len(pos) != wantPos {
 		return fmt.Errorf("quota %s: want %d argument(s), got %q: %w", action, wantPos, pos, errUsage)
-	}
-	token := getenv(envAdminToken)
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			return fmt.Errorf("quota: --token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-	}
-	if token == "" {
-		return fmt.Errorf("quota: no token: set %s or --token-file: %w", envAdminToken, errUsage)
 	}
 	var method, path string
 	var body []byte
@@ -163,33 +212,11 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		q.Set("limit", strconv.Itoa(limit))
 		method, path = http.MethodGet, "quotas?"+q.Encode()
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(*base, "/")+admin.Prefix+path, bytes.NewReader(body))
+	out, status, err := ac.do(ctx, getenv, "quota "+action, method, path, body)
 	if err != nil {
-		return fmt.Errorf("quota: --admin-url: %w", err)
+		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("quota: %w", err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("quota: reading the answer: %w", err)
-	}
-	if resp.StatusCode >= 300 {
-		var p struct{ Detail string }
-		if json.Unmarshal(out, &p) == nil && p.Detail != "" {
-			return fmt.Errorf("quota %s: %s: %s", action, resp.Status, p.Detail)
-		}
-		return fmt.Errorf("quota %s: %s", action, resp.Status)
-	}
-	if resp.StatusCode == http.StatusNoContent {
+	if status == http.StatusNoContent {
 		fmt.Fprintf(stdout, "removed %s\n", pos[0])
 		return nil
 	}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-rl/sluice/server/admin"
+	"github.com/sluice-rl/sluice/server/dashboard"
+)
+
+func init() {
+	register("top", "the most limited keys per rule, from a server's admin API: sluice top [--domain D] [--rule R]", runTop)
+	register("usage", "a tenant's limits, used and remaining, from a server's admin API: sluice usage TENANT", runUsage)
+}
+
+// parseAdminCommand parses an operator command's flags and its positional
+// arguments (flags may follow them), wanting exactly npos of them.
+func parseAdminCommand(fs *flag.FlagSet, args []string, getenv env, npos int) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args, getenv); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(pos) != npos {
+		return nil, fmt.Errorf("%s: want %d argument(s), got %q: %w", fs.Name(), npos, pos, errUsage)
+	}
+	return pos, nil
+}
+
+func runTop(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("top", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ac adminClient
+	ac.flags(fs)
+	domain := fs.String("domain", "", "only this domain")
+	rule := fs.String("rule", "", "only this rule (its ID)")
+	n := fs.Int("n", 10, "keys per rule (1–100)")
+	window := fs.Duration("window", 5*time.Minute, "how far back (up to 15m)")
+	asJSON := fs.Bool("json", false, "print the admin API's JSON instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sluice top [--domain D] [--rule R] [--n 10] [--window 5m] [--json]")
+		fmt.Fprintln(stderr, "\nPrints, per rule, the keys most often denied, with their checks and the error bound of the")
+		fmt.Fprintln(stderr, "estimates (fleet-wide when the server runs on Redis). Needs an admin token (read-only is enough).")
+		fmt.Fprintln(stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	if _, err := parseAdminCommand(fs, args, getenv, 0); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	q := url.Values{"n": {strconv.Itoa(*n)}, "window": {window.String()}}
+	if *domain != "" {
+		q.Set("domain", *domain)
+	}
+	if *rule != "" {
+		q.Set("rule", *rule)
+	}
+	out, _, err := ac.do(ctx, getenv, "top", http.MethodGet, "top?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err := stdout.Write(out)
+		return err
+	}
+	var top dashboard.TopResponse
+	if err := json.Unmarshal(out, &top); err != nil {
+		return fmt.Errorf("top: the answer is not what this version expects: %w", err)
+	}
+	return printTop(stdout, top)
+}
+
+// printTop prints a top answer as one table per rule.
+func printTop(w io.Writer, top dashboard.TopResponse) error {
+	fmt.Fprintf(w, "last %s, %d instance(s)\n", top.Window, len(top.Instances))
+	if len(top.Rules) == 0 {
+		fmt.Fprintln(w, "no decisions in this window")
+		return nil
+	}
+	for _, r := range top.Rules {
+		fmt.Fprintf(w, "\n%s/%s: %d checks, %d denied (counts may be over by up to %d checks, %d denials)\n",
+			r.Domain, r.Rule, r.Checks, r.Denials, r.ErrorBound.Checks, r.ErrorBound.Denials)
+		if len(r.TopDenied) == 0 {
+			fmt.Fprintln(w, "  nothing denied")
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "  denied\tchecked\t\tkey")
+		for _, o := range r.TopDenied {
+			fmt.Fprintf(tw, "  %d\t%d\t\t%s\n", o.Denials, o.Checks, o.Key)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runUsage(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var ac adminClient
+	ac.flags(fs)
+	asJSON := fs.Bool("json", false, "print the admin API's JSON instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sluice usage TENANT [--json]")
+		fmt.Fprintln(stderr, "\nPrints each limit that applies to the tenant: its limit, used, remaining and reset, read")
+		fmt.Fprintln(stderr, "from the store without charging. Needs an admin token (read-only is enough).")
+		fmt.Fprintln(stderr, "\nFlags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parseAdminCommand(fs, args, getenv, 1)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	out, _, err := ac.do(ctx, getenv, "usage", http.MethodGet, "usage/"+url.PathEscape(pos[0]), nil)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		_, err := stdout.Write(out)
+		return err
+	}
+	var u admin.UsageJSON
+	if err := json.Unmarshal(out, &u); err != nil {
+		return fmt.Errorf("usage: the answer is not what this version expects: %w", err)
+	}
+	return printUsage(stdout, u, time.Now())
+}
+
+// printUsage prints a usage answer as a table.
+func printUsage(w io.Writer, u admin.UsageJSON, now time.Time) error {
+	fmt.Fprintf(w, "tenant %s\n", u.Tenant)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "domain\trule\tdescriptor\tlimit\tused\tremaining\treset in\t")
+	for _, l := range u.Limits {
+		per := l.Unit
+		if per == "" {
+			per = l.Window
+		}
+		reset := "now"
+		if d := l.Reset.Sub(now); d > 0 {
+			reset = d.Round(time.Second).String()
+		}
+		if l.Degraded != "" {
+			reset += " (" + l.Degraded + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%s\t%d\t%d\t%s\t\n", l.Domain, l.Rule, l.Descriptor, l.Limit, per, l.Used, l.Remaining, reset)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if u.Skipped > 0 {
+		fmt.Fprintf(w, "%d rule(s) counted per value below the tenant key are not listed\n", u.Skipped)
+	}
+	return nil
+}
