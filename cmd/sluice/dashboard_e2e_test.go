@@ -127,3 +127,38 @@ func TestPrintUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployFilesNameRealMetrics: every sluice_* metric the Grafana
+// dashboard and the alert rules use is one `sluice serve` exports (on
+// Redis; the tenant metrics need --postgres-url and are checked against
+// the tenants code instead).
+func TestDeployFilesNameRealMetrics(t *testing.T) {
+	rd := redistest.Start(t)
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), nil))
+	checkJSON(t, ts, "open")
+	_, body := get(t, ts.base+"/metrics")
+	exported := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (sluice_[a-z_]+) `).FindAllStringSubmatch(body, -1) {
+		exported[m[1]] = true
+	}
+	tenantsSrc, err := os.ReadFile(filepath.Join(repoRoot, "cmd/sluice/tenants.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"deploy/grafana/sluice.json", "deploy/prometheus/alerts.yml"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range regexp.MustCompile(`sluice_[a-z_]+`).FindAllString(string(b), -1) {
+			base := strings.TrimSuffix(name, "_bucket")
+			if exported[base] {
+				continue
+			}
+			if strings.HasPrefix(name, "sluice_tenants_") && strings.Contains(string(tenantsSrc), `"`+name+`"`) {
+				continue
+			}
+			t.Errorf("%s uses %s, which sluice serve does not export", f, name)
+		}
+	}
+}
