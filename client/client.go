@@ -7,11 +7,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -168,7 +170,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
 			return resp, nil
 		}
-		if !retryable || attempt >= maxAttempts {
+		if !retryable || attempt >= maxAttempts || hopeless(resp) {
 			return resp, nil
 		}
 		wait, ok := t.retryWait(resp, attempt, now)
@@ -239,6 +241,31 @@ func (t *Transport) retryWait(resp *http.Response, attempt int, now time.Time) (
 	}
 	d = min(d, ceil)
 	return time.Duration(t.random() * float64(d)), true
+}
+
+// maxProblemBytes bounds the problem+json body hopeless reads.
+const maxProblemBytes = 64 << 10
+
+// hopeless reports whether a refusal says that no retry can succeed: a 429
+// without Retry-After whose problem+json body gives the reason
+// "cost_too_high" (the request costs more than the limit can ever admit).
+// It reads the body, if it is a small problem+json one, and puts it back so
+// the caller still gets it whole.
+func hopeless(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get(headers.RetryAfter) != "" ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), headers.ContentTypeProblem) || resp.Body == nil {
+		return false
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxProblemBytes+1))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	if err != nil || len(b) > maxProblemBytes {
+		return false
+	}
+	p, err := headers.ParseProblem(b)
+	return err == nil && p.Reason == headers.ReasonCostTooHigh
 }
 
 // drain reads a little of a body we are about to discard, so the connection

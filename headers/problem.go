@@ -26,6 +26,9 @@ type Problem struct {
 	// shed; see Shed).
 	Layer    string `json:"layer,omitempty"`
 	Priority string `json:"priority,omitempty"`
+	// Reason is Sluice's extension member saying why: ReasonLimited,
+	// ReasonCostTooHigh (retrying cannot help) or ReasonUnavailable.
+	Reason string `json:"reason,omitempty"`
 }
 
 // QuotaExceeded is the problem for a 429: the quota-exceeded type with the
@@ -88,6 +91,7 @@ func (p Problem) Append(dst []byte) []byte {
 		if !first {
 			dst = append(dst, ',')
 		}
+		first = false
 		dst = append(dst, `"violated-policies":[`...)
 		for i, v := range p.ViolatedPolicies {
 			if i > 0 {
@@ -96,10 +100,10 @@ func (p Problem) Append(dst []byte) []byte {
 			dst = appendJSONString(dst, v)
 		}
 		dst = append(dst, ']')
-		first = false
 	}
 	str("layer", p.Layer)
 	str("priority", p.Priority)
+	str("reason", p.Reason)
 	return append(dst, '}')
 }
 

@@ -21,11 +21,11 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
+	"github.com/sluice-rl/sluice/internal/cow"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -110,9 +110,17 @@ type Handler struct {
 	nEntries int
 	releaser Releaser // cfg.Checker, when it can release leases
 
-	mu       sync.Mutex                             // serializes cache writers
-	policies atomic.Pointer[map[*rules.Rule]string] // rendered RateLimit-Policy members, copy-on-write
-	bodies   atomic.Pointer[map[string][]byte]      // 429 bodies by violated policy, copy-on-write
+	policies cow.Map[policyKey, string] // rendered RateLimit-Policy members
+	bodies   cow.Map[string, []byte]    // 429 bodies by the one violated policy
+}
+
+// policyKey identifies a rendered RateLimit-Policy member.
+type policyKey struct {
+	rule   *rules.Rule
+	name   string
+	quota  int64
+	window int64
+	unit   headers.QuotaUnit
 }
 
 // New returns a Handler that checks each request before passing it to next.
@@ -163,8 +171,6 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 	}
 	h := &Handler{next: next, cfg: cfg, nEntries: n}
 	h.releaser, _ = cfg.Checker.(Releaser)
-	h.policies.Store(&map[*rules.Rule]string{})
-	h.bodies.Store(&map[string][]byte{})
 	return h, nil
 }
 
@@ -172,15 +178,18 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 type scratch struct {
 	descs   []service.Descriptor
 	entries []rules.Entry
-	limits  []headers.ServiceLimit
+	d       headers.Decision
+	slots   []slot
+	detail  string // the problem's detail when not the default
 	policy  []byte
-	// policyStr is the RateLimit-Policy value when it is one cached member,
-	// so the common case sends the cached string without copying it.
-	policyStr string
-	nPolicy   int
-	buf       []byte
-	names     []string
-	leases    []func(context.Context) error
+	buf     []byte
+	leases  []func(context.Context) error
+}
+
+// slot is one Config.Concurrency entry's acquisition.
+type slot struct {
+	c   *Concurrency
+	res sluice.Result
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -188,34 +197,23 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 func (s *scratch) reset() {
 	clear(s.descs)
 	clear(s.entries)
-	clear(s.limits)
-	clear(s.names)
+	clear(s.slots)
 	clear(s.leases)
-	s.descs, s.entries, s.limits, s.names, s.leases = s.descs[:0], s.entries[:0], s.limits[:0], s.names[:0], s.leases[:0]
-	s.policy, s.buf = s.policy[:0], s.buf[:0]
-	s.policyStr, s.nPolicy = "", 0
-}
-
-// decision is what ServeHTTP does with a request after the checks.
-type decision struct {
-	status     int // 0: serve; else 429 or 503
-	retryAfter int64
-	delay      time.Duration
-	detail     string
-	legacy     *service.Status
+	s.d.Reset()
+	s.descs, s.entries, s.slots, s.leases = s.descs[:0], s.entries[:0], s.slots[:0], s.leases[:0]
+	s.policy, s.buf, s.detail = s.policy[:0], s.buf[:0], ""
 }
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc := scratchPool.Get().(*scratch)
-	d, ok := h.check(w, r, sc)
-	if !ok { // the client went away while a shaping delay was pending
+	if !h.check(w, r, sc) { // the client went away while a shaping delay was pending
 		sc.reset()
 		scratchPool.Put(sc)
 		return
 	}
-	if d.status != 0 {
-		h.refuse(w, d, sc)
+	if sc.d.Status != 0 {
+		h.refuse(w, sc)
 		h.releaseAll(r, sc.leases)
 		sc.reset()
 		scratchPool.Put(sc)
@@ -235,10 +233,42 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.next.ServeHTTP(w, r)
 }
 
-// check runs the rate check and the concurrency acquisitions and writes the
-// RateLimit fields. ok is false when the request must be dropped silently.
-func (h *Handler) check(w http.ResponseWriter, r *http.Request, sc *scratch) (d decision, ok bool) {
+// check decides the request, all or nothing, into sc.d and writes the
+// RateLimit fields. The concurrency slots are taken first: a refusal there
+// asks nothing of the Checker, so a request shed with 503 charges no rate
+// limit; a refusal by the Checker gives the slots back. It returns false
+// when the request must be dropped silently.
+func (h *Handler) check(w http.ResponseWriter, r *http.Request, sc *scratch) bool {
 	ctx := r.Context()
+	if h.acquire(r, sc) {
+		h.checkRates(r, sc)
+	}
+	for i := range sc.slots {
+		sl := &sc.slots[i]
+		sc.d.AddLimit(sl.c.Name, sl.c.Limiter.Limit().Quota, 0, headers.ConcurrentRequests, &sl.res, sl.c.Shed)
+	}
+	if sc.d.Status == 0 && sc.d.Delay > h.cfg.MaxDelay {
+		sc.d.Refuse(headers.Seconds(sc.d.Delay))
+		sc.detail = "the request queue is longer than this server waits"
+	}
+	h.writeFields(w.Header(), sc)
+	if sc.d.Status != 0 || sc.d.Delay <= 0 {
+		return true
+	}
+	t := time.NewTimer(sc.d.Delay)
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		t.Stop()
+		h.releaseAll(r, sc.leases)
+		return false
+	}
+}
+
+// checkRates asks the Checker about the request's descriptors and adds its
+// answer to sc.d.
+func (h *Handler) checkRates(r *http.Request, sc *scratch) {
 	if cap(sc.entries) < h.nEntries {
 		sc.entries = make([]rules.Entry, 0, h.nEntries) // appends below must not move it
 	}
@@ -256,186 +286,39 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, sc *scratch) (d 
 			sc.descs = append(sc.descs, service.Descriptor{Entries: sc.entries[start:len(sc.entries):len(sc.entries)]})
 		}
 	}
-	hdr := w.Header()
-	if len(sc.descs) > 0 {
-		var hits uint64
-		if h.cfg.Cost != nil {
-			hits = h.cfg.Cost(r)
-		}
-		resp, err := h.cfg.Checker.Check(ctx, service.Request{Domain: h.cfg.Domain, Descriptors: sc.descs, Hits: hits})
-		if err != nil {
-			if h.cfg.OnError != nil {
-				h.cfg.OnError(r, fmt.Errorf("httplimit: check: %w", err))
-			}
-			if h.cfg.FailClosed {
-				return decision{status: http.StatusServiceUnavailable, retryAfter: 1, detail: "the rate limit service is unavailable"}, true
-			}
-		} else {
-			d = h.render(sc, &resp)
-			if h.releaser != nil && resp.Leases() {
-				sc.leases = append(sc.leases, h.releaseFunc(resp))
-			}
-		}
-	}
-	if d.status == 0 {
-		if d2 := h.acquire(r, sc); d2.status != 0 {
-			d.status, d.retryAfter, d.detail = d2.status, d2.retryAfter, d2.detail
-		}
-	}
-	h.writeFields(hdr, sc, &d)
-	if d.status == 0 && d.delay > 0 {
-		if d.delay > h.cfg.MaxDelay {
-			return decision{status: http.StatusServiceUnavailable, retryAfter: headers.Seconds(d.delay),
-				detail: "the request queue is longer than this server waits"}, true
-		}
-		t := time.NewTimer(d.delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			h.releaseAll(r, sc.leases)
-			return d, false
-		}
-	}
-	return d, true
-}
-
-// render turns the engine's statuses into RateLimit members (in sc.limits),
-// RateLimit-Policy members (sc.appendPolicy) and the decision.
-func (h *Handler) render(sc *scratch, resp *service.Response) decision {
-	var d decision
-	var minRemaining int64 = -1
-	storeDown := false
-	for i := range resp.Statuses {
-		st := &resp.Statuses[i]
-		if st.Rule != nil && st.Rule.ShadowMode {
-			continue // counted, never enforced, and not advertised
-		}
-		if st.Degraded == service.OutcomeFailedClosed && st.Code == service.CodeOverLimit {
-			storeDown = true
-			continue
-		}
-		if st.CurrentLimit == nil || st.Unlimited || st.Result == (sluice.Result{}) {
-			continue // no rule, unlimited, or no store answer (failed open)
-		}
-		res := &st.Result
-		name := policyName(st)
-		reset := headers.Seconds(res.ResetAfter)
-		if st.Code == service.CodeOverLimit {
-			if res.Reason == sluice.ReasonLimited {
-				// t of a refused policy is when this request would pass, the
-				// moment Retry-After names.
-				reset = max(headers.Seconds(res.RetryAfter), 1)
-				d.retryAfter = max(d.retryAfter, reset)
-			}
-			sc.names = append(sc.names, name)
-		}
-		d.delay = max(d.delay, res.Delay)
-		remaining := max(res.Remaining, 0)
-		sc.limits = append(sc.limits, headers.ServiceLimit{Name: name, Remaining: remaining, Reset: reset})
-		sc.appendPolicy(h.policyMember(st, name))
-		if minRemaining < 0 || remaining < minRemaining || st.Code == service.CodeOverLimit {
-			minRemaining = remaining
-			d.legacy = st
-		}
-	}
-	switch {
-	case len(sc.names) > 0:
-		d.status = http.StatusTooManyRequests
-		if d.retryAfter == 0 {
-			d.detail = "the request costs more than the quota can ever admit"
-		}
-	case storeDown:
-		d.status = http.StatusServiceUnavailable
-		d.retryAfter = 1
-		d.detail = "the rate limit store is unavailable"
-	}
-	return d
-}
-
-// policyName names a status's policy: the rule's name, else its ID (the path
-// of keys in the rule file), else the remote limit's name or unit.
-func policyName(st *service.Status) string {
-	switch {
-	case st.Rule != nil && st.Rule.Name != "":
-		return headers.PolicyName(st.Rule.Name)
-	case st.Rule != nil:
-		return headers.PolicyName(st.Rule.ID)
-	case st.CurrentLimit.Name != "":
-		return headers.PolicyName(st.CurrentLimit.Name)
-	case st.CurrentLimit.Unit != "":
-		return "per_" + st.CurrentLimit.Unit
-	}
-	return "limit"
-}
-
-// appendPolicy adds one RateLimit-Policy member.
-func (s *scratch) appendPolicy(member string) {
-	s.nPolicy++
-	if s.nPolicy == 1 {
-		s.policyStr = member
+	if len(sc.descs) == 0 {
 		return
 	}
-	if s.nPolicy == 2 {
-		s.policy = append(s.policy[:0], s.policyStr...)
-		s.policyStr = ""
+	var hits uint64
+	if h.cfg.Cost != nil {
+		hits = h.cfg.Cost(r)
 	}
-	s.policy = append(s.policy, ',', ' ')
-	s.policy = append(s.policy, member...)
-}
-
-// policyValue returns the RateLimit-Policy field value.
-func (s *scratch) policyValue() string {
-	if s.nPolicy == 1 {
-		return s.policyStr
-	}
-	return string(s.policy)
-}
-
-// policyMember returns the RateLimit-Policy member of a status, rendered once
-// per rule through the structured-fields library and cached.
-func (h *Handler) policyMember(st *service.Status, name string) string {
-	if st.Rule != nil {
-		if s, ok := (*h.policies.Load())[st.Rule]; ok {
-			return s
-		}
-	}
-	p := headers.Policy{Name: name, Quota: st.Result.Limit}
-	window := st.CurrentLimit.Window
-	if st.Rule != nil {
-		window = st.Rule.Limit.Window
-		if st.Rule.Limit.Algorithm == sluice.Concurrency {
-			p.Unit = headers.ConcurrentRequests
-			window = 0
-		}
-	}
-	p.Window = headers.Seconds(window)
-	s, err := headers.FormatPolicies(p)
+	resp, err := h.cfg.Checker.Check(r.Context(), service.Request{Domain: h.cfg.Domain, Descriptors: sc.descs, Hits: hits})
 	if err != nil {
-		s = `"invalid";q=0` // unreachable: names are sanitized and numbers bounded
-	}
-	if st.Rule != nil {
-		// Rules are immutable and few; a reload brings new ones, so the
-		// cache starts over when it grows past any sane rule count.
-		h.mu.Lock()
-		old := *h.policies.Load()
-		m := make(map[*rules.Rule]string, len(old)+1)
-		if len(old) < 4096 {
-			for k, v := range old {
-				m[k] = v
-			}
+		if h.cfg.OnError != nil {
+			h.cfg.OnError(r, fmt.Errorf("httplimit: check: %w", err))
 		}
-		m[st.Rule] = s
-		h.policies.Store(&m)
-		h.mu.Unlock()
+		if h.cfg.FailClosed {
+			sc.d.Refuse(1)
+			sc.detail = "the rate limit service is unavailable"
+		}
+		return
 	}
-	return s
+	sc.d.Add(&resp)
+	if h.releaser != nil && resp.Leases() {
+		sc.leases = append(sc.leases, h.releaseFunc(resp))
+	}
+	if sc.d.Status == http.StatusServiceUnavailable {
+		sc.detail = "the rate limit store is unavailable"
+	}
 }
 
-// acquire takes the concurrency slots, in order; on a refusal it gives back
-// those already taken.
-func (h *Handler) acquire(r *http.Request, sc *scratch) decision {
-	for _, c := range h.cfg.Concurrency {
+// acquire takes the concurrency slots, in order, into sc.slots and
+// sc.leases. On a refusal it gives back those already taken and reports
+// false: the request goes no further.
+func (h *Handler) acquire(r *http.Request, sc *scratch) bool {
+	for i := range h.cfg.Concurrency {
+		c := &h.cfg.Concurrency[i]
 		key := ""
 		if c.Key != nil {
 			e, ok := c.Key(r)
@@ -450,35 +333,29 @@ func (h *Handler) acquire(r *http.Request, sc *scratch) decision {
 				h.cfg.OnError(r, fmt.Errorf("httplimit: concurrency %s: %w", c.Name, err))
 			}
 			if h.cfg.FailClosed {
-				h.releaseAll(r, sc.leases)
-				sc.leases = sc.leases[:0]
-				return decision{status: http.StatusServiceUnavailable, retryAfter: 1, detail: "the rate limit store is unavailable"}
+				h.giveBack(r, sc)
+				sc.d.Refuse(1)
+				sc.detail = "the rate limit store is unavailable"
+				return false
 			}
 			continue
 		}
-		name := headers.PolicyName(c.Name)
-		sc.limits = append(sc.limits, headers.ServiceLimit{Name: name, Remaining: max(res.Remaining, 0), Reset: -1})
-		sc.appendPolicy(concurrencyPolicy(name, c.Limiter.Limit().Quota))
+		sc.slots = append(sc.slots, slot{c: c, res: res})
 		if !res.Allowed {
-			h.releaseAll(r, sc.leases)
-			sc.leases = sc.leases[:0]
-			sc.names = append(sc.names[:0], name)
-			if c.Shed {
-				return decision{status: http.StatusServiceUnavailable, retryAfter: 1, detail: "too many requests in flight"}
-			}
-			return decision{status: http.StatusTooManyRequests, retryAfter: 1, detail: "too many requests in flight"}
+			h.giveBack(r, sc)
+			sc.detail = "too many requests in flight"
+			return false
 		}
 		sc.leases = append(sc.leases, release)
 	}
-	return decision{}
+	return true
 }
 
-func concurrencyPolicy(name string, quota int64) string {
-	s, err := headers.FormatPolicies(headers.Policy{Name: name, Quota: quota, Unit: headers.ConcurrentRequests})
-	if err != nil {
-		return `"invalid";q=0` // unreachable: the name is sanitized, the quota bounded
-	}
-	return s
+// giveBack releases the slots taken so far: the request is refused.
+func (h *Handler) giveBack(r *http.Request, sc *scratch) {
+	h.releaseAll(r, sc.leases)
+	clear(sc.leases)
+	sc.leases = sc.leases[:0]
 }
 
 // releaseFunc returns the release of the leases resp holds. It is a function
@@ -508,73 +385,89 @@ var (
 	noStore            = []string{"no-store"}
 	keyRateLimit       = http.CanonicalHeaderKey(headers.RateLimit)
 	keyRateLimitPolicy = http.CanonicalHeaderKey(headers.RateLimitPolicy)
+	keyRetryAfter      = http.CanonicalHeaderKey(headers.RetryAfter)
 )
 
-// writeFields sets RateLimit, RateLimit-Policy and the legacy fields.
-func (h *Handler) writeFields(hdr http.Header, sc *scratch, d *decision) {
-	if len(sc.limits) == 0 {
+// writeFields sets RateLimit, RateLimit-Policy and the legacy fields: the
+// members headers.Decision chose, rendered without a map per response.
+func (h *Handler) writeFields(hdr http.Header, sc *scratch) {
+	d := &sc.d
+	if len(d.Limits) == 0 {
 		return
 	}
 	var err error
-	sc.buf, err = headers.AppendServiceLimits(sc.buf[:0], sc.limits...)
+	sc.buf, err = headers.AppendServiceLimits(sc.buf[:0], d.Limits...)
 	if err != nil {
 		return // unreachable: names sanitized, numbers non-negative
 	}
+	policy := h.policyMember(d, 0)
+	if len(d.Policies) > 1 {
+		sc.policy = append(sc.policy[:0], policy...)
+		for i := 1; i < len(d.Policies); i++ {
+			sc.policy = append(sc.policy, ',', ' ')
+			sc.policy = append(sc.policy, h.policyMember(d, i)...)
+		}
+		policy = string(sc.policy)
+	}
 	// One allocation backs both field values; each slice is capped at its
 	// own element so an Add by the handler copies instead of overwriting.
-	vals := &[2]string{string(sc.buf), sc.policyValue()}
+	vals := &[2]string{string(sc.buf), policy}
 	hdr[keyRateLimit] = vals[0:1:1]
 	hdr[keyRateLimitPolicy] = vals[1:2:2]
-	if h.cfg.Legacy && d.legacy != nil {
-		res := d.legacy.Result
+	if h.cfg.Legacy && d.Legacy != nil {
+		res := d.Legacy
 		headers.SetLegacy(hdr, headers.NewLegacy(res.Limit, max(res.Remaining, 0), res.ResetAfter, h.cfg.Now()))
 	}
+}
+
+// policyMember returns the RateLimit-Policy member d.Policies[i], rendered
+// once through the structured-fields library and cached.
+func (h *Handler) policyMember(d *headers.Decision, i int) string {
+	p := &d.Policies[i]
+	k := policyKey{rule: d.Rules[i], name: p.Name, quota: p.Quota, window: p.Window, unit: p.Unit}
+	if s, ok := h.policies.Get(k); ok {
+		return s
+	}
+	s, err := headers.FormatPolicies(*p)
+	if err != nil {
+		s = `"invalid";q=0` // unreachable: names are sanitized and numbers bounded
+	}
+	h.policies.Put(k, s)
+	return s
 }
 
 // refuse writes a 429 or 503 with Retry-After and a problem+json body. It
 // does as little as it can: this is the response an abuser makes us produce
 // most.
-func (h *Handler) refuse(w http.ResponseWriter, d decision, sc *scratch) {
+func (h *Handler) refuse(w http.ResponseWriter, sc *scratch) {
+	d := &sc.d
 	hdr := w.Header()
-	if d.retryAfter > 0 {
-		hdr["Retry-After"] = []string{strconv.FormatInt(d.retryAfter, 10)}
+	if d.RetryAfter > 0 {
+		hdr[keyRetryAfter] = []string{strconv.FormatInt(d.RetryAfter, 10)}
 	}
 	var body []byte
-	switch {
-	case d.status == http.StatusTooManyRequests && len(sc.names) == 1 && d.detail == "":
-		body = h.quotaBody(sc.names[0]) // the common case, rendered once per policy
-	case d.status == http.StatusTooManyRequests:
-		sc.buf = headers.QuotaExceeded(sc.names, d.detail).Append(sc.buf[:0])
-		body = sc.buf
-	default:
-		sc.buf = headers.Unavailable(d.detail).Append(sc.buf[:0])
+	if d.Status == http.StatusTooManyRequests && len(d.Violated) == 1 && d.Reason == headers.ReasonLimited && sc.detail == "" {
+		body = h.quotaBody(d) // the common case, rendered once per policy
+	} else {
+		sc.buf = d.Problem(sc.detail).Append(sc.buf[:0])
 		body = sc.buf
 	}
 	// Shared values: nothing runs after us on this response to change them.
 	// net/http adds Content-Length itself for a body this small.
 	hdr["Content-Type"] = problemType
 	hdr["Cache-Control"] = noStore
-	w.WriteHeader(d.status)
+	w.WriteHeader(d.Status)
 	_, _ = w.Write(body)
 }
 
 // quotaBody returns the problem+json body of a 429 refused by one policy.
 // The returned slice is shared and must not be modified.
-func (h *Handler) quotaBody(name string) []byte {
-	if b, ok := (*h.bodies.Load())[name]; ok {
+func (h *Handler) quotaBody(d *headers.Decision) []byte {
+	name := d.Violated[0]
+	if b, ok := h.bodies.Get(name); ok {
 		return b
 	}
-	b := headers.QuotaExceeded([]string{name}, "").Marshal()
-	h.mu.Lock()
-	old := *h.bodies.Load()
-	m := make(map[string][]byte, len(old)+1)
-	if len(old) < 4096 { // names come from rules; bound it anyway
-		for k, v := range old {
-			m[k] = v
-		}
-	}
-	m[name] = b
-	h.bodies.Store(&m)
-	h.mu.Unlock()
+	b := d.Problem("").Marshal()
+	h.bodies.Put(name, b)
 	return b
 }

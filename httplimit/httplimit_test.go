@@ -3,10 +3,12 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -108,7 +110,7 @@ func TestTooManyRequestsBody(t *testing.T) {
 	if err != nil {
 		t.Fatalf("body %q: %v", w.Body.String(), err)
 	}
-	want := headers.Problem{Type: headers.QuotaExceededType, Title: p.Title, Status: 429, ViolatedPolicies: []string{"per_ip"}}
+	want := headers.Problem{Type: headers.QuotaExceededType, Title: p.Title, Status: 429, ViolatedPolicies: []string{"per_ip"}, Reason: headers.ReasonLimited}
 	if !reflect.DeepEqual(p, want) || p.Title == "" {
 		t.Errorf("problem = %+v, want %+v with a title", p, want)
 	}
@@ -466,5 +468,54 @@ func TestCostAndTwoRefusals(t *testing.T) {
 	// Retry-After is the later of the two waits: per_ip's window end.
 	if got := w.Header().Get("Retry-After"); got != "60" {
 		t.Errorf("Retry-After = %q, want 60", got)
+	}
+}
+
+// TestShedChargesNothing: the edge decides all or nothing. A request the
+// concurrency limit sheds with 503 charges no rate limit, and a request a
+// rate limit refuses gives its concurrency slot back.
+func TestShedChargesNothing(t *testing.T) {
+	clock := storetest.NewClock()
+	mem := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { mem.Close() })
+	lim, err := sluice.NewLimiter(mem, sluice.Limit{Algorithm: sluice.Concurrency, Quota: 1, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, res, err := lim.Acquire(context.Background(), "httplimit:inflight:")
+	if err != nil || !res.Allowed {
+		t.Fatalf("holding the only slot: %+v, %v", res, err)
+	}
+	h := mustNew(t, &okHandler{}, Config{
+		Checker:     newEngine(t, clock, nil),
+		Domain:      "web",
+		Descriptors: [][]KeyFunc{{ClientIP("remote_address", nil)}},
+		Concurrency: []Concurrency{{Name: "inflight", Limiter: lim, Shed: true}},
+	})
+	for i := range 5 {
+		if w := do(h, "198.51.100.1:1"); w.Code != 503 {
+			t.Fatalf("shed request %d: status %d, want 503", i, w.Code)
+		}
+	}
+	if err := release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// per_ip allows 3 a minute: all three are still there.
+	for i := range 3 {
+		w := do(h, "198.51.100.1:1")
+		if w.Code != 200 {
+			t.Fatalf("request %d after the shed ones: status %d, want 200 (shedding charged the rate limit)", i, w.Code)
+		}
+		if want := fmt.Sprintf(`"per_ip";r=%d;t=60`, 2-i); !strings.Contains(fieldOf(w, "RateLimit"), want) {
+			t.Errorf("request %d: RateLimit %q, want it to contain %q", i, fieldOf(w, "RateLimit"), want)
+		}
+	}
+	// The 4th is refused by per_ip, and must not keep the slot it took.
+	if w := do(h, "198.51.100.1:1"); w.Code != 429 {
+		t.Fatalf("4th request: status %d, want 429", w.Code)
+	}
+	_, res, err = lim.Acquire(context.Background(), "httplimit:inflight:")
+	if err != nil || !res.Allowed {
+		t.Errorf("slot after a 429: %+v, %v; want it free (the refused request gave it back)", res, err)
 	}
 }

@@ -33,25 +33,6 @@ func (o Options) algorithm() sluice.Algorithm {
 	return o.DefaultAlgorithm
 }
 
-// Units are envoy's rate-limit units and their windows. As in
-// envoyproxy/ratelimit, a month is 30 days and a year 365 days.
-var units = map[string]time.Duration{
-	"second": time.Second,
-	"minute": time.Minute,
-	"hour":   time.Hour,
-	"day":    24 * time.Hour,
-	"week":   7 * 24 * time.Hour,
-	"month":  30 * 24 * time.Hour,
-	"year":   365 * 24 * time.Hour,
-}
-
-// UnitWindow returns the window of an envoy unit name (case-insensitive):
-// second, minute, hour, day, week, month (30 days) or year (365 days).
-func UnitWindow(unit string) (time.Duration, bool) {
-	w, ok := units[strings.ToLower(unit)]
-	return w, ok
-}
-
 const unitList = "second, minute, hour, day, week, month, year"
 
 // maxNodes bounds the YAML nodes one file may expand to, aliases included,

@@ -2,18 +2,14 @@ package remote
 
 import (
 	"context"
-	"errors"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
@@ -128,59 +124,5 @@ func TestServiceDown(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	if w.Code != 200 || reported == nil {
 		t.Errorf("service down, fail open: status %d, reported %v; want 200 and an error reported", w.Code, reported)
-	}
-}
-
-func TestRequestConversion(t *testing.T) {
-	hits := uint64(0)
-	req := service.Request{Domain: "d", Hits: 3, Descriptors: []service.Descriptor{
-		{Entries: []rules.Entry{{Key: "a", Value: "1"}, {Key: "b"}}, Hits: &hits},
-		{Entries: []rules.Entry{{Key: "c", Value: "2"}}, Limit: &service.LimitOverride{RequestsPerUnit: 7, Unit: "Minute"}},
-	}}
-	out, err := Request(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d0, d1 := out.Descriptors[0], out.Descriptors[1]
-	if out.Domain != "d" || out.HitsAddend != 3 || len(d0.Entries) != 2 || d0.Entries[1].Key != "b" ||
-		d0.HitsAddend == nil || d0.HitsAddend.Value != 0 || d1.Limit.GetRequestsPerUnit() != 7 || d1.Limit.GetUnit().String() != "MINUTE" {
-		t.Errorf("Request(%+v) = %v", req, out)
-	}
-	bad := []service.Request{
-		{Domain: "d", Hits: math.MaxUint32 + 1},
-		{Domain: "d", Descriptors: []service.Descriptor{{Limit: &service.LimitOverride{RequestsPerUnit: 1, Unit: "fortnight"}}}},
-		{Domain: "d", Descriptors: []service.Descriptor{{Limit: &service.LimitOverride{RequestsPerUnit: 1, Unit: "unknown"}}}},
-	}
-	for _, b := range bad {
-		if _, err := Request(b); !errors.Is(err, ErrInvalidRequest) {
-			t.Errorf("Request(%+v) error = %v, want ErrInvalidRequest", b, err)
-		}
-	}
-}
-
-func TestResponseConversion(t *testing.T) {
-	in := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
-		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-			{Code: rlsv3.RateLimitResponse_OK},
-			{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32},
-			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, LimitRemaining: 0, DurationUntilReset: durationpb.New(1500 * time.Millisecond),
-				CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "n", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_HOUR}},
-		},
-	}
-	out, err := Response(in, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s0, s1, s2 := out.Statuses[0], out.Statuses[1], out.Statuses[2]
-	if out.OverallCode != service.CodeOverLimit || s0.CurrentLimit != nil || s0.Unlimited || !s1.Unlimited {
-		t.Errorf("codes/unlimited wrong: %+v", out)
-	}
-	if s2.Code != service.CodeOverLimit || s2.CurrentLimit.Window != time.Hour || s2.CurrentLimit.Unit != "hour" ||
-		s2.Result.Limit != 10 || s2.Result.RetryAfter != 1500*time.Millisecond || s2.Result.Allowed {
-		t.Errorf("status 2 = %+v, current %+v", s2, s2.CurrentLimit)
-	}
-	if _, err := Response(in, 2); err == nil {
-		t.Errorf("Response with 3 statuses for 2 descriptors: no error")
 	}
 }

@@ -21,8 +21,9 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluice-rl/sluice/headers"
+	"github.com/sluice-rl/sluice/internal/rlsproto"
 	"github.com/sluice-rl/sluice/rules"
-	"github.com/sluice-rl/sluice/server/rls"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -179,17 +180,9 @@ func (h *handler) admin(mux *http.ServeMux) {
 	}
 }
 
-// problem writes an RFC 9457 problem+json body.
+// problem writes an RFC 9457 problem+json body of type about:blank.
 func problem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(marshal(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}{"about:blank", http.StatusText(status), status, detail}))
+	headers.WriteProblem(w, headers.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
 }
 
 // methods names the method of each endpoint, for 405 answers.
@@ -246,13 +239,15 @@ func (h *handler) decide(w http.ResponseWriter, r *http.Request, req service.Req
 	return service.Response{}, false
 }
 
-func (h *handler) headers(w http.ResponseWriter, resp service.Response) {
+// fields adds the RateLimit, RateLimit-Policy and Retry-After fields of
+// resp, as every transport renders them, when configured to.
+func (h *handler) fields(w http.ResponseWriter, resp service.Response) {
 	if !h.opts.ResponseHeaders {
 		return
 	}
-	for _, hd := range rls.Headers(resp) {
-		w.Header().Set(hd.Key, hd.Value)
-	}
+	var d headers.Decision
+	d.Add(&resp)
+	d.Write(w.Header())
 }
 
 // check serves POST /v1/check: 200 with a CheckResponse for any decision
@@ -272,7 +267,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	h.headers(w, resp)
+	h.fields(w, resp)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(marshal(EncodeCheckResponse(resp)))
@@ -319,7 +314,7 @@ func decodeEnvoyJSON(b []byte, lim service.Limits) (service.Request, error) {
 	if err := protojson.Unmarshal(b, &pr); err != nil {
 		return service.Request{}, fmt.Errorf("body: %w", err)
 	}
-	return rls.FromProtoLimits(&pr, lim)
+	return rlsproto.FromProtoLimits(&pr, lim)
 }
 
 // json serves POST /json as envoyproxy/ratelimit does: 200 and the protojson
@@ -339,12 +334,12 @@ func (h *handler) json(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	out, err := protojson.Marshal(rls.ToProto(resp, rls.ResponseOptions{}))
+	out, err := protojson.Marshal(rlsproto.ToProto(resp))
 	if err != nil {
 		problem(w, http.StatusInternalServerError, "encoding response: "+err.Error())
 		return
 	}
-	h.headers(w, resp)
+	h.fields(w, resp)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if resp.OverallCode == service.CodeOverLimit {

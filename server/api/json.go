@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -24,9 +26,9 @@ type CheckRequest struct {
 	// Descriptors are the things to limit, each matched on its own. At
 	// least one.
 	Descriptors []CheckDescriptor `json:"descriptors"`
-	// Hits is what each descriptor costs unless it says otherwise; absent or
-	// 0 means 1.
-	Hits uint64 `json:"hits,omitempty"`
+	// Hits is what each descriptor costs unless it says otherwise; absent
+	// means 1, and 0 looks without charging (as a descriptor's own 0 does).
+	Hits *uint64 `json:"hits,omitempty"`
 }
 
 // CheckDescriptor is one descriptor of a CheckRequest.
@@ -60,6 +62,11 @@ type CheckResponse struct {
 	Allowed bool `json:"allowed"`
 	// Code is "OK" or "OVER_LIMIT".
 	Code string `json:"code"`
+	// Reason says why a request is not allowed: "limited" (retry after the
+	// statuses' retry_after_ms), "cost_too_high" (a limit can never admit
+	// this cost: do not retry it) or "unavailable" (a limit's store is down
+	// and it fails closed). Absent when allowed.
+	Reason string `json:"reason,omitempty"`
 	// Statuses has one entry per request descriptor, in request order.
 	Statuses []CheckStatus `json:"statuses"`
 }
@@ -76,12 +83,17 @@ type CheckStatus struct {
 	Limit *LimitJSON `json:"limit,omitempty"`
 	// Unlimited: the matching rule is unlimited.
 	Unlimited bool `json:"unlimited,omitempty"`
-	// Remaining is how many more hits the limit admits now.
-	Remaining int64 `json:"remaining"`
-	// ResetAfterMs: time until the full quota is back.
-	ResetAfterMs int64 `json:"reset_after_ms"`
+	// Reason says why the status is OVER_LIMIT: "limited", "cost_too_high"
+	// or "unavailable" (see CheckResponse.Reason). Absent when OK.
+	Reason string `json:"reason,omitempty"`
+	// Remaining is how many more hits the limit admits now. Present exactly
+	// when Limit is (a limit applied); no rule and unlimited rules have none.
+	Remaining int64 `json:"remaining,omitempty"`
+	// ResetAfterMs: time until the full quota is back. Present exactly when
+	// Limit is.
+	ResetAfterMs int64 `json:"reset_after_ms,omitempty"`
 	// RetryAfterMs: time until the same request would be allowed (over limit
-	// only).
+	// only, and never for cost_too_high, which no wait cures).
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 	// DelayMs: for leaky_bucket, how long the caller should wait before
 	// proceeding.
@@ -95,6 +107,20 @@ type CheckStatus struct {
 	// with POST /v1/release when the work is done (else it is freed when the
 	// limit's window passes). Absent when the status holds none.
 	Lease uint64 `json:"lease,omitempty"`
+}
+
+// MarshalJSON writes remaining and reset_after_ms, zero or not, exactly when
+// a limit applied, so that "remaining": 0 always means none left.
+func (s CheckStatus) MarshalJSON() ([]byte, error) {
+	type plain CheckStatus // without this method
+	if s.Limit == nil {
+		return json.Marshal(plain(s))
+	}
+	return json.Marshal(struct {
+		plain
+		Remaining    int64 `json:"remaining"`
+		ResetAfterMs int64 `json:"reset_after_ms"`
+	}{plain(s), s.Remaining, s.ResetAfterMs})
 }
 
 // ReleaseRequest is the body of POST /v1/release: the check's request as it
@@ -191,12 +217,21 @@ func (r *CheckRequest) toService(lim service.Limits) (service.Request, error) {
 			return service.Request{}, err
 		}
 	}
-	out := service.Request{Domain: r.Domain, Hits: r.Hits, Descriptors: make([]service.Descriptor, len(r.Descriptors))}
+	out := service.Request{Domain: r.Domain, Descriptors: make([]service.Descriptor, len(r.Descriptors))}
+	if r.Hits != nil {
+		// service.Request.Hits 0 means 1 (envoy's hits_addend); an explicit
+		// 0 here means look, so it goes to each descriptor that has no
+		// hits of its own.
+		out.Hits = *r.Hits
+	}
 	for i, d := range r.Descriptors {
 		if len(d.Entries) == 0 {
 			return service.Request{}, fmt.Errorf("descriptors[%d].entries: none given", i)
 		}
 		sd := service.Descriptor{Entries: make([]rules.Entry, len(d.Entries)), Hits: d.Hits}
+		if sd.Hits == nil && r.Hits != nil && *r.Hits == 0 {
+			sd.Hits = r.Hits
+		}
 		for j, e := range d.Entries {
 			if e.Key == "" {
 				return service.Request{}, fmt.Errorf("descriptors[%d].entries[%d].key: empty", i, j)
@@ -269,6 +304,7 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 		if s.Code == service.CodeOverLimit {
 			out.Allowed = false
 			out.Code = codeString(service.CodeOverLimit)
+			cs.Reason = statusReason(s)
 		}
 		if s.Rule != nil {
 			cs.Rule = s.Rule.ID
@@ -286,7 +322,32 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 		}
 		out.Statuses[i] = cs
 	}
+	if !out.Allowed {
+		out.Reason = reason(&resp)
+		if out.Reason == "" { // only statuses the edge does not advertise refused
+			out.Reason = headers.ReasonLimited
+		}
+	}
 	return out
+}
+
+// reason is the reason of a refused request, as headers.Decision gives it
+// to every transport.
+func reason(resp *service.Response) string {
+	var d headers.Decision
+	d.Add(resp)
+	return d.Reason
+}
+
+// statusReason is why a status is OVER_LIMIT.
+func statusReason(s *service.Status) string {
+	switch {
+	case s.Degraded == service.OutcomeFailedClosed:
+		return headers.ReasonUnavailable
+	case s.Result.Reason == sluice.ReasonCostTooHigh:
+		return headers.ReasonCostTooHigh
+	}
+	return headers.ReasonLimited
 }
 
 func codeString(c service.Code) string {

@@ -1,251 +1,51 @@
 package rls
 
 import (
-	"errors"
-	"math"
-	"strings"
 	"testing"
 	"time"
-
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 )
 
-func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
-	d := &ratelimitv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func TestFromProtoRejects(t *testing.T) {
-	tests := []struct {
-		name    string
-		req     *rlsv3.RateLimitRequest
-		wantMsg string
-	}{
-		{"nil request", nil, "domain: empty"},
-		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, "domain: empty"},
-		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, "descriptors: none given"},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b"), {}}}, "descriptors[1].entries: none given"},
-		{"nil descriptor", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{nil}}, "descriptors[0].entries: none given"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b", "", "c")}}, "descriptors[0].entries[1].key: empty"},
-		{"unknown override unit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: desc("a", "b").Entries,
-			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3},
-		}}}, "descriptors[0].limit.unit"},
-		{"override multiplier", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: desc("a", "b").Entries,
-			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(5)},
-		}}}, "descriptors[0].limit.unit_multiplier"},
-		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: desc("a", "b").Entries, IsNegativeHits: true,
-		}}}, "is_negative_hits"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := FromProto(tt.req)
-			if !errors.Is(err, ErrInvalidRequest) {
-				t.Fatalf("FromProto error = %v, want one wrapping ErrInvalidRequest", err)
-			}
-			if !strings.Contains(err.Error(), tt.wantMsg) {
-				t.Errorf("FromProto error = %q, want it to contain %q", err, tt.wantMsg)
-			}
-		})
-	}
-}
-
-func TestFromProto(t *testing.T) {
-	five := uint64(5)
-	zero := uint64(0)
-	req := &rlsv3.RateLimitRequest{
-		Domain:     "edge",
-		HitsAddend: 3,
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{
-			desc("remote_address", "1.2.3.4"),
-			{Entries: desc("tenant", "acme", "user", "").Entries, HitsAddend: wrapperspb.UInt64(5)},
-			{Entries: desc("k", "v").Entries, HitsAddend: wrapperspb.UInt64(0),
-				Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(1)}},
-		},
-	}
-	got, err := FromProto(req)
-	if err != nil {
-		t.Fatalf("FromProto: %v", err)
-	}
-	want := service.Request{Domain: "edge", Hits: 3, Descriptors: []service.Descriptor{
-		{Entries: []rules.Entry{{Key: "remote_address", Value: "1.2.3.4"}}},
-		{Entries: []rules.Entry{{Key: "tenant", Value: "acme"}, {Key: "user", Value: ""}}, Hits: &five},
-		{Entries: []rules.Entry{{Key: "k", Value: "v"}}, Hits: &zero, Limit: &service.LimitOverride{RequestsPerUnit: 7, Unit: "minute"}},
-	}}
-	if got.Domain != want.Domain || got.Hits != want.Hits || len(got.Descriptors) != len(want.Descriptors) {
-		t.Fatalf("FromProto = %+v, want %+v", got, want)
-	}
-	for i := range want.Descriptors {
-		g, w := got.Descriptors[i], want.Descriptors[i]
-		if len(g.Entries) != len(w.Entries) {
-			t.Fatalf("descriptor %d entries = %v, want %v", i, g.Entries, w.Entries)
-		}
-		for j := range w.Entries {
-			if g.Entries[j] != w.Entries[j] {
-				t.Errorf("descriptor %d entry %d = %v, want %v", i, j, g.Entries[j], w.Entries[j])
-			}
-		}
-		if (g.Hits == nil) != (w.Hits == nil) || (g.Hits != nil && *g.Hits != *w.Hits) {
-			t.Errorf("descriptor %d hits = %v, want %v", i, g.Hits, w.Hits)
-		}
-		if (g.Limit == nil) != (w.Limit == nil) || (g.Limit != nil && *g.Limit != *w.Limit) {
-			t.Errorf("descriptor %d limit = %v, want %v", i, g.Limit, w.Limit)
-		}
-	}
-}
-
-func TestCurrentLimitProto(t *testing.T) {
-	S, M, H, D, W, MO := rlsv3.RateLimitResponse_RateLimit_SECOND, rlsv3.RateLimitResponse_RateLimit_MINUTE,
-		rlsv3.RateLimitResponse_RateLimit_HOUR, rlsv3.RateLimitResponse_RateLimit_DAY,
-		rlsv3.RateLimitResponse_RateLimit_WEEK, rlsv3.RateLimitResponse_RateLimit_MONTH
-	tests := []struct {
-		in       service.CurrentLimit
-		wantRPU  uint32
-		wantUnit rlsv3.RateLimitResponse_RateLimit_Unit
-		wantMult uint32 // 0: absent
-	}{
-		{service.CurrentLimit{Name: "n", RequestsPerUnit: 10, Unit: "second", Window: time.Second}, 10, S, 0},
-		{service.CurrentLimit{RequestsPerUnit: 10, Unit: "MINUTE", Window: time.Minute}, 10, M, 0},
-		{service.CurrentLimit{RequestsPerUnit: 1, Unit: "month", Window: 30 * 24 * time.Hour}, 1, MO, 0},
-		{service.CurrentLimit{RequestsPerUnit: 10, Window: 90 * time.Second}, 10, S, 90},
-		{service.CurrentLimit{RequestsPerUnit: 10, Window: 2 * time.Hour}, 10, H, 2},
-		{service.CurrentLimit{RequestsPerUnit: 10, Window: 120 * time.Second}, 10, M, 2},
-		{service.CurrentLimit{RequestsPerUnit: 10, Window: 14 * 24 * time.Hour}, 10, W, 2},
-		{service.CurrentLimit{RequestsPerUnit: 10, Window: 24 * time.Hour}, 10, D, 0},
-		{service.CurrentLimit{RequestsPerUnit: 10, Window: 500 * time.Millisecond}, 20, S, 0},
-		{service.CurrentLimit{RequestsPerUnit: 1, Window: 1500 * time.Millisecond}, 1, S, 0},
-		{service.CurrentLimit{RequestsPerUnit: 3, Window: 2500 * time.Millisecond}, 1, S, 0},
-	}
-	for _, tt := range tests {
-		got := CurrentLimitProto(&tt.in)
-		var mult uint32
-		if got.UnitMultiplier != nil {
-			mult = got.UnitMultiplier.Value
-		}
-		if got.RequestsPerUnit != tt.wantRPU || got.Unit != tt.wantUnit || mult != tt.wantMult || got.Name != tt.in.Name {
-			t.Errorf("CurrentLimitProto(%+v) = {rpu %d, unit %v, mult %d, name %q}, want {rpu %d, unit %v, mult %d, name %q}",
-				tt.in, got.RequestsPerUnit, got.Unit, mult, got.Name, tt.wantRPU, tt.wantUnit, tt.wantMult, tt.in.Name)
-		}
-	}
-	if CurrentLimitProto(nil) != nil {
-		t.Errorf("CurrentLimitProto(nil) != nil")
-	}
-}
-
-func TestToProto(t *testing.T) {
-	perSec := &service.CurrentLimit{Name: "per_ip", RequestsPerUnit: 10, Unit: "second", Window: time.Second}
-	perMin := &service.CurrentLimit{RequestsPerUnit: 20, Unit: "minute", Window: time.Minute}
-	rule := &rules.Rule{ID: "remote_address"}
-	tests := []struct {
-		name string
-		in   service.Response
-		want *rlsv3.RateLimitResponse
-	}{
-		{
-			name: "no rule matched",
-			in:   service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{{Code: service.CodeOK}}},
-			want: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}}},
-		},
-		{
-			name: "unlimited",
-			in:   service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{{Code: service.CodeOK, Unlimited: true, Rule: rule}}},
-			want: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}}},
-		},
-		{
-			name: "allowed and over limit, in order",
-			in: service.Response{OverallCode: service.CodeOverLimit, Statuses: []service.Status{
-				{Code: service.CodeOK, Rule: rule, CurrentLimit: perSec, Result: sluice.Result{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}},
-				{Code: service.CodeOverLimit, Rule: rule, CurrentLimit: perMin, Result: sluice.Result{Limit: 20, Remaining: 0, ResetAfter: 42*time.Second + 1, RetryAfter: 42 * time.Second}},
-			}},
-			want: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-				{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "per_ip", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}, LimitRemaining: 7, DurationUntilReset: durationpb.New(time.Second)},
-				{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 20, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}, LimitRemaining: 0, DurationUntilReset: durationpb.New(43 * time.Second)},
-			}},
-		},
-		{
-			name: "shadowed",
-			in: service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{
-				{Code: service.CodeOK, Shadowed: true, Rule: rule, CurrentLimit: perSec, Result: sluice.Result{Limit: 10, Remaining: 0, ResetAfter: time.Second}},
-			}},
-			want: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-				{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "per_ip", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}, DurationUntilReset: durationpb.New(time.Second)},
-			}},
-		},
-		{
-			name: "degraded: store failed, reset is the window",
-			in: service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{
-				{Code: service.CodeOK, Degraded: "failed_open", Rule: rule, CurrentLimit: perMin},
-			}},
-			want: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-				{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 20, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}, DurationUntilReset: durationpb.New(time.Minute)},
-			}},
-		},
-		{
-			name: "sub-second window keeps exact reset",
-			in: service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{
-				{Code: service.CodeOK, Rule: rule, CurrentLimit: &service.CurrentLimit{RequestsPerUnit: 5, Window: 100 * time.Millisecond}, Result: sluice.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 20 * time.Millisecond}},
-			}},
-			want: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
-				{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 50, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}, LimitRemaining: 4, DurationUntilReset: durationpb.New(20 * time.Millisecond)},
-			}},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := ToProto(tt.in, ResponseOptions{})
-			if !proto.Equal(got, tt.want) {
-				t.Errorf("ToProto =\n  %v\nwant\n  %v", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestHeaders(t *testing.T) {
+// TestResponseHeaders: response_headers_to_add are headers.Decision's fields,
+// every advertised policy in request order, Retry-After when refused.
+func TestResponseHeaders(t *testing.T) {
 	perSec := &service.CurrentLimit{Name: `per "ip"`, RequestsPerUnit: 10, Unit: "second", Window: time.Second}
 	perMin := &service.CurrentLimit{RequestsPerUnit: 20, Unit: "minute", Window: time.Minute}
+	type kv struct{ k, v string }
 	tests := []struct {
 		name string
 		in   service.Response
-		want []Header
+		want []kv
 	}{
 		{"no limits", service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{{Code: service.CodeOK}, {Code: service.CodeOK, Unlimited: true}}}, nil},
-		{"least remaining wins", service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{
+		{"every policy, names quoted", service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{
 			{Code: service.CodeOK, CurrentLimit: perMin, Rule: &rules.Rule{ID: "a.b"}, Result: sluice.Result{Allowed: true, Limit: 20, Remaining: 3, ResetAfter: 10 * time.Second}},
 			{Code: service.CodeOK, CurrentLimit: perSec, Result: sluice.Result{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: time.Second}},
-		}}, []Header{{"RateLimit-Policy", `"a.b";q=20;w=60`}, {"RateLimit", `"a.b";r=3;t=10`}}},
-		{"over limit wins, with Retry-After", service.Response{OverallCode: service.CodeOverLimit, Statuses: []service.Status{
+		}}, []kv{{"RateLimit-Policy", `"a.b";q=20;w=60, "per \"ip\"";q=10;w=1`}, {"RateLimit", `"a.b";r=3;t=10, "per \"ip\"";r=9;t=1`}}},
+		{"over limit, with Retry-After", service.Response{OverallCode: service.CodeOverLimit, Statuses: []service.Status{
 			{Code: service.CodeOK, CurrentLimit: perMin, Result: sluice.Result{Allowed: true, Limit: 20, Remaining: 0, ResetAfter: 10 * time.Second}},
-			{Code: service.CodeOverLimit, CurrentLimit: perSec, Result: sluice.Result{Limit: 10, Remaining: 0, ResetAfter: 900 * time.Millisecond, RetryAfter: 100 * time.Millisecond}},
-		}}, []Header{{"RateLimit-Policy", `"per \"ip\"";q=10;w=1`}, {"RateLimit", `"per \"ip\"";r=0;t=1`}, {"Retry-After", "1"}}},
+			{Code: service.CodeOverLimit, CurrentLimit: perSec, Result: sluice.Result{Limit: 10, Remaining: 0, ResetAfter: 900 * time.Millisecond, RetryAfter: 100 * time.Millisecond, Reason: sluice.ReasonLimited}},
+		}}, []kv{{"RateLimit-Policy", `"per_minute";q=20;w=60, "per \"ip\"";q=10;w=1`}, {"RateLimit", `"per_minute";r=0;t=10, "per \"ip\"";r=0;t=1`}, {"Retry-After", "1"}}},
+		{"cost too high: no Retry-After", service.Response{OverallCode: service.CodeOverLimit, Statuses: []service.Status{
+			{Code: service.CodeOverLimit, CurrentLimit: perMin, Result: sluice.Result{Limit: 20, Remaining: 2, ResetAfter: 90 * time.Second, Reason: sluice.ReasonCostTooHigh}},
+		}}, []kv{{"RateLimit-Policy", `"per_minute";q=20;w=60`}, {"RateLimit", `"per_minute";r=2;t=90`}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Headers(tt.in)
+			got := response(tt.in, true).ResponseHeadersToAdd
 			if len(got) != len(tt.want) {
-				t.Fatalf("Headers = %v, want %v", got, tt.want)
+				t.Fatalf("response_headers_to_add = %v, want %v", got, tt.want)
 			}
-			for i := range got {
-				if got[i] != tt.want[i] {
-					t.Errorf("Headers[%d] = %v, want %v", i, got[i], tt.want[i])
+			for i, w := range tt.want {
+				if got[i].GetKey() != w.k || got[i].GetValue() != w.v {
+					t.Errorf("response_headers_to_add[%d] = %s: %s, want %s: %s", i, got[i].GetKey(), got[i].GetValue(), w.k, w.v)
 				}
 			}
-			resp := ToProto(tt.in, ResponseOptions{Headers: true})
-			if len(resp.ResponseHeadersToAdd) != len(tt.want) {
-				t.Errorf("ToProto with headers: %d response_headers_to_add, want %d", len(resp.ResponseHeadersToAdd), len(tt.want))
+			if n := len(response(tt.in, false).ResponseHeadersToAdd); n != 0 {
+				t.Errorf("without headers: %d response_headers_to_add, want 0", n)
 			}
 		})
 	}

@@ -34,7 +34,7 @@ type Options struct {
 	// the client's). Nil discards them.
 	Logger *slog.Logger
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
-	// response_headers_to_add (see Headers).
+	// response_headers_to_add, as headers.Decision renders them.
 	ResponseHeaders bool
 	// Limits bound the size of requests (see service.Limits); a request
 	// over one is refused with codes.InvalidArgument naming the limit,
@@ -92,7 +92,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, s.grpcError(ctx, err)
 	}
-	return ToProto(resp, ResponseOptions{Headers: s.opts.ResponseHeaders}), nil
+	return response(resp, s.opts.ResponseHeaders), nil
 }
 
 func (s *Server) grpcError(ctx context.Context, err error) error {
