@@ -67,6 +67,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/cow"
 )
 
 //go:embed scripts/*.lua
@@ -305,32 +306,18 @@ func (s *Store) script(m algMask) *rueidis.Lua {
 	return p.Load()
 }
 
-// specs caches limitSpec: a map replaced, never changed, on each new limit,
-// so that readers take no lock.
-var (
-	specs   atomic.Pointer[map[sluice.Limit]string]
-	specsMu sync.Mutex
-)
+// specs caches limitSpec (limits come from rules: few, rarely new).
+var specs cow.Map[sluice.Limit, string]
 
 // limitSpec returns the script's encoding of a valid limit,
 // "alg:quota:window:burst:interval" (algorithm.Params), cached.
 func limitSpec(l sluice.Limit) string {
-	if m := specs.Load(); m != nil {
-		if spec, ok := (*m)[l]; ok {
-			return spec
-		}
+	if spec, ok := specs.Get(l); ok {
+		return spec
 	}
 	p := l.Params()
 	spec := fmt.Sprintf("%d:%d:%d:%d:%d", l.Algorithm, p.Quota, p.Window, p.Burst, p.Interval)
-	specsMu.Lock()
-	defer specsMu.Unlock()
-	next := map[sluice.Limit]string{l: spec}
-	if old := specs.Load(); old != nil && len(*old) < 4096 { // limits come from rules; past that, start over
-		for k, v := range *old {
-			next[k] = v
-		}
-	}
-	specs.Store(&next)
+	specs.Put(l, spec)
 	return spec
 }
 
