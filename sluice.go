@@ -153,48 +153,79 @@ func (l Limit) Capacity() int64 {
 }
 
 // Validate returns nil if the limit can be used, or an error that lists every
-// problem with it (errors.Join), one per problem.
+// problem with it (errors.Join), one *FieldError per problem.
 func (l Limit) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
 	if !l.Algorithm.Valid() {
-		bad("algorithm: %v is not a valid algorithm", l.Algorithm)
+		bad("algorithm", "%v is not a valid algorithm", l.Algorithm)
 	}
 	switch {
 	case l.Window <= 0:
-		bad("window: %v must be positive", l.Window)
+		bad("window", "%v must be positive", l.Window)
 	case l.Window < MinWindow:
-		bad("window: %v is shorter than the minimum %v", l.Window, MinWindow)
+		bad("window", "%v is shorter than the minimum %v", l.Window, MinWindow)
 	case l.Window > MaxWindow:
-		bad("window: %v is longer than the maximum %v", l.Window, MaxWindow)
+		bad("window", "%v is longer than the maximum %v", l.Window, MaxWindow)
 	case l.Window%time.Microsecond != 0:
-		bad("window: %v is not a whole number of microseconds", l.Window)
+		bad("window", "%v is not a whole number of microseconds", l.Window)
 	}
 	switch {
 	case l.Quota < 0:
-		bad("quota: %d must not be negative", l.Quota)
+		bad("quota", "%d must not be negative", l.Quota)
 	case l.Quota > MaxExact:
-		bad("quota: %d is above the maximum %d", l.Quota, int64(MaxExact))
+		bad("quota", "%d is above the maximum %d", l.Quota, int64(MaxExact))
 	case (l.Algorithm == SlidingLog || l.Algorithm == Concurrency) && l.Quota > MaxLogQuota:
-		bad("quota: %d is above %d, the most %v keeps state for", l.Quota, MaxLogQuota, l.Algorithm)
+		bad("quota", "%d is above %d, the most %v keeps state for", l.Quota, MaxLogQuota, l.Algorithm)
 	}
 	switch {
 	case l.Burst < 0:
-		bad("burst: %d must not be negative (0 means quota)", l.Burst)
+		bad("burst", "%d must not be negative (0 means quota)", l.Burst)
 	case l.Burst != 0 && l.Algorithm.Valid() && !l.Algorithm.HasBurst():
-		bad("burst: %v has no burst; remove it", l.Algorithm)
+		bad("burst", "%v has no burst; remove it", l.Algorithm)
 	case l.Burst != 0 && l.Quota == 0:
-		bad("burst: %d with quota 0 would never refill", l.Burst)
+		bad("burst", "%d with quota 0 would never refill", l.Burst)
 	}
 	if len(errs) == 0 && l.Algorithm.HasBurst() && l.Quota > 0 {
 		w := l.Window.Microseconds()
 		if l.Quota > w {
-			bad("quota: %d per %v is more than one per microsecond, the finest interval the bucket algorithms count", l.Quota, l.Window)
+			bad("quota", "%d per %v is more than one per microsecond, the finest interval the bucket algorithms count", l.Quota, l.Window)
 		} else if p := l.params(); p.Burst > MaxExact/p.Interval {
-			bad("burst: %d × interval %dµs exceeds 2^53µs", p.Burst, p.Interval)
+			bad("burst", "%d × interval %dµs exceeds 2^53µs", p.Burst, p.Interval)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// FieldError is one problem Limit.Validate finds: the field at fault
+// ("algorithm", "window", "quota" or "burst") and what is wrong with it.
+// Validate joins them (errors.Join); find them with errors.As on each of
+// the joined errors, or FieldErrors.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+// Error returns "field: msg".
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// FieldErrors returns the FieldErrors in err (as Validate returns it), in
+// order; nil when there are none.
+func FieldErrors(err error) []*FieldError {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var out []*FieldError
+	for _, e := range errs {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			out = append(out, fe)
+		}
+	}
+	return out
 }
 
 // params returns the algorithm parameters of a valid limit.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -84,8 +83,6 @@ func (p *parser) add(line int, field, format string, args ...any) {
 	p.probs = append(p.probs, Problem{File: p.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 // parse reads data as one rule file. It returns nil if the file is unusable
 // as a whole; problems are in p.probs either way.
 func (p *parser) parse(data []byte) (tree *domainTree) {
@@ -120,14 +117,20 @@ func (p *parser) parse(data []byte) (tree *domainTree) {
 	return p.root(doc.Content[0])
 }
 
+// syntax records a YAML syntax error. The YAML library reports the line of
+// a syntax error only in its message ("yaml: line 3: …"; it has no typed
+// error for it), so that prefix is read back here, and nowhere else.
 func (p *parser) syntax(err error) {
-	msg := strings.TrimSpace(err.Error())
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		p.add(line, "", "YAML syntax: %s", m[2])
-		return
+	msg := strings.TrimPrefix(strings.TrimSpace(err.Error()), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, text, ok := strings.Cut(rest, ": "); ok {
+			if line, err := strconv.Atoi(num); err == nil && line > 0 {
+				p.add(line, "", "YAML syntax: %s", text)
+				return
+			}
+		}
 	}
-	p.add(0, "", "YAML syntax: %s", strings.TrimPrefix(msg, "yaml: "))
+	p.add(0, "", "YAML syntax: %s", msg)
 }
 
 // resolve follows aliases and counts nodes against the budget.
@@ -499,15 +502,9 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		case "failure_mode":
 			var s string
 			if s, good = p.str(v, f); good {
-				switch strings.ToLower(s) {
-				case "open":
-					r.FailureMode = FailureOpen
-				case "closed":
-					r.FailureMode = FailureClosed
-				case "local":
-					r.FailureMode = FailureLocal
-				default:
-					p.add(v.Line, f, "unknown failure mode %q (want open, closed or local)", s)
+				var err error
+				if r.FailureMode, err = ParseFailureMode(s); err != nil {
+					p.add(v.Line, f, "%v", err)
 					good = false
 				}
 			}
@@ -598,24 +595,23 @@ func firstNode(ns ...*yaml.Node) *yaml.Node {
 	return nil
 }
 
-// limitProblems turns sluice.Limit.Validate's errors ("window: …") into
-// problems on the field that caused them.
+// limitProblems puts sluice.Limit.Validate's field errors on the rule-file
+// field that caused them.
 func (p *parser) limitProblems(err error, rl *yaml.Node, field string, nodes map[string]*yaml.Node) {
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
 	fieldOf := map[string]string{"window": "window", "quota": "requests_per_unit", "burst": "burst", "algorithm": "algorithm"}
-	for _, e := range errs {
-		msg := e.Error()
-		name, rest, found := strings.Cut(msg, ": ")
-		n, known := nodes[name]
-		if !found || !known {
-			p.add(rl.Line, field, "%s", msg)
+	fes := sluice.FieldErrors(err)
+	if len(fes) == 0 {
+		p.add(rl.Line, field, "%v", err)
+		return
+	}
+	for _, fe := range fes {
+		n, known := nodes[fe.Field]
+		if !known {
+			p.add(rl.Line, field, "%v", fe)
 			continue
 		}
-		f := fieldOf[name]
-		if name == "window" && n != nil && n.Kind == yaml.ScalarNode && n.Value != "" {
+		f := fieldOf[fe.Field]
+		if fe.Field == "window" && n != nil && n.Kind == yaml.ScalarNode && n.Value != "" {
 			if _, isUnit := UnitWindow(n.Value); isUnit {
 				f = "unit"
 			}
@@ -624,7 +620,7 @@ func (p *parser) limitProblems(err error, rl *yaml.Node, field string, nodes map
 		if n != nil {
 			line = n.Line
 		}
-		p.add(line, join(field, f), "%s", rest)
+		p.add(line, join(field, f), "%s", fe.Msg)
 	}
 }
 

@@ -6,6 +6,9 @@
 package rules
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/sluice-rl/sluice"
 )
 
@@ -41,6 +44,17 @@ func (m FailureMode) String() string {
 		return "local"
 	}
 	return ""
+}
+
+// ParseFailureMode returns the FailureMode spelled s (case-insensitive):
+// "open", "closed" or "local".
+func ParseFailureMode(s string) (FailureMode, error) {
+	for _, m := range []FailureMode{FailureOpen, FailureClosed, FailureLocal} {
+		if strings.EqualFold(m.String(), s) {
+			return m, nil
+		}
+	}
+	return FailureDefault, fmt.Errorf("unknown failure mode %q (want open, closed or local)", s)
 }
 
 // Rule is one compiled rate_limit: where it is, what it limits, and how.

@@ -82,14 +82,3 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// ParseFailureMode returns the FailureMode spelled s: "open", "closed" or
-// "local".
-func ParseFailureMode(s string) (rules.FailureMode, error) {
-	for _, m := range []rules.FailureMode{rules.FailureOpen, rules.FailureClosed, rules.FailureLocal} {
-		if m.String() == s {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("service: unknown failure mode %q (want open, closed or local)", s)
-}

@@ -632,13 +632,4 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: New accepted an invalid config", tt.name)
 		}
 	}
-	for _, s := range []string{"open", "closed", "local"} {
-		m, err := ParseFailureMode(s)
-		if err != nil || m.String() != s {
-			t.Errorf("ParseFailureMode(%q) = %v, %v; want %s, nil", s, m, err, s)
-		}
-	}
-	if _, err := ParseFailureMode("sideways"); err == nil {
-		t.Error(`ParseFailureMode("sideways") = nil error, want one`)
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/rules"
 )
 
 // serveConfig is everything `sluice serve` can be told. Start from
@@ -334,7 +335,7 @@ func (c serveConfig) Validate() error {
 	if c.Service.ExpectedReplicas < 1 {
 		bad("--expected-replicas: %d, want at least 1", c.Service.ExpectedReplicas)
 	}
-	if _, err := service.ParseFailureMode(c.Service.DefaultFailureMode); err != nil {
+	if _, err := rules.ParseFailureMode(c.Service.DefaultFailureMode); err != nil {
 		bad("--default-failure-mode: %v", err)
 	}
 	if c.Tenants.Resync <= 0 {

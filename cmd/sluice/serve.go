@@ -155,7 +155,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	ecfg.Limits = cfg.Limits.serviceLimits()
 	memOpts := memory.Options{Now: d.now, MaxKeys: cfg.Store.Memory.MaxKeys}
 	memStores := map[string]*memory.Store{}
-	if ecfg.DefaultFailureMode, err = service.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
+	if ecfg.DefaultFailureMode, err = rules.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
 		return nil, fmt.Errorf("serve: --default-failure-mode: %w", err)
 	}
 	if cfg.Tenants.PostgresURL != "" {
