@@ -24,7 +24,7 @@ import (
 // errors.Is.
 var ErrInvalidRequest = errors.New("invalid request")
 
-// RuleSource supplies the rules in force. *rules.Watcher satisfies it.
+// RuleSource supplies the rules in force. *watch.Watcher satisfies it.
 // Current must be safe for concurrent use and should not return nil (nil is
 // treated as a snapshot without rules).
 type RuleSource interface {

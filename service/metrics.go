@@ -124,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // ObserveReload records one rule reload. Its signature fits
-// rules.Watcher.OnReload: w.OnReload = m.ObserveReload.
+// watch.Watcher.OnReload: w.OnReload = m.ObserveReload.
 func (m *Metrics) ObserveReload(ok bool, _ error) {
 	if ok {
 		m.reloads.WithLabelValues("success").Inc()

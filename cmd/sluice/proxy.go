@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-rl/sluice/httplimit/gateway"
 	"github.com/sluice-rl/sluice/httplimit/remote"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/rules/watch"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/shed"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -164,7 +165,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		defer conn.Close()
 		checker = remote.New(conn, remote.Options{})
 	} else {
-		watcher, err := rules.NewWatcher(cfg.Rules, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
+		watcher, err := watch.New(cfg.Rules, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
 		if err != nil {
 			return fmt.Errorf("proxy: %w", err)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/observe"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/rules/watch"
 	"github.com/sluice-rl/sluice/server/api"
 	"github.com/sluice-rl/sluice/server/dashboard"
 	"github.com/sluice-rl/sluice/server/rls"
@@ -98,7 +99,7 @@ func flagGiven(args []string, flag string) bool {
 type server struct {
 	cfg     serveConfig
 	log     *slog.Logger
-	watcher *rules.Watcher
+	watcher *watch.Watcher
 	store   sluice.Store
 	closers []io.Closer
 	engine  *service.Engine
@@ -140,7 +141,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --default-algorithm: %w", err)
 	}
-	s.watcher, err = rules.NewWatcher(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
+	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
 	if err != nil {
 		return nil, fmt.Errorf("serve: rules: %w", err)
 	}

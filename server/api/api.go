@@ -39,7 +39,7 @@ type Releaser interface {
 	ReleaseLeases(ctx context.Context, req service.Request, leases []uint64) error
 }
 
-// RuleSource is where /debug/rules reads the rules in force. *rules.Watcher
+// RuleSource is where /debug/rules reads the rules in force. *watch.Watcher
 // implements it.
 type RuleSource interface {
 	// Current returns the snapshot in force.

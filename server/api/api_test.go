@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/rules/watch"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/storetest"
@@ -232,7 +233,7 @@ func TestDebugRules(t *testing.T) {
 	if err := os.WriteFile(file, []byte(testRules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w, err := rules.NewWatcher(dir, rules.Options{}, nil)
+	w, err := watch.New(dir, rules.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

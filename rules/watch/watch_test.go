@@ -1,4 +1,4 @@
-package rules
+package watch
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/rules"
 )
 
 func ruleFile(domain string, quota int) string {
@@ -38,7 +40,7 @@ type reloadEvent struct {
 // reload events.
 func startWatcher(t *testing.T, dir string) (*Watcher, chan reloadEvent) {
 	t.Helper()
-	w, err := NewWatcher(dir, Options{}, nil)
+	w, err := New(dir, rules.Options{}, nil)
 	if err != nil {
 		t.Fatalf("NewWatcher: %v", err)
 	}
@@ -54,7 +56,6 @@ func startWatcher(t *testing.T, dir string) (*Watcher, chan reloadEvent) {
 			t.Errorf("Run returned %v, want nil after cancel", err)
 		}
 	})
-	time.Sleep(50 * time.Millisecond) // let Run start watching
 	return w, events
 }
 
@@ -75,7 +76,7 @@ func waitReload(t *testing.T, events chan reloadEvent, wantOK bool, cond func() 
 }
 
 func quotaOf(w *Watcher, domain string) int64 {
-	r := w.Current().Match(domain, []Entry{{Key: "a", Value: "x"}})
+	r := w.Current().Match(domain, []rules.Entry{{Key: "a", Value: "x"}})
 	if r == nil {
 		return -1
 	}
@@ -197,11 +198,11 @@ func TestWatcherSymlinkedDir(t *testing.T) {
 func TestNewWatcherNeedsGoodRules(t *testing.T) {
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("domain: x\nbogus: 1\n"), 0o644))
-	if _, err := NewWatcher(dir, Options{}, nil); err == nil || !strings.Contains(err.Error(), "bad.yaml:2: bogus: unknown key") {
-		t.Errorf("NewWatcher(bad rules) = %v, want the file's problem", err)
+	if _, err := New(dir, rules.Options{}, nil); err == nil || !strings.Contains(err.Error(), "bad.yaml:2: bogus: unknown key") {
+		t.Errorf("New(bad rules) = %v, want the file's problem", err)
 	}
-	if _, err := NewWatcher(filepath.Join(dir, "missing"), Options{}, nil); err == nil {
-		t.Error("NewWatcher(missing dir) = nil error, want one")
+	if _, err := New(filepath.Join(dir, "missing"), rules.Options{}, nil); err == nil {
+		t.Error("New(missing dir) = nil error, want one")
 	}
 }
 
@@ -212,7 +213,7 @@ func TestCurrentIsNeverHalfAReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.yaml")
 	writeAtomic(t, path, ruleFile("r", 1))
-	w, err := NewWatcher(dir, Options{}, nil)
+	w, err := New(dir, rules.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,13 +236,13 @@ func TestCurrentIsNeverHalfAReload(t *testing.T) {
 				default:
 				}
 				s := w.Current()
-				a := s.Match("r", []Entry{{Key: "a", Value: "1"}})
-				b := s.Match("r", []Entry{{Key: "b", Value: "1"}})
+				a := s.Match("r", []rules.Entry{{Key: "a", Value: "1"}})
+				b := s.Match("r", []rules.Entry{{Key: "b", Value: "1"}})
 				if a == nil || b == nil || a.Limit.Quota != b.Limit.Quota {
 					t.Errorf("inconsistent snapshot: a=%v b=%v", a, b)
 					return
 				}
-				if again := s.Match("r", []Entry{{Key: "a", Value: "1"}}); again != a {
+				if again := s.Match("r", []rules.Entry{{Key: "a", Value: "1"}}); again != a {
 					t.Errorf("a snapshot changed under its reader")
 					return
 				}
@@ -284,4 +285,30 @@ func TestWatcherDirectoryRemovedAndRecreated(t *testing.T) {
 	// Watched again: a later change is seen.
 	writeAtomic(t, filepath.Join(dir, "r.yaml"), ruleFile("gone", 3))
 	waitReload(t, events, true, func() bool { return quotaOf(w, "gone") == 3 })
+}
+
+// TestChangeBeforeRunIsSeen: New watches before it loads, so an edit made
+// after New returned but before Run started (the gap a watch-after-load
+// watcher loses) still reloads.
+func TestChangeBeforeRunIsSeen(t *testing.T) {
+	dir := t.TempDir()
+	writeAtomic(t, filepath.Join(dir, "one.yaml"), ruleFile("one", 1))
+	w, err := New(dir, rules.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAtomic(t, filepath.Join(dir, "one.yaml"), ruleFile("one", 7))
+	events := make(chan reloadEvent, 10)
+	w.OnReload = func(ok bool, err error) { events <- reloadEvent{ok, err} }
+	w.Debounce = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v, want nil after cancel", err)
+		}
+	}()
+	waitReload(t, events, true, func() bool { return quotaOf(w, "one") == 7 })
 }
