@@ -1,7 +1,8 @@
 // Package redistest starts real redis-server processes for tests: a single
 // node (Start) or a three-master Redis Cluster (StartCluster), each on free
 // loopback ports in a temporary directory, without persistence, and stopped
-// when the test ends.
+// when the test ends. Programs outside go test (the benchmark harness) use
+// StartProcess.
 //
 // Without redis-server (and, for clusters, redis-cli) on PATH the test is
 // skipped with a message saying what to install, except when the environment
@@ -23,15 +24,97 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
+	"runtime"
 	"time"
 )
+
+// TB is the part of testing.TB this package uses; *testing.T and *testing.B
+// satisfy it.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+	Cleanup(f func())
+	TempDir() string
+}
+
+// StartProcess starts a redis-server as Start does, for a program that is
+// not a test: a failure (or a missing binary) is returned as an error, and
+// stop kills the server and removes its directory. Use the Server's Addr,
+// URL and PID only; its other methods report failures as to a test.
+func StartProcess() (srv *Server, stop func(), err error) {
+	st := &standalone{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv = Start(st)
+	}()
+	<-done
+	if st.err != nil {
+		st.close()
+		return nil, nil, st.err
+	}
+	return srv, st.close, nil
+}
+
+// standalone is a TB outside go test: Fatal and Skip record the error and
+// end the goroutine (StartProcess runs Start in one of its own), Cleanup
+// and TempDir are undone by close.
+type standalone struct {
+	mu       sync.Mutex
+	err      error
+	cleanups []func()
+}
+
+func (*standalone) Helper() {}
+
+func (s *standalone) Fatal(args ...any) { s.fail(errors.New(fmt.Sprint(args...))) }
+
+func (s *standalone) Fatalf(format string, args ...any) { s.fail(fmt.Errorf(format, args...)) }
+
+func (s *standalone) Skip(args ...any) { s.fail(errors.New(fmt.Sprint(args...))) }
+
+func (s *standalone) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (s *standalone) Cleanup(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cleanups = append(s.cleanups, f)
+}
+
+func (s *standalone) TempDir() string {
+	dir, err := os.MkdirTemp("", "redistest")
+	if err != nil {
+		s.Fatalf("redistest: %v", err)
+	}
+	s.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+// close runs the cleanups, last first.
+func (s *standalone) close() {
+	s.mu.Lock()
+	fs := s.cleanups
+	s.cleanups = nil
+	s.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
 
 // startTimeout bounds how long a server may take to answer PING.
 const startTimeout = 10 * time.Second
 
 // need returns the path of binary, or skips (fails when CI=true) the test.
-func need(t testing.TB, binary string) string {
+func need(t TB, binary string) string {
 	t.Helper()
 	p, err := exec.LookPath(binary)
 	if err == nil {
@@ -49,7 +132,7 @@ func need(t testing.TB, binary string) string {
 // Server is one redis-server process. Its methods are safe for concurrent
 // use; Kill, Pause, Resume and Restart fail the test on error.
 type Server struct {
-	t     testing.TB
+	t     TB
 	bin   string
 	dir   string
 	port  int
@@ -65,7 +148,7 @@ type Server struct {
 // Start starts a redis-server on a free loopback port in a temporary
 // directory, with persistence off (--save "" --appendonly no), and kills it
 // when the test ends. It returns once the server answers PING.
-func Start(t testing.TB) *Server {
+func Start(t TB) *Server {
 	t.Helper()
 	bin := need(t, "redis-server")
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t, false)}
@@ -76,6 +159,16 @@ func Start(t testing.TB) *Server {
 
 // Addr returns the server's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// PID returns the process ID of the running server (0 when it is not).
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
 
 // URL returns redis://127.0.0.1:port/0.
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
@@ -270,7 +363,7 @@ func readReply(r *bufio.Reader) (any, error) {
 // StartSentinel starts one Redis Sentinel on a free loopback port that
 // monitors master under the name "mymaster" (quorum 1), and stops it when
 // the test ends. Its URL is redis-sentinel://127.0.0.1:port/mymaster.
-func StartSentinel(t testing.TB, master *Server) *Server {
+func StartSentinel(t TB, master *Server) *Server {
 	t.Helper()
 	bin := need(t, "redis-server")
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t, false)}
@@ -298,7 +391,7 @@ type Cluster struct {
 // StartCluster starts three redis-server processes with cluster mode on,
 // joins them with redis-cli --cluster create, waits until every node reports
 // cluster_state:ok, and stops them when the test ends.
-func StartCluster(t testing.TB) *Cluster {
+func StartCluster(t TB) *Cluster {
 	t.Helper()
 	bin := need(t, "redis-server")
 	cli := need(t, "redis-cli")
@@ -369,7 +462,7 @@ var (
 
 // freePort returns a loopback port that is free now; with bus, port+10000
 // (the cluster bus) is free too.
-func freePort(t testing.TB, bus bool) int {
+func freePort(t TB, bus bool) int {
 	t.Helper()
 	portMu.Lock()
 	defer portMu.Unlock()

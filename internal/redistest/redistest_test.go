@@ -101,3 +101,18 @@ func TestMissingBinary(t *testing.T) {
 		}
 	}
 }
+
+func TestStartProcess(t *testing.T) {
+	need(t, "redis-server")
+	srv, stop, err := StartProcess()
+	if err != nil {
+		t.Fatalf("StartProcess: %v", err)
+	}
+	if r, err := srv.Do("PING"); err != nil || r != "PONG" || srv.PID() == 0 {
+		t.Errorf("PING = %v, %v (pid %d); want PONG from a running server", r, err, srv.PID())
+	}
+	stop()
+	if _, err := Do(srv.Addr(), "PING"); err == nil {
+		t.Errorf("PING after stop answered; want the server gone")
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -25,11 +24,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
 func init() {
-	register("bench", "gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server", runBench)
-	register("bench-baseline", "serve a bare grpc-go health server (the baseline `sluice bench --compare` drives)", runBenchBaseline)
+	register("grpc", "gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server", runBench)
+	register("baseline", "serve a bare grpc-go health server (the baseline `sluice-bench grpc --compare` drives)", runBenchBaseline)
 }
 
 // loadSpec is one load run.
@@ -299,7 +300,7 @@ func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	spec := loadSpec{}
 	var compare bool
 	var rulesDir, redisOpt string
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("grpc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&spec.addr, "addr", "127.0.0.1:8081", "gRPC address to drive (ignored with --compare)")
 	fs.StringVar(&spec.method, "method", "rls", "what to call: rls (ShouldRateLimit) or health (grpc.health.v1 Check)")
@@ -313,6 +314,8 @@ func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.Float64Var(&spec.rate, "rate", 0, "requests per second (0: as fast as possible)")
 	fs.IntVar(&spec.pid, "pid", 0, "server process whose CPU time to measure (Linux /proc)")
 	fs.BoolVar(&compare, "compare", false, "start a bare grpc-go health server and `sluice serve` (memory, and Redis when available) as child processes and compare them")
+	var sluiceBin string
+	fs.StringVar(&sluiceBin, "sluice", "sluice", "with --compare: the sluice binary to run (a path, or a name looked up on PATH)")
 	fs.StringVar(&rulesDir, "rules", "testdata/rules/bench", "rules for the servers --compare starts")
 	var redisTimeout time.Duration
 	var rounds int
@@ -321,7 +324,7 @@ func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.IntVar(&rounds, "rounds", 3, "with --compare: interleaved rounds at full speed (medians are reported)")
 	fs.DurationVar(&redisTimeout, "redis-timeout", 250*time.Millisecond, "with --compare: --redis-timeout of the Redis-backed server (above the default 50ms, so a loaded shared machine does not trip the breaker mid-run)")
 	fs.StringVar(&redisOpt, "redis", "auto", "with --compare: auto (start redis-server if on PATH), off, or a redis:// URL to use")
-	if done, err := parseOptions(fs, args, func(string) string { return "" }); done || err != nil {
+	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
 	}
 	if spec.concurrency < 1 || spec.keys < 1 || spec.duration <= 0 || spec.warmup < 0 || spec.rate < 0 || (spec.method != "rls" && spec.method != "health") {
@@ -339,7 +342,11 @@ func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if rounds < 1 {
 		return fmt.Errorf("bench: --rounds must be at least 1: %w", errUsage)
 	}
-	return benchCompare(ctx, spec, rulesDir, redisOpt, redisTimeout, rounds, lightRate, stdout)
+	bin, err := exec.LookPath(sluiceBin)
+	if err != nil {
+		return fmt.Errorf("bench: --sluice: %w (build it: go build -o /tmp/sluice ./cmd/sluice)", err)
+	}
+	return benchCompare(ctx, spec, bin, rulesDir, redisOpt, redisTimeout, rounds, lightRate, stdout)
 }
 
 // child is a server process started by --compare.
@@ -369,13 +376,9 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// startChild runs the sluice binary itself with args (addr substituted for
-// {addr}) and waits until its gRPC health answers.
-func startChild(ctx context.Context, args []string) (*child, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
+// startChild runs exe with args (addr substituted for {addr}) and waits
+// until its gRPC health answers.
+func startChild(ctx context.Context, exe string, args []string) (*child, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -417,49 +420,6 @@ func waitHealthy(ctx context.Context, addr string) error {
 	}
 }
 
-// startRedis starts a throwaway redis-server on a free port; stop kills it
-// and removes its directory.
-func startRedis(ctx context.Context) (cmd *exec.Cmd, url string, stop func(), err error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, "", nil, err
-	}
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, "", nil, err
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	dir, err := os.MkdirTemp("", "sluice-bench-redis")
-	if err != nil {
-		return nil, "", nil, err
-	}
-	cmd = exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
-	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, "", nil, err
-	}
-	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = os.RemoveAll(dir) }
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_, _ = c.Write([]byte("PING\r\n"))
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
-				break
-			}
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			stop()
-			return nil, "", nil, fmt.Errorf("redis-server on %s did not answer PING", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return cmd, "redis://" + addr + "/0", stop, nil
-}
-
 // benchCompare measures, in one run: a bare grpc-go health server (the
 // baseline), and sluice serve on the memory store and, when Redis is
 // available, on Redis. All servers run side by side as child processes and
@@ -468,7 +428,7 @@ func startRedis(ctx context.Context) (cmd *exec.Cmd, url string, stop func(), er
 // them alike; ratios are taken within each round and the median reported.
 // Then each sluice server is driven at half of its median maximum, and at a
 // fixed light rate, for the latency below saturation.
-func benchCompare(ctx context.Context, spec loadSpec, rulesDir, redisOpt string, redisTimeout time.Duration, rounds int, lightRate float64, out io.Writer) error {
+func benchCompare(ctx context.Context, spec loadSpec, sluiceBin, rulesDir, redisOpt string, redisTimeout time.Duration, rounds int, lightRate float64, out io.Writer) error {
 	if _, err := os.Stat(rulesDir); err != nil {
 		return fmt.Errorf("bench: --rules: %w", err)
 	}
@@ -488,8 +448,12 @@ func benchCompare(ctx context.Context, spec loadSpec, rulesDir, redisOpt string,
 			t.c.stop()
 		}
 	}()
-	add := func(name, method string, extra int, args ...string) error {
-		c, err := startChild(ctx, args)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	add := func(name, method string, extra int, exe string, args ...string) error {
+		c, err := startChild(ctx, exe, args)
 		if err != nil {
 			return err
 		}
@@ -511,32 +475,32 @@ func benchCompare(ctx context.Context, spec loadSpec, rulesDir, redisOpt string,
 		return res, err
 	}
 
-	if err := add("baseline: bare grpc-go health", "health", 0, "bench-baseline", "--addr", "{addr}"); err != nil {
+	if err := add("baseline: bare grpc-go health", "health", 0, self, "baseline", "--addr", "{addr}"); err != nil {
 		return err
 	}
 	serveArgs := func(store ...string) []string {
 		return append([]string{"serve", "--rules", rulesDir, "--grpc-addr", "{addr}", "--http-addr", "127.0.0.1:0",
 			"--debug-addr", "", "--log-level", "warn"}, store...)
 	}
-	if err := add("sluice --store memory", "rls", 0, serveArgs("--store", "memory")...); err != nil {
+	if err := add("sluice --store memory", "rls", 0, sluiceBin, serveArgs("--store", "memory")...); err != nil {
 		return err
 	}
 	redisURL, redisPID := "", 0
 	switch redisOpt {
 	case "off":
 	case "auto":
-		cmd, url, stop, err := startRedis(ctx)
+		srv, stop, err := redistest.StartProcess()
 		if err != nil {
 			fmt.Fprintf(out, "--- Redis store skipped: %v\n", err)
 			break
 		}
 		defer stop()
-		redisURL, redisPID = url, cmd.Process.Pid
+		redisURL, redisPID = srv.URL(), srv.PID()
 	default:
 		redisURL = redisOpt
 	}
 	if redisURL != "" {
-		if err := add("sluice --store redis", "rls", redisPID, serveArgs("--store", "redis", "--redis-url", redisURL, "--redis-timeout", redisTimeout.String())...); err != nil {
+		if err := add("sluice --store redis", "rls", redisPID, sluiceBin, serveArgs("--store", "redis", "--redis-url", redisURL, "--redis-timeout", redisTimeout.String())...); err != nil {
 			return err
 		}
 	}
@@ -638,21 +602,21 @@ func fmtList(xs []float64, format string) string {
 // runBenchBaseline serves only grpc.health.v1 with grpc-go's own health
 // server: the floor any gRPC service pays per call on this machine.
 func runBenchBaseline(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench-baseline", flag.ContinueOnError)
+	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8091", "listen address")
-	if done, err := parseOptions(fs, args, func(string) string { return "" }); done || err != nil {
+	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return fmt.Errorf("bench-baseline: %w", err)
+		return fmt.Errorf("baseline: %w", err)
 	}
 	g := grpc.NewServer()
 	healthpb.RegisterHealthServer(g, health.NewServer())
 	go func() { <-ctx.Done(); g.GracefulStop() }()
 	if err := g.Serve(ln); err != nil {
-		return fmt.Errorf("bench-baseline: %w", err)
+		return fmt.Errorf("baseline: %w", err)
 	}
 	return nil
 }

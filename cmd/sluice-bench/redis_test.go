@@ -13,7 +13,7 @@ import (
 func TestBenchRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	var out, errOut bytes.Buffer
-	args := []string{"bench-redis", "--redis-url", srv.URL(), "--duration", "300ms", "--goroutines", "8", "--keys", "100"}
+	args := []string{"redis", "--redis-url", srv.URL(), "--duration", "300ms", "--goroutines", "8", "--keys", "100"}
 	if err := run(context.Background(), args, func(string) string { return "" }, &out, &errOut); err != nil {
 		t.Fatalf("run(%v) = %v; stderr %s", args, err, errOut.String())
 	}
@@ -24,10 +24,10 @@ func TestBenchRedis(t *testing.T) {
 
 func TestBenchRedisUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{"bench-redis", "--algorithm", "nope"},
-		{"bench-redis", "--goroutines", "0"},
-		{"bench-redis", "--redis-url", "http://x"},
-		{"bench-redis", "--window", "0s"},
+		{"redis", "--algorithm", "nope"},
+		{"redis", "--goroutines", "0"},
+		{"redis", "--redis-url", "http://x"},
+		{"redis", "--window", "0s"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), args, func(string) string { return "" }, &out, &errOut); !errors.Is(err, errUsage) {

@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	register("bench-redis", "drive a Redis with the Redis store: decisions/s and latency from many goroutines", runBenchRedis)
+	register("redis", "drive a Redis with the Redis store: decisions/s and latency from many goroutines", runBenchRedis)
 }
 
 // runBenchRedis measures the Redis store against a real Redis: goroutines
@@ -25,7 +25,7 @@ func init() {
 // command prints decisions/s, latency percentiles and how many Takes each
 // script call carried.
 func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench-redis", flag.ContinueOnError)
+	fs := flag.NewFlagSet("redis", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	url := fs.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL (see store/redis.ParseURL: single node, Sentinel or Cluster)")
 	workers := fs.Int("goroutines", 64, "concurrent callers")
@@ -121,10 +121,10 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	wg.Wait()
 	elapsed := time.Since(start)
 	if firstErr != nil {
-		return fmt.Errorf("bench-redis: %w", firstErr)
+		return fmt.Errorf("redis: %w", firstErr)
 	}
 	if len(lat) == 0 {
-		return errors.New("bench-redis: no decision completed")
+		return errors.New("redis: no decision completed")
 	}
 	slices.Sort(lat)
 	pct := func(p int) time.Duration { return lat[(len(lat)-1)*p/100].Round(time.Microsecond) }
