@@ -34,7 +34,7 @@ descriptors:
 `
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8081", "listen address")
+	addr := flag.String("addr", "127.0.0.1:8082", "listen address")
 	flag.Parse()
 
 	snap, err := rules.Parse("example.yaml", []byte(ruleFile), rules.Options{})

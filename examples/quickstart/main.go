@@ -49,5 +49,13 @@ func main() {
 	if err := store.Take(ctx, ops, res); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("tenant: allowed=%v remaining=%d (uncharged: the user limit denied=%v)\n", res[0].Allowed, res[0].Remaining, !res[1].Allowed)
+	// The batch is allowed only if every op is; res[0].Allowed alone says
+	// the tenant limit would have admitted it, not that anything was taken.
+	allowed := res[0].Allowed && res[1].Allowed
+	charged := "both limits charged"
+	if !allowed {
+		charged = "nothing charged"
+	}
+	fmt.Printf("batch: allowed=%v (user: allowed=%v retry_after=%v); tenant remaining=%d, %s\n",
+		allowed, res[1].Allowed, res[1].RetryAfter.Round(time.Millisecond), res[0].Remaining, charged)
 }
