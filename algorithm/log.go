@@ -28,24 +28,7 @@ const ExactRetryUnits = 64
 // the caller must keep only the returned slice. A denied step only drops
 // expired entries, which changes no later decision.
 func SlidingLog(log []Entry, now, cost int64, p Params) ([]Entry, Decision) {
-	log = dropThrough(log, now-p.Window)
-	used := sum(log)
-	d := Decision{Limit: p.Quota}
-	switch {
-	case cost > p.Quota:
-		d.Reason = CostTooHigh
-	case used+cost > p.Quota:
-		d.Reason = Limited
-		d.RetryAfter = freeAt(log, used+cost-p.Quota) + p.Window - now
-	case cost > 0:
-		log = insert(log, Entry{At: now, N: cost})
-		used += cost
-	}
-	d.Remaining = p.Quota - used
-	if n := len(log); n > 0 {
-		d.ResetAfter = max(log[n-1].At+p.Window-now, 0)
-	}
-	return log, d
+	return entryStep(log, now, cost, p, p.Window, Entry{At: now, N: cost})
 }
 
 // Concurrency limits units in flight. An acquire (cost > 0) is admitted while
@@ -56,24 +39,32 @@ func SlidingLog(log []Entry, now, cost int64, p Params) ([]Entry, Decision) {
 //
 // As with SlidingLog, the returned slice replaces leases.
 func Concurrency(leases []Entry, now, cost int64, id uint64, p Params) ([]Entry, Decision) {
-	leases = dropThrough(leases, now)
-	used := sum(leases)
+	return entryStep(leases, now, cost, p, 0, Entry{At: now + p.Window, N: cost, ID: id})
+}
+
+// entryStep is the step SlidingLog and Concurrency share: an entry counts
+// until At + life (life is Window for a log of admissions, 0 for leases
+// that carry their own expiry), and a cost is admitted, as add, while the
+// counted units plus the cost stay within Quota.
+func entryStep(es []Entry, now, cost int64, p Params, life int64, add Entry) ([]Entry, Decision) {
+	es = dropThrough(es, now-life)
+	used := sum(es)
 	d := Decision{Limit: p.Quota}
 	switch {
 	case cost > p.Quota:
 		d.Reason = CostTooHigh
 	case used+cost > p.Quota:
 		d.Reason = Limited
-		d.RetryAfter = freeAt(leases, used+cost-p.Quota) - now
+		d.RetryAfter = freeAt(es, used+cost-p.Quota) + life - now
 	case cost > 0:
-		leases = insert(leases, Entry{At: now + p.Window, N: cost, ID: id})
+		es = insert(es, add)
 		used += cost
 	}
 	d.Remaining = p.Quota - used
-	if n := len(leases); n > 0 {
-		d.ResetAfter = max(leases[n-1].At-now, 0)
+	if n := len(es); n > 0 {
+		d.ResetAfter = max(es[n-1].At+life-now, 0)
 	}
-	return leases, d
+	return es, d
 }
 
 // Release frees the lease named id, if it is still held, and reports the

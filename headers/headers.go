@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/dunglas/httpsfv"
 )
@@ -240,7 +241,7 @@ func AppendServiceLimits(dst []byte, ls ...ServiceLimit) ([]byte, error) {
 		if i > 0 {
 			dst = append(dst, ',', ' ')
 		}
-		dst = appendString(dst, l.Name)
+		dst = appendQuoted(dst, l.Name) // an sf-string: the name is printable ASCII
 		dst = append(dst, ";r="...)
 		dst = strconv.AppendInt(dst, l.Remaining, 10)
 		if l.Reset >= 0 {
@@ -260,17 +261,11 @@ func AppendServiceLimits(dst []byte, ls ...ServiceLimit) ([]byte, error) {
 	return dst, nil
 }
 
-// appendString appends s as an sf-string; s must be printable ASCII.
-func appendString(dst []byte, s string) []byte {
+// appendQuoted appends s between double quotes with '"' and '\\' escaped
+// by a backslash: an sf-string and, for printable ASCII, a JSON string.
+func appendQuoted(dst []byte, s string) []byte {
 	dst = append(dst, '"')
-	plain := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' {
-			plain = false
-			break
-		}
-	}
-	if plain {
+	if strings.IndexByte(s, '"') < 0 && strings.IndexByte(s, '\\') < 0 {
 		dst = append(dst, s...)
 		return append(dst, '"')
 	}

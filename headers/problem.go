@@ -110,29 +110,13 @@ func (p Problem) Append(dst []byte) []byte {
 // appendJSONString appends s as a JSON string. Printable ASCII is copied as
 // it is (escaping only '"' and '\\'); anything else takes encoding/json's path.
 func appendJSONString(dst []byte, s string) []byte {
-	plain := true
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
 			b, _ := json.Marshal(s) // a string always marshals
 			return append(dst, b...)
 		}
-		if c == '"' || c == '\\' {
-			plain = false
-		}
 	}
-	dst = append(dst, '"')
-	if plain {
-		dst = append(dst, s...)
-		return append(dst, '"')
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '"' || c == '\\' {
-			dst = append(dst, '\\')
-		}
-		dst = append(dst, s[i])
-	}
-	return append(dst, '"')
+	return appendQuoted(dst, s)
 }
 
 // WriteProblem sends p with status p.Status (500 if unset) as

@@ -28,11 +28,6 @@ import (
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
-func init() {
-	register("grpc", "gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server", runBench)
-	register("baseline", "serve a bare grpc-go health server (the baseline `sluice-bench grpc --compare` drives)", runBenchBaseline)
-}
-
 // loadSpec is one load run.
 type loadSpec struct {
 	addr        string

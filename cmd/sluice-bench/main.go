@@ -12,25 +12,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
 )
 
 // env is how commands read the environment; tests pass a map's lookup.
 type env = func(string) string
-
-// command is one subcommand. run gets the arguments after the command name.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error
-}
-
-// commands holds every subcommand; each file registers its own.
-var commands = map[string]command{}
-
-func register(name, summary string, run func(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error) {
-	commands[name] = command{summary: summary, run: run}
-}
 
 // errUsage marks an error caused by how the command was called (exit 2).
 var errUsage = errors.New("usage")
@@ -50,32 +36,30 @@ func main() {
 
 // run dispatches to a subcommand. It is main without the exits.
 func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return fmt.Errorf("no command given: %w", errUsage)
-		}
+	name := ""
+	if len(args) > 0 {
+		name, args = args[0], args[1:]
+	}
+	switch name {
+	case "grpc":
+		return runBench(ctx, args, getenv, stdout, stderr)
+	case "redis":
+		return runBenchRedis(ctx, args, getenv, stdout, stderr)
+	case "baseline":
+		return runBenchBaseline(ctx, args, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	c, ok := commands[args[0]]
-	if !ok {
-		usage(stderr)
-		return fmt.Errorf("unknown command %q: %w", args[0], errUsage)
-	}
-	return c.run(ctx, args[1:], getenv, stdout, stderr)
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q: %w", name, errUsage)
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: sluice-bench <command> [flags]   (sluice-bench <command> -h for its flags)")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
-	}
-}
+const usage = `usage: sluice-bench <command> [flags]   (sluice-bench <command> -h for its flags)
+  grpc       gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server
+  redis      drive a Redis with the Redis store: decisions/s and latency from many goroutines
+  baseline   serve a bare grpc-go health server (the baseline grpc --compare drives)
+`
 
 // parseFlags parses args into fs: done is true after -h, and stray
 // arguments or bad flags are usage errors.

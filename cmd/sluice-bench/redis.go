@@ -16,10 +16,6 @@ import (
 	"github.com/sluice-rl/sluice/store/redis"
 )
 
-func init() {
-	register("redis", "drive a Redis with the Redis store: decisions/s and latency from many goroutines", runBenchRedis)
-}
-
 // runBenchRedis measures the Redis store against a real Redis: goroutines
 // take from random keys as fast as they can for the duration, then the
 // command prints decisions/s, latency percentiles and how many Takes each

@@ -221,8 +221,19 @@ func (h *handler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return b, true
 }
 
-// decide asks the engine, or writes the error response and returns false.
-func (h *handler) decide(w http.ResponseWriter, r *http.Request, req service.Request) (service.Response, bool) {
+// decide reads the body, decodes it with decode and asks the engine; or it
+// writes the error response (400 for a body decode rejects) and returns
+// false.
+func (h *handler) decide(w http.ResponseWriter, r *http.Request, decode func([]byte) (service.Request, error)) (service.Response, bool) {
+	b, ok := h.body(w, r)
+	if !ok {
+		return service.Response{}, false
+	}
+	req, err := decode(b)
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return service.Response{}, false
+	}
 	resp, err := h.opts.Checker.Check(r.Context(), req)
 	if err == nil {
 		return resp, true
@@ -254,16 +265,7 @@ func (h *handler) fields(w http.ResponseWriter, resp service.Response) {
 // (allowed or not: the call itself succeeded), 400 with problem+json for a
 // malformed request.
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {
-	b, ok := h.body(w, r)
-	if !ok {
-		return
-	}
-	req, err := decodeCheck(bytes.NewReader(b), h.opts.Limits)
-	if err != nil {
-		problem(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	resp, ok := h.decide(w, r, req)
+	resp, ok := h.decide(w, r, func(b []byte) (service.Request, error) { return decodeCheck(bytes.NewReader(b), h.opts.Limits) })
 	if !ok {
 		return
 	}
@@ -321,16 +323,7 @@ func decodeEnvoyJSON(b []byte, lim service.Limits) (service.Request, error) {
 // RateLimitResponse when allowed, 429 with it when over limit, 400 for bad
 // input.
 func (h *handler) json(w http.ResponseWriter, r *http.Request) {
-	b, ok := h.body(w, r)
-	if !ok {
-		return
-	}
-	req, err := decodeEnvoyJSON(b, h.opts.Limits)
-	if err != nil {
-		problem(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	resp, ok := h.decide(w, r, req)
+	resp, ok := h.decide(w, r, func(b []byte) (service.Request, error) { return decodeEnvoyJSON(b, h.opts.Limits) })
 	if !ok {
 		return
 	}
