@@ -86,7 +86,7 @@ func (d *Decision) Add(resp *service.Response) {
 		switch {
 		case st.Rule != nil && st.Rule.ShadowMode, st.Shadowed:
 			continue // counted, never enforced, not advertised
-		case st.Degraded == service.OutcomeFailedClosed && st.Code == service.CodeOverLimit:
+		case st.Degraded == service.FailedClosed && st.Code == service.CodeOverLimit:
 			d.storeDown = true
 			continue
 		case st.CurrentLimit == nil || st.Unlimited || st.Result == (sluice.Result{}):

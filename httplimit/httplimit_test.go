@@ -471,10 +471,10 @@ func TestCostAndTwoRefusals(t *testing.T) {
 	}
 }
 
-// TestShedChargesNothing: the edge decides all or nothing. A request the
+// TestConcurrencyShedChargesNothing: the edge decides all or nothing. A request the
 // concurrency limit sheds with 503 charges no rate limit, and a request a
 // rate limit refuses gives its concurrency slot back.
-func TestShedChargesNothing(t *testing.T) {
+func TestConcurrencyShedChargesNothing(t *testing.T) {
 	clock := storetest.NewClock()
 	mem := memory.New(memory.Options{Now: clock.Now})
 	t.Cleanup(func() { mem.Close() })

@@ -389,12 +389,12 @@ descriptors:
 					t.Errorf("step %d: overall = %v, want %v", i, resp.OverallCode, s.overall)
 				}
 				for j, st := range resp.Statuses {
-					if st.Code != s.codes[j] || st.Degraded != s.degraded[j] {
+					if st.Code != s.codes[j] || string(st.Degraded) != s.degraded[j] {
 						t.Errorf("step %d: status %d = %v/%q, want %v/%q", i, j, st.Code, st.Degraded, s.codes[j], s.degraded[j])
 					}
 				}
 			}
-			if got := testutil.ToFloat64(h.m.storeErrors.WithLabelValues("error")); got != float64(len(tt.steps)) {
+			if got := testutil.ToFloat64(h.m.StoreErrors.WithLabelValues("error")); got != float64(len(tt.steps)) {
 				t.Errorf("sluice_store_errors_total{reason=error} = %v, want %d", got, len(tt.steps))
 			}
 		})
@@ -438,7 +438,7 @@ descriptors:
 
 func TestMetrics(t *testing.T) {
 	h := newHarness(t, testRules, DefaultConfig())
-	series := testutil.CollectAndCount(h.m.decisions)
+	series := testutil.CollectAndCount(h.m.Decisions)
 	for i := range 12 {
 		h.check(t, req(desc("big", fmt.Sprint("v", i%2))))
 	}
@@ -446,7 +446,7 @@ func TestMetrics(t *testing.T) {
 	for i := range 100 {
 		h.check(t, req(desc("ip", fmt.Sprint("10.0.0.", i))))
 	}
-	if got := testutil.CollectAndCount(h.m.decisions); got != series {
+	if got := testutil.CollectAndCount(h.m.Decisions); got != series {
 		t.Errorf("decision series = %d after 100 distinct values, want %d (values must not become labels)", got, series)
 	}
 	h.check(t, req(desc("shadow", "s"), desc("shadow", "s")))
@@ -477,17 +477,17 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	// big=v0 and big=v1 took 6 of 10 each: none past 8.
-	if got := testutil.ToFloat64(h.m.nearLimit.WithLabelValues("test", "big")); got != 0 {
+	if got := testutil.ToFloat64(h.m.NearLimit.WithLabelValues("test", "big")); got != 0 {
 		t.Errorf("near_limit{big} = %v, want 0", got)
 	}
 	for range 4 {
 		h.check(t, req(desc("big", "v0")))
 	}
 	// Hits 7..10 of 10: the 9th and 10th leave less than 20%.
-	if got := testutil.ToFloat64(h.m.nearLimit.WithLabelValues("test", "big")); got != 2 {
+	if got := testutil.ToFloat64(h.m.NearLimit.WithLabelValues("test", "big")); got != 2 {
 		t.Errorf("near_limit{big} = %v, want 2", got)
 	}
-	if got := testutil.CollectAndCount(h.m.duration); got != 1 {
+	if got := testutil.CollectAndCount(h.m.Duration); got != 1 {
 		t.Errorf("check duration histogram series = %d, want 1", got)
 	}
 	if n, err := testutil.GatherAndCount(h.reg, "sluice_check_duration_seconds"); err != nil || n != 1 {
@@ -495,10 +495,10 @@ func TestMetrics(t *testing.T) {
 	}
 	h.m.ObserveReload(false, errors.New("bad file"))
 	h.m.ObserveReload(true, nil)
-	if got := testutil.ToFloat64(h.m.reloads.WithLabelValues("failure")); got != 1 {
+	if got := testutil.ToFloat64(h.m.Reloads.WithLabelValues("failure")); got != 1 {
 		t.Errorf("rule_reloads{failure} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(h.m.reloadOK); got != 1 {
+	if got := testutil.ToFloat64(h.m.ReloadOK); got != 1 {
 		t.Errorf("rules_last_reload_success = %v after a good reload, want 1", got)
 	}
 	problems, err := testutil.GatherAndLint(h.reg)
@@ -530,7 +530,7 @@ func TestReloadSwapsRulesAndDropsStaleSeries(t *testing.T) {
 	if resp := h.check(t, r); resp.OverallCode != CodeOK || resp.Statuses[0].Result.Remaining != 2 {
 		t.Fatalf("v2: got %v remaining %d, want OK remaining 2 (a changed limit starts a fresh counter)", resp.OverallCode, resp.Statuses[0].Result.Remaining)
 	}
-	if n := testutil.CollectAndCount(h.m.decisions); n != numOutcomes {
+	if n := testutil.CollectAndCount(h.m.Decisions); n != numOutcomes {
 		t.Errorf("decision series after reload = %d, want %d (only rule k's)", n, numOutcomes)
 	}
 }

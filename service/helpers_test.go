@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service/promstats"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
@@ -21,7 +22,7 @@ type harness struct {
 	eng   *Engine
 	clock *storetest.Clock
 	store *memory.Store
-	m     *Metrics
+	m     *promstats.Metrics
 	reg   *prometheus.Registry
 }
 
@@ -43,7 +44,7 @@ func newHarnessSnap(t testing.TB, snap *rules.Snapshot, cfg Config, store sluice
 	if store == nil {
 		store = h.store
 	}
-	h.m = NewMetrics(h.reg)
+	h.m = promstats.New(h.reg)
 	eng, err := New(cfg, StaticRules{snap}, store, h.m, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -66,7 +67,7 @@ func (h *harness) check(t *testing.T, req Request) Response {
 
 // decisions reads sluice_decisions_total for one label set.
 func (h *harness) decisions(domain, rule, outcome string) float64 {
-	return testutil.ToFloat64(h.m.decisions.WithLabelValues(domain, rule, outcome))
+	return testutil.ToFloat64(h.m.Decisions.WithLabelValues(domain, rule, outcome))
 }
 
 // req builds a request of one-entry-per-pair descriptors: desc("k","v","k2","v2").

@@ -117,12 +117,12 @@ func TestDetailedMetricCap(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Limits.MaxDetailedMetricValues = 3
 	h := newHarness(t, testRules, cfg)
-	before := testutil.CollectAndCount(h.m.decisions)
+	before := testutil.CollectAndCount(h.m.Decisions)
 	for i := range 10 {
 		h.check(t, req(desc("detail", fmt.Sprint("d", i))))
 	}
 	h.check(t, req(desc("detail", "d0"))) // in use: keeps its series
-	if n := testutil.CollectAndCount(h.m.decisions); n != before+3 {
+	if n := testutil.CollectAndCount(h.m.Decisions); n != before+3 {
 		t.Errorf("%d decision series after 10 values, want %d (the rules' own plus 3 values)", n, before+3)
 	}
 	for _, c := range []struct {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service/promstats"
 )
 
 // TestStoreErrorReasons: each kind of store error applies the failure mode
@@ -46,7 +47,7 @@ func TestStoreErrorReasons(t *testing.T) {
 			if r == tt.reason {
 				want = 3
 			}
-			if got := testutil.ToFloat64(h.m.storeErrors.WithLabelValues(r)); got != want {
+			if got := testutil.ToFloat64(h.m.StoreErrors.WithLabelValues(r)); got != want {
 				t.Errorf("store error %v: sluice_store_errors_total{reason=%s} = %v, want %v", tt.err, r, got, want)
 			}
 		}
@@ -92,7 +93,7 @@ func TestSlowStoreIsWaitedFor(t *testing.T) {
 	if admitted != 10 {
 		t.Errorf("admitted %d of 12 through a slow store, want 10", admitted)
 	}
-	if got := testutil.ToFloat64(h.m.storeErrors.WithLabelValues("timeout")); got != 0 {
+	if got := testutil.ToFloat64(h.m.StoreErrors.WithLabelValues("timeout")); got != 0 {
 		t.Errorf("sluice_store_errors_total{reason=timeout} = %v, want 0", got)
 	}
 }
@@ -131,14 +132,14 @@ func TestCallerGivingUpIsNotAStoreFailure(t *testing.T) {
 				t.Fatalf("Check with a caller that gave up: err = %v, want one wrapping %v", err, tt.want)
 			}
 			for _, r := range []string{"breaker_open", "timeout", "error"} {
-				if got := testutil.ToFloat64(h.m.storeErrors.WithLabelValues(r)); got != 0 {
+				if got := testutil.ToFloat64(h.m.StoreErrors.WithLabelValues(r)); got != 0 {
 					t.Errorf("sluice_store_errors_total{reason=%s} = %v, want 0", r, got)
 				}
 			}
 			if got := h.decisions("test", "big", OutcomeFailedOpen); got != 0 {
 				t.Errorf("failed_open decisions = %v, want 0", got)
 			}
-			if got := testutil.ToFloat64(h.m.abandoned); got != 1 {
+			if got := testutil.ToFloat64(h.m.Abandons); got != 1 {
 				t.Errorf("sluice_checks_abandoned_total = %v, want 1", got)
 			}
 		})
@@ -168,7 +169,7 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 		t.Errorf("Ready with one of two nodes out = %v, want nil (the other node's keys are decided)", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewHealthCollector(hs))
+	reg.MustRegister(promstats.NewHealthCollector(hs))
 	want := `
 # HELP sluice_store_breaker_state State of the circuit breaker of each store node: 0 closed, 1 half-open, 2 open.
 # TYPE sluice_store_breaker_state gauge

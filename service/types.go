@@ -88,9 +88,9 @@ type Status struct {
 	Result sluice.Result
 	// Shadowed: the limit denied but the rule is in shadow mode, so Code is OK.
 	Shadowed bool
-	// Degraded says how the failure policy decided, "" when the store
-	// answered: "failed_open", "failed_closed", "local".
-	Degraded string
+	// Degraded says how the failure policy decided; NotDegraded when the
+	// store answered.
+	Degraded Degraded
 	// Lease names the lease an admitted concurrency limit holds for this
 	// descriptor until Engine.Release gives it back (or the limit's window
 	// passes). Zero when the status holds none: not a concurrency limit, or
@@ -98,7 +98,7 @@ type Status struct {
 	Lease uint64
 
 	// key is the store key the check used, for Engine.Release (which finds
-	// the limit in Rule, and the store in Degraded).
+	// the limit in Rule, and the store in Degraded: see Engine.leaseStore).
 	key string
 }
 

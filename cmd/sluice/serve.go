@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-rl/sluice/server/dashboard"
 	"github.com/sluice-rl/sluice/server/rls"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/service/promstats"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/tenant"
 	"github.com/sluice-rl/sluice/tenant/pg"
@@ -148,7 +149,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := service.NewMetrics(reg)
+	metrics := promstats.New(reg)
 	s.watcher.OnReload = metrics.ObserveReload
 
 	ecfg := service.DefaultConfig()
@@ -191,7 +192,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		memStores["memory"] = ms
 	}
 	if hr, ok := s.store.(sluice.HealthReporter); ok {
-		reg.MustRegister(service.NewHealthCollector(hr))
+		reg.MustRegister(promstats.NewHealthCollector(hr))
 	}
 	reg.MustRegister(newMemoryCollector(cfg.Store.Memory.MaxKeys, memStores))
 	getenv := d.getenv

@@ -282,7 +282,7 @@ func ResetDuration(s *service.Status) time.Duration {
 	if s.CurrentLimit != nil {
 		w = s.CurrentLimit.Window
 	}
-	if d == 0 && (s.Degraded != "" || s.Code == service.CodeOverLimit) {
+	if d == 0 && (s.Degraded != service.NotDegraded || s.Code == service.CodeOverLimit) {
 		// The store did not answer, or the limit denies outright (quota 0,
 		// a cost above capacity): nothing will come back sooner than a
 		// window, which is what envoyproxy/ratelimit would say at most.

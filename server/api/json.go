@@ -298,7 +298,7 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 			Code:      codeString(s.Code),
 			Unlimited: s.Unlimited,
 			Shadowed:  s.Shadowed,
-			Degraded:  s.Degraded,
+			Degraded:  string(s.Degraded),
 			Lease:     s.Lease,
 		}
 		if s.Code == service.CodeOverLimit {
@@ -342,7 +342,7 @@ func reason(resp *service.Response) string {
 // statusReason is why a status is OVER_LIMIT.
 func statusReason(s *service.Status) string {
 	switch {
-	case s.Degraded == service.OutcomeFailedClosed:
+	case s.Degraded == service.FailedClosed:
 		return headers.ReasonUnavailable
 	case s.Result.Reason == sluice.ReasonCostTooHigh:
 		return headers.ReasonCostTooHigh

@@ -1,0 +1,274 @@
+package service
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// compiled is what the engine derives once per snapshot.
+type compiled struct {
+	snap  *rules.Snapshot
+	rules map[*rules.Rule]*ruleInfo
+}
+
+// ruleInfo is the per-rule data the hot path needs ready-made.
+type ruleInfo struct {
+	middle  string       // key part after the hash tag
+	local   sluice.Limit // limit for the local fallback
+	mode    rules.FailureMode
+	current CurrentLimit
+	count   func(outcome string, near bool) // Metrics.Rule's recorder
+}
+
+// rulesFor returns the per-rule data of snapshot s, building it on the first
+// check after a reload.
+func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
+	if c := e.cache.Load(); c != nil && c.snap == s {
+		return c
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.cache.Load()
+	if old != nil && old.snap == s {
+		return old
+	}
+	c := &compiled{snap: s, rules: map[*rules.Rule]*ruleInfo{}}
+	live := map[[2]string]bool{}
+	for _, r := range s.Rules() {
+		info := &ruleInfo{mode: r.FailureMode}
+		if info.mode == rules.FailureDefault {
+			info.mode = e.cfg.DefaultFailureMode
+		}
+		if !r.Unlimited {
+			info.middle = ruleMiddle(r)
+			info.local = scaleLimit(r.Limit, e.cfg.ExpectedReplicas)
+		}
+		info.current = CurrentLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Limit.Window}
+		info.count = e.m.Rule(r.Domain, r.ID)
+		c.rules[r] = info
+		live[[2]string{r.Domain, r.ID}] = true
+	}
+	if old != nil { // drop the series of rules that are gone
+		for r := range old.rules {
+			if !live[[2]string{r.Domain, r.ID}] {
+				e.m.DropRule(r.Domain, r.ID)
+			}
+		}
+	}
+	e.cache.Store(c)
+	return c
+}
+
+// scaleLimit divides a limit's quota and burst by the replica count, rounding
+// up and keeping at least 1 of a non-zero figure. If the result would not be
+// a valid limit, the limit is kept as it is.
+func scaleLimit(l sluice.Limit, replicas int) sluice.Limit {
+	if replicas <= 1 {
+		return l
+	}
+	div := func(x int64) int64 {
+		if x == 0 {
+			return 0
+		}
+		return max(1, (x+int64(replicas)-1)/int64(replicas))
+	}
+	s := l
+	s.Quota, s.Burst = div(l.Quota), div(l.Burst)
+	if s.Validate() != nil {
+		return l
+	}
+	return s
+}
+
+// plan is one descriptor's part of a check.
+type plan struct {
+	desc    int         // index into the request's descriptors
+	info    *ruleInfo   // nil for an override
+	rule    *rules.Rule // nil for an override
+	mode    rules.FailureMode
+	shadow  bool
+	local   sluice.Limit
+	op      int  // index into ops, -1 when the rule is unlimited
+	ks, ke  int  // the op's key is scratch.key[ks:ke]
+	dropped bool // replaced by another matched rule
+	// shadowHit: a shadow-mode limit denied in an earlier pass and was
+	// retried as a look; shadowRes is the denial it reported.
+	shadowHit bool
+	shadowRes sluice.Result
+	// calExcess: a calendar quota's store window outlasts its period by
+	// this much (see rules.Calendar.Limit).
+	calExcess time.Duration
+}
+
+// scratch holds a check's working memory, reused through a pool.
+type scratch struct {
+	plans   []plan
+	ops     []sluice.Op
+	results []sluice.Result
+	local   []sluice.Op
+	lres    []sluice.Result
+	key     []byte
+	obs     []byte // an Observer's key
+	// calendar: a planned limit is a calendar quota (trimCalendar applies).
+	calendar bool
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func (s *scratch) release() {
+	clear(s.ops) // drop references to keys
+	clear(s.local)
+	for i := range s.plans {
+		s.plans[i] = plan{}
+	}
+	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs =
+		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0]
+	s.calendar = false
+	scratchPool.Put(s)
+}
+
+// plan matches each descriptor of req against the rules in force and puts
+// one op per limit in sc (overrides as fixed windows, unlimited rules as
+// plans without an op, replaced rules dropped). It returns the response with
+// every status OK and its rule and current limit filled in; decide fills in
+// the store's answers.
+func (e *Engine) plan(sc *scratch, req *Request) Response {
+	snap := e.src.Current()
+	c := e.rulesFor(snap)
+	n := len(req.Descriptors)
+	resp := Response{OverallCode: CodeOK}
+	var currents []CurrentLimit // allocated once, when the first limit matches
+	if n == 1 {
+		// The common case in one allocation.
+		one := new(struct {
+			st [1]Status
+			cl [1]CurrentLimit
+		})
+		resp.Statuses, currents = one.st[:], one.cl[:]
+	} else {
+		resp.Statuses = make([]Status, n)
+	}
+
+	knownDomain := snap.HasDomain(req.Domain)
+	replacing := false
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		st := &resp.Statuses[i]
+		st.Code = CodeOK
+		if !knownDomain {
+			continue
+		}
+		cost := req.Hits
+		if cost == 0 {
+			cost = 1
+		}
+		if d.Hits != nil {
+			cost = *d.Hits
+		}
+		if d.Limit != nil {
+			window, _ := rules.UnitWindow(d.Limit.Unit) // validated
+			lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: int64(d.Limit.RequestsPerUnit), Window: window}
+			if currents == nil {
+				currents = make([]CurrentLimit, n)
+			}
+			currents[i] = CurrentLimit{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: strings.ToLower(d.Limit.Unit), Window: window}
+			st.CurrentLimit = &currents[i]
+			ks := len(sc.key)
+			sc.key = appendKey(sc.key, req.Domain, d.Entries, nil, string(overrideMiddle(lim)))
+			sc.plans = append(sc.plans, plan{desc: i, mode: e.cfg.DefaultFailureMode, local: scaleLimit(lim, e.cfg.ExpectedReplicas),
+				op: len(sc.ops), ks: ks, ke: len(sc.key)})
+			sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: int64(cost)})
+			continue
+		}
+		r := snap.Match(req.Domain, d.Entries)
+		if r == nil {
+			continue
+		}
+		ov := e.overrideFor(r, d.Entries)
+		if ov.off {
+			continue // switched off: as if no rule matched
+		}
+		info := c.rules[r]
+		st.Rule = r
+		if len(r.Replaces) > 0 {
+			replacing = true
+		}
+		if r.Unlimited {
+			st.Unlimited = true
+			sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, op: -1})
+			continue
+		}
+		if currents == nil {
+			currents = make([]CurrentLimit, n)
+		}
+		currents[i] = info.current
+		st.CurrentLimit = &currents[i]
+		ks := len(sc.key)
+		lim, excess := e.limitFor(r, &ov, &currents[i])
+		local, own := info.local, (*sluice.Limit)(nil)
+		if lim != r.Limit {
+			local, own = scaleLimit(lim, e.cfg.ExpectedReplicas), &lim
+		}
+		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, subCounter(r), own)
+		sc.calendar = sc.calendar || excess != 0
+		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow, local: local,
+			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess})
+		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: int64(cost)})
+	}
+	if replacing {
+		e.applyReplaces(sc, &resp)
+	}
+	if len(sc.ops) > 0 {
+		// One allocation for every key of the request.
+		keys := string(sc.key)
+		for i := range sc.plans {
+			if p := &sc.plans[i]; p.op >= 0 {
+				sc.ops[p.op].Key = keys[p.ks:p.ke]
+			}
+		}
+	}
+	return resp
+}
+
+// applyReplaces drops the limits whose names other matched rules replace.
+func (e *Engine) applyReplaces(sc *scratch, resp *Response) {
+	kept := sc.ops[:0]
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.rule != nil && p.rule.Name != "" && replaced(p.rule, sc.plans) {
+			p.dropped = true
+			resp.Statuses[p.desc] = Status{Code: CodeOK}
+			continue
+		}
+		if p.op >= 0 {
+			p.op, kept = len(kept), append(kept, sc.ops[p.op])
+		}
+	}
+	for i := range sc.plans {
+		if p := &sc.plans[i]; p.dropped {
+			p.op = -1
+		}
+	}
+	sc.ops = kept
+}
+
+// replaced reports whether a matched rule other than r itself names r in its
+// replaces.
+func replaced(r *rules.Rule, plans []plan) bool {
+	for i := range plans {
+		o := plans[i].rule
+		if o == nil || o == r {
+			continue
+		}
+		for _, n := range o.Replaces {
+			if n == r.Name {
+				return true
+			}
+		}
+	}
+	return false
+}

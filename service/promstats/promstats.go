@@ -1,0 +1,191 @@
+// Package promstats keeps a Sluice engine's metrics in Prometheus: Metrics
+// implements service.Metrics, and also records rule reloads
+// (ObserveReload) and, with NewHealthCollector, the store's per-node
+// breaker state. It is the only part of Sluice that imports the Prometheus
+// client, so a program that embeds the engine without it links none.
+package promstats
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// The outcome label values, as the engine reports them (service.Outcome*).
+var outcomes = [...]string{"allowed", "denied", "shadow_denied", "failed_open", "failed_closed", "local_allowed", "local_denied"}
+
+// outcomeIndex returns the index of an outcome in outcomes, or -1.
+func outcomeIndex(o string) int {
+	for i, name := range outcomes {
+		if name == o {
+			return i
+		}
+	}
+	return -1
+}
+
+// Metrics are the engine's Prometheus metrics. Create them with New; one
+// Metrics may serve one Engine. All methods are safe for concurrent use.
+// The collectors are exported for tests and for custom registration.
+//
+//	sluice_decisions_total{domain, rule, outcome}   counter  one per descriptor decided by a rule
+//	sluice_near_limit_total{domain, rule}           counter  allowed hits past the near-limit ratio of the limit
+//	sluice_check_duration_seconds                   histogram  Engine.Check latency
+//	sluice_store_errors_total{reason}               counter  error, timeout, breaker_open
+//	sluice_checks_abandoned_total                   counter  checks whose caller gave up before the store answered
+//	sluice_rule_reloads_total{result}               counter  success, failure
+//	sluice_rules_last_reload_success                gauge    1 if the last reload succeeded
+//	sluice_rules_last_reload_timestamp_seconds      gauge    time of the last successful load
+type Metrics struct {
+	Decisions   *prometheus.CounterVec
+	NearLimit   *prometheus.CounterVec
+	Duration    prometheus.Histogram
+	StoreErrors *prometheus.CounterVec
+	Abandons    prometheus.Counter
+	Reloads     *prometheus.CounterVec
+	ReloadTime  prometheus.Gauge
+	ReloadOK    prometheus.Gauge
+}
+
+// New creates the metrics and registers them with reg (nil: not
+// registered, useful in tests). It panics if reg already holds metrics of the
+// same names, as prometheus.MustRegister does: that is a wiring mistake found
+// at start.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Descriptor decisions by domain, rule and outcome (allowed, denied, shadow_denied, failed_open, failed_closed, local_allowed, local_denied).",
+		}, []string{"domain", "rule", "outcome"}),
+		NearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_near_limit_total",
+			Help: "Allowed descriptor hits that used more than the near-limit ratio of their limit.",
+		}, []string{"domain", "rule"}),
+		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_check_duration_seconds",
+			Help:    "Time to decide one check request, store call included.",
+			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1},
+		}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Check requests the store did not decide, by reason (error, timeout, breaker_open).",
+		}, []string{"reason"}),
+		Abandons: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_checks_abandoned_total",
+			Help: "Checks whose caller's context ended before the store answered (backpressure, not a store failure).",
+		}),
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rule_reloads_total",
+			Help: "Rule directory reloads by result (success, failure).",
+		}, []string{"result"}),
+		ReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_rules_last_reload_success",
+			Help: "1 if the last rule reload succeeded (the rules in force are the files on disk), 0 if it failed.",
+		}),
+		ReloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_rules_last_reload_timestamp_seconds",
+			Help: "Unix time of the last successful rule load.",
+		}),
+	}
+	for _, r := range []string{"error", "timeout", "breaker_open"} {
+		m.StoreErrors.WithLabelValues(r)
+	}
+	m.Reloads.WithLabelValues("success")
+	m.Reloads.WithLabelValues("failure")
+	m.ReloadOK.Set(1)
+	m.ReloadTime.SetToCurrentTime()
+	if reg != nil {
+		reg.MustRegister(m.Decisions, m.NearLimit, m.Duration, m.StoreErrors, m.Abandons, m.Reloads, m.ReloadOK, m.ReloadTime)
+	}
+	return m
+}
+
+// Rule implements service.Metrics: the recorder holds the rule's series,
+// created now, so that every rule has them from the start.
+func (m *Metrics) Rule(domain, rule string) func(outcome string, near bool) {
+	var byOutcome [len(outcomes)]prometheus.Counter
+	for i, o := range outcomes {
+		byOutcome[i] = m.Decisions.WithLabelValues(domain, rule, o)
+	}
+	nearC := m.NearLimit.WithLabelValues(domain, rule)
+	return func(outcome string, near bool) {
+		if i := outcomeIndex(outcome); i >= 0 {
+			byOutcome[i].Inc()
+		} else {
+			m.Decisions.WithLabelValues(domain, rule, outcome).Inc()
+		}
+		if near {
+			nearC.Inc()
+		}
+	}
+}
+
+// DropRule implements service.Metrics.
+func (m *Metrics) DropRule(domain, rule string) {
+	for _, o := range outcomes {
+		m.Decisions.DeleteLabelValues(domain, rule, o)
+	}
+	m.NearLimit.DeleteLabelValues(domain, rule)
+}
+
+// Decision implements service.Metrics.
+func (m *Metrics) Decision(domain, rule, outcome string, near bool) {
+	m.Decisions.WithLabelValues(domain, rule, outcome).Inc()
+	if near {
+		m.NearLimit.WithLabelValues(domain, rule).Inc()
+	}
+}
+
+// StoreError implements service.Metrics.
+func (m *Metrics) StoreError(reason string) { m.StoreErrors.WithLabelValues(reason).Inc() }
+
+// Abandoned implements service.Metrics.
+func (m *Metrics) Abandoned() { m.Abandons.Inc() }
+
+// CheckDuration implements service.Metrics.
+func (m *Metrics) CheckDuration(d time.Duration) { m.Duration.Observe(d.Seconds()) }
+
+// ObserveReload records one rule reload. Its signature fits
+// watch.Watcher.OnReload: w.OnReload = m.ObserveReload.
+func (m *Metrics) ObserveReload(ok bool, _ error) {
+	if ok {
+		m.Reloads.WithLabelValues("success").Inc()
+		m.ReloadOK.Set(1)
+		m.ReloadTime.Set(float64(time.Now().UnixNano()) / 1e9)
+		return
+	}
+	m.Reloads.WithLabelValues("failure").Inc()
+	m.ReloadOK.Set(0)
+}
+
+// breakerStates are the values of sluice_store_breaker_state.
+var breakerStates = map[string]float64{"closed": 0, "half-open": 1, "open": 2}
+
+// healthCollector exports a store's per-node health at each scrape.
+type healthCollector struct {
+	hr   sluice.HealthReporter
+	desc *prometheus.Desc
+}
+
+// NewHealthCollector returns a collector of
+//
+//	sluice_store_breaker_state{node}   gauge  0 closed, 1 half-open, 2 open
+//
+// read from hr at each scrape: one series per store node (host:port). Register
+// it when the store implements sluice.HealthReporter.
+func NewHealthCollector(hr sluice.HealthReporter) prometheus.Collector {
+	return &healthCollector{hr: hr, desc: prometheus.NewDesc("sluice_store_breaker_state",
+		"State of the circuit breaker of each store node: 0 closed, 1 half-open, 2 open.", []string{"node"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, n := range c.hr.Health() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, breakerStates[n.State], n.Node)
+	}
+}

@@ -1,0 +1,90 @@
+package service
+
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// record applies shadow mode to the statuses, sets the overall code, and
+// counts the decisions.
+func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.dropped {
+			continue
+		}
+		st := &resp.Statuses[p.desc]
+		var out int
+		switch {
+		case p.op < 0: // unlimited
+			out = outAllowed
+		case st.Code == CodeOverLimit && p.shadow:
+			st.Code, st.Shadowed = CodeOK, true
+			out = outShadowDenied
+		case st.Degraded == FailedOpen:
+			out = outFailedOpen
+		case st.Degraded == FailedClosed:
+			out = outFailedClosed
+		case st.Degraded == Local && st.Code == CodeOverLimit:
+			out = outLocalDenied
+		case st.Degraded == Local:
+			out = outLocalAllowed
+		case st.Code == CodeOverLimit:
+			out = outDenied
+		default:
+			out = outAllowed
+		}
+		if p.shadowHit {
+			st.Code, st.Shadowed = CodeOK, true
+			out = outShadowDenied
+		}
+		if st.Code == CodeOverLimit {
+			resp.OverallCode = CodeOverLimit
+		}
+		near := out == outAllowed && p.op >= 0 && st.Result.Limit > 0 &&
+			float64(st.Result.Limit-st.Result.Remaining) > e.cfg.NearLimitRatio*float64(st.Result.Limit)
+		switch {
+		case p.info == nil: // override: never per-value labels
+			e.m.Decision(req.Domain, "override", outcomeNames[out], near)
+		case p.rule.DetailedMetric:
+			label := e.detailed.label(e.cfg.Limits, req.Domain, p.rule.ID, req.Descriptors[p.desc].Entries)
+			e.m.Decision(req.Domain, label, outcomeNames[out], near)
+		default:
+			p.info.count(outcomeNames[out], near)
+		}
+	}
+}
+
+// observe tells the Observer each rule-file limit's decision.
+func (e *Engine) observe(now time.Time, sc *scratch, req *Request, resp *Response) {
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.dropped || p.op < 0 || p.rule == nil {
+			continue
+		}
+		st := &resp.Statuses[p.desc]
+		denied := st.Shadowed || (st.Code == CodeOverLimit && st.Degraded != FailedClosed)
+		sc.obs = appendEntries(sc.obs[:0], req.Descriptors[p.desc].Entries)
+		e.cfg.Observer.Observe(now, req.Domain, p.rule.ID, sc.obs, denied)
+	}
+}
+
+// appendEntries appends entries as "k1=v1.k2=v2".
+func appendEntries(b []byte, entries []rules.Entry) []byte {
+	for i, en := range entries {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, en.Key...)
+		b = append(b, '=')
+		b = append(b, en.Value...)
+	}
+	return b
+}
+
+// detailedLabel is the rule label of a detailed_metric rule: the request's
+// entries as key=value joined with ".".
+func detailedLabel(entries []rules.Entry) string {
+	return string(appendEntries(nil, entries))
+}
