@@ -1,0 +1,73 @@
+package headers
+
+import (
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+)
+
+func TestDecision(t *testing.T) {
+	perMin := &service.CurrentLimit{RequestsPerUnit: 20, Unit: "minute", Window: time.Minute}
+	ok := func(rem int64, reset time.Duration) service.Status {
+		return service.Status{Code: service.CodeOK, CurrentLimit: perMin, Rule: &rules.Rule{ID: "ok"},
+			Result: sluice.Result{Allowed: true, Limit: 20, Remaining: rem, ResetAfter: reset}}
+	}
+	limited := service.Status{Code: service.CodeOverLimit, CurrentLimit: perMin, Rule: &rules.Rule{Name: "lim"},
+		Result: sluice.Result{Reason: sluice.ReasonLimited, Limit: 20, ResetAfter: 50 * time.Second, RetryAfter: 2500 * time.Millisecond}}
+	tooHigh := service.Status{Code: service.CodeOverLimit, CurrentLimit: perMin, Rule: &rules.Rule{Name: "big"},
+		Result: sluice.Result{Reason: sluice.ReasonCostTooHigh, Limit: 20, Remaining: 7, ResetAfter: 40 * time.Second}}
+	closed := service.Status{Code: service.CodeOverLimit, CurrentLimit: perMin, Rule: &rules.Rule{ID: "strict"}, Degraded: service.FailedClosed}
+	shadow := service.Status{Code: service.CodeOK, Shadowed: true, CurrentLimit: perMin, Rule: &rules.Rule{ID: "trial", ShadowMode: true},
+		Result: sluice.Result{Reason: sluice.ReasonLimited, Limit: 20}}
+	tests := []struct {
+		name       string
+		statuses   []service.Status
+		status     int
+		reason     string
+		retryAfter int64
+		limits     []ServiceLimit
+		violated   []string
+	}{
+		{"allowed", []service.Status{ok(5, 10*time.Second), shadow}, 0, "", 0,
+			[]ServiceLimit{{Name: "ok", Remaining: 5, Reset: 10}}, nil},
+		{"limited: t and Retry-After are when it would pass", []service.Status{ok(5, 10*time.Second), limited}, 429, ReasonLimited, 3,
+			[]ServiceLimit{{Name: "ok", Remaining: 5, Reset: 10}, {Name: "lim", Remaining: 0, Reset: 3}}, []string{"lim"}},
+		{"cost too high wins: no Retry-After", []service.Status{limited, tooHigh}, 429, ReasonCostTooHigh, 0,
+			[]ServiceLimit{{Name: "lim", Remaining: 0, Reset: 3}, {Name: "big", Remaining: 7, Reset: 40}}, []string{"lim", "big"}},
+		{"store down, fails closed: 503", []service.Status{ok(1, time.Second), closed}, 503, ReasonUnavailable, 1,
+			[]ServiceLimit{{Name: "ok", Remaining: 1, Reset: 1}}, nil},
+		{"a refusal beats a store that is down", []service.Status{closed, limited}, 429, ReasonLimited, 3,
+			[]ServiceLimit{{Name: "lim", Remaining: 0, Reset: 3}}, []string{"lim"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var d Decision
+			d.Add(&service.Response{Statuses: tt.statuses})
+			if d.Status != tt.status || d.Reason != tt.reason || d.RetryAfter != tt.retryAfter {
+				t.Errorf("status %d reason %q Retry-After %d, want %d %q %d", d.Status, d.Reason, d.RetryAfter, tt.status, tt.reason, tt.retryAfter)
+			}
+			if !reflect.DeepEqual(d.Limits, tt.limits) || !reflect.DeepEqual(d.Violated, tt.violated) {
+				t.Errorf("limits %+v violated %q, want %+v %q", d.Limits, d.Violated, tt.limits, tt.violated)
+			}
+			h := http.Header{}
+			d.Write(h)
+			if got := h.Get(RetryAfter) != ""; got != (tt.retryAfter > 0) {
+				t.Errorf("Retry-After field %q, want one: %v", h.Get(RetryAfter), tt.retryAfter > 0)
+			}
+			if tt.status != 0 {
+				if p := d.Problem(""); p.Status != tt.status || p.Reason != tt.reason {
+					t.Errorf("problem %+v, want status %d reason %q", p, tt.status, tt.reason)
+				}
+			}
+			d.Reset()
+			if d.Status != 0 || len(d.Limits) != 0 || d.Legacy != nil {
+				t.Errorf("after Reset: %+v, want empty", d)
+			}
+		})
+	}
+}
