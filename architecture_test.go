@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -126,7 +125,7 @@ func packagePath(name string) string {
 // goList runs go list with args in the module and returns its output lines.
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append([]string{"list"}, args...)...).Output()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("go list %v: %v\n%s", args, err, ee.Stderr)
