@@ -110,13 +110,13 @@ type Handler struct {
 	nEntries int
 	releaser Releaser // cfg.Checker, when it can release leases
 
-	policies cow.Map[policyKey, string] // rendered RateLimit-Policy members
-	bodies   cow.Map[string, []byte]    // 429 bodies by the one violated policy
+	byRule   cow.Map[*rules.Rule, string] // rendered RateLimit-Policy members of rules
+	policies cow.Map[policyKey, string]   // … of other limits (Config.Concurrency, remote ones)
+	bodies   cow.Map[string, []byte]      // 429 bodies by the one violated policy
 }
 
-// policyKey identifies a rendered RateLimit-Policy member.
+// policyKey identifies a rendered RateLimit-Policy member without a rule.
 type policyKey struct {
-	rule   *rules.Rule
 	name   string
 	quota  int64
 	window int64
@@ -423,16 +423,26 @@ func (h *Handler) writeFields(hdr http.Header, sc *scratch) {
 // policyMember returns the RateLimit-Policy member d.Policies[i], rendered
 // once through the structured-fields library and cached.
 func (h *Handler) policyMember(d *headers.Decision, i int) string {
-	p := &d.Policies[i]
-	k := policyKey{rule: d.Rules[i], name: p.Name, quota: p.Quota, window: p.Window, unit: p.Unit}
-	if s, ok := h.policies.Get(k); ok {
+	p, r := &d.Policies[i], d.Rules[i]
+	k := policyKey{name: p.Name, quota: p.Quota, window: p.Window, unit: p.Unit}
+	if r != nil {
+		// A rule's member never changes (rules are immutable; its quota
+		// is the rule's): the pointer is the cheapest key.
+		if s, ok := h.byRule.Get(r); ok {
+			return s
+		}
+	} else if s, ok := h.policies.Get(k); ok {
 		return s
 	}
 	s, err := headers.FormatPolicies(*p)
 	if err != nil {
 		s = `"invalid";q=0` // unreachable: names are sanitized and numbers bounded
 	}
-	h.policies.Put(k, s)
+	if r != nil {
+		h.byRule.Put(r, s)
+	} else {
+		h.policies.Put(k, s)
+	}
 	return s
 }
 
