@@ -55,39 +55,25 @@ type Metrics struct {
 // at start.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_decisions_total",
-			Help: "Descriptor decisions by domain, rule and outcome (allowed, denied, shadow_denied, failed_open, failed_closed, local_allowed, local_denied).",
-		}, []string{"domain", "rule", "outcome"}),
-		NearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_near_limit_total",
-			Help: "Allowed descriptor hits that used more than the near-limit ratio of their limit.",
-		}, []string{"domain", "rule"}),
+		Decisions: counterVec("sluice_decisions_total",
+			"Descriptor decisions by domain, rule and outcome (allowed, denied, shadow_denied, failed_open, failed_closed, local_allowed, local_denied).",
+			"domain", "rule", "outcome"),
+		NearLimit: counterVec("sluice_near_limit_total",
+			"Allowed descriptor hits that used more than the near-limit ratio of their limit.", "domain", "rule"),
 		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_check_duration_seconds",
 			Help:    "Time to decide one check request, store call included.",
 			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1},
 		}),
-		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_errors_total",
-			Help: "Check requests the store did not decide, by reason (error, timeout, breaker_open).",
-		}, []string{"reason"}),
-		Abandons: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_checks_abandoned_total",
-			Help: "Checks whose caller's context ended before the store answered (backpressure, not a store failure).",
-		}),
-		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_rule_reloads_total",
-			Help: "Rule directory reloads by result (success, failure).",
-		}, []string{"result"}),
-		ReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_rules_last_reload_success",
-			Help: "1 if the last rule reload succeeded (the rules in force are the files on disk), 0 if it failed.",
-		}),
-		ReloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_rules_last_reload_timestamp_seconds",
-			Help: "Unix time of the last successful rule load.",
-		}),
+		StoreErrors: counterVec("sluice_store_errors_total",
+			"Check requests the store did not decide, by reason (error, timeout, breaker_open).", "reason"),
+		Abandons: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_checks_abandoned_total",
+			Help: "Checks whose caller's context ended before the store answered (backpressure, not a store failure)."}),
+		Reloads: counterVec("sluice_rule_reloads_total", "Rule directory reloads by result (success, failure).", "result"),
+		ReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_last_reload_success",
+			Help: "1 if the last rule reload succeeded (the rules in force are the files on disk), 0 if it failed."}),
+		ReloadTime: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_last_reload_timestamp_seconds",
+			Help: "Unix time of the last successful rule load."}),
 	}
 	for _, r := range []string{"error", "timeout", "breaker_open"} {
 		m.StoreErrors.WithLabelValues(r)
@@ -100,6 +86,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Decisions, m.NearLimit, m.Duration, m.StoreErrors, m.Abandons, m.Reloads, m.ReloadOK, m.ReloadTime)
 	}
 	return m
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 // Rule implements service.Metrics: the recorder holds the rule's series,
