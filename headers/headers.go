@@ -12,8 +12,11 @@
 // member that lacks a required parameter or has one of the wrong type is
 // skipped, unknown parameters are ignored. Parsers never panic.
 //
-// The package depends only on the standard library and the structured-fields
-// library, so both servers and clients can use it.
+// Decision is the one mapping from an engine's answer (service.Response) to
+// these fields, the HTTP status and the problem body; every transport
+// renders through it, so the gRPC server, the HTTP API and the middleware
+// cannot disagree. Beyond the engine's types, the package depends only on
+// the standard library and the structured-fields library.
 package headers
 
 import (
