@@ -12,6 +12,12 @@
 // Releaser (*service.Engine is; the remote Checker is not, because Envoy's
 // protocol cannot release). Config.Concurrency applies such limits in the
 // middleware itself, through sluice.Limiter, with any Checker.
+//
+// The edge decides all or nothing: Config.Concurrency slots are taken
+// first, so a request refused there (429, or 503 with Shed) is never shown
+// to the Checker and charges no rate limit; a request the Checker refuses
+// gives its slots back. The fields and bodies come from headers.Decision,
+// the mapping every Sluice transport uses.
 package httplimit
 
 import (

@@ -2,8 +2,8 @@
 // (envoy.service.ratelimit.v3) and the engine's types (package service), in
 // both directions: a server (server/rls, server/api's /json) reads requests
 // and writes responses, a client (httplimit/remote) writes requests and
-// reads responses. It is the only place that knows the protobuf shapes, so
-// the two sides cannot drift apart.
+// reads responses. It is the only place that converts between them, so the
+// two sides cannot drift apart.
 package rlsproto
 
 import (
