@@ -12,11 +12,9 @@
 // member that lacks a required parameter or has one of the wrong type is
 // skipped, unknown parameters are ignored. Parsers never panic.
 //
-// Decision is the one mapping from an engine's answer (service.Response) to
-// these fields, the HTTP status and the problem body; every transport
-// renders through it, so the gRPC server, the HTTP API and the middleware
-// cannot disagree. Beyond the engine's types, the package depends only on
-// the standard library and the structured-fields library.
+// The package depends only on the standard library and the structured-fields
+// library, so both servers and clients can use it. Package headers/edge maps
+// an engine's answer to these fields, for every Sluice transport.
 package headers
 
 import (

@@ -6,6 +6,19 @@ import (
 	"strconv"
 )
 
+// Reasons a refusal gives, in the "reason" member of problem+json bodies and
+// of Sluice's JSON answers.
+const (
+	// ReasonLimited: over a limit now; Retry-After says when to come back.
+	ReasonLimited = "limited"
+	// ReasonCostTooHigh: the request costs more than a limit can ever admit.
+	// Waiting does not help, so no Retry-After is sent.
+	ReasonCostTooHigh = "cost_too_high"
+	// ReasonUnavailable: the limit could not be decided (its store is down
+	// and it fails closed) or the server is shedding load: a 503.
+	ReasonUnavailable = "unavailable"
+)
+
 // QuotaExceededType is the problem type of draft-10 for a 429.
 const QuotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 

@@ -16,7 +16,7 @@
 // The edge decides all or nothing: Config.Concurrency slots are taken
 // first, so a request refused there (429, or 503 with Shed) is never shown
 // to the Checker and charges no rate limit; a request the Checker refuses
-// gives its slots back. The fields and bodies come from headers.Decision,
+// gives its slots back. The fields and bodies come from edge.Decision,
 // the mapping every Sluice transport uses.
 package httplimit
 
@@ -31,6 +31,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
+	"github.com/sluice-rl/sluice/headers/edge"
 	"github.com/sluice-rl/sluice/internal/cow"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
@@ -184,7 +185,7 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 type scratch struct {
 	descs   []service.Descriptor
 	entries []rules.Entry
-	d       headers.Decision
+	d       edge.Decision
 	slots   []slot
 	detail  string // the problem's detail when not the default
 	policy  []byte
@@ -395,7 +396,7 @@ var (
 )
 
 // writeFields sets RateLimit, RateLimit-Policy and the legacy fields: the
-// members headers.Decision chose, rendered without a map per response.
+// members edge.Decision chose, rendered without a map per response.
 func (h *Handler) writeFields(hdr http.Header, sc *scratch) {
 	d := &sc.d
 	if len(d.Limits) == 0 {
@@ -428,7 +429,7 @@ func (h *Handler) writeFields(hdr http.Header, sc *scratch) {
 
 // policyMember returns the RateLimit-Policy member d.Policies[i], rendered
 // once through the structured-fields library and cached.
-func (h *Handler) policyMember(d *headers.Decision, i int) string {
+func (h *Handler) policyMember(d *edge.Decision, i int) string {
 	p, r := &d.Policies[i], d.Rules[i]
 	k := policyKey{name: p.Name, quota: p.Quota, window: p.Window, unit: p.Unit}
 	if r != nil {
@@ -478,7 +479,7 @@ func (h *Handler) refuse(w http.ResponseWriter, sc *scratch) {
 
 // quotaBody returns the problem+json body of a 429 refused by one policy.
 // The returned slice is shared and must not be modified.
-func (h *Handler) quotaBody(d *headers.Decision) []byte {
+func (h *Handler) quotaBody(d *edge.Decision) []byte {
 	name := d.Violated[0]
 	if b, ok := h.bodies.Get(name); ok {
 		return b

@@ -202,7 +202,7 @@ func fillCurrentLimit(out *rlsv3.RateLimitResponse_RateLimit, cl *service.Curren
 //
 // overall_code is OVER_LIMIT if any status is, else OK; never UNKNOWN. The
 // response carries no response_headers_to_add: the caller adds them (from
-// headers.Decision) when configured to.
+// edge.Decision) when configured to.
 func ToProto(resp service.Response) *rlsv3.RateLimitResponse {
 	n := len(resp.Statuses)
 	var out *rlsv3.RateLimitResponse

@@ -22,6 +22,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-rl/sluice/headers"
+	"github.com/sluice-rl/sluice/headers/edge"
 	"github.com/sluice-rl/sluice/internal/rlsproto"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
@@ -256,7 +257,7 @@ func (h *handler) fields(w http.ResponseWriter, resp service.Response) {
 	if !h.opts.ResponseHeaders {
 		return
 	}
-	var d headers.Decision
+	var d edge.Decision
 	d.Add(&resp)
 	d.Write(w.Header())
 }

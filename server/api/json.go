@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
+	"github.com/sluice-rl/sluice/headers/edge"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -331,10 +332,10 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 	return out
 }
 
-// reason is the reason of a refused request, as headers.Decision gives it
+// reason is the reason of a refused request, as edge.Decision gives it
 // to every transport.
 func reason(resp *service.Response) string {
-	var d headers.Decision
+	var d edge.Decision
 	d.Add(resp)
 	return d.Reason
 }

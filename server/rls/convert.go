@@ -5,7 +5,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
-	"github.com/sluice-rl/sluice/headers"
+	"github.com/sluice-rl/sluice/headers/edge"
 	"github.com/sluice-rl/sluice/internal/rlsproto"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -15,12 +15,12 @@ import (
 var ErrInvalidRequest = rlsproto.ErrInvalidRequest
 
 // response renders resp, with the RateLimit, RateLimit-Policy and
-// Retry-After fields of headers.Decision in response_headers_to_add when
+// Retry-After fields of edge.Decision in response_headers_to_add when
 // withHeaders is set.
 func response(resp service.Response, withHeaders bool) *rlsv3.RateLimitResponse {
 	out := rlsproto.ToProto(resp)
 	if withHeaders {
-		var d headers.Decision
+		var d edge.Decision
 		d.Add(&resp)
 		for _, f := range d.Fields() {
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: f.Key, Value: f.Value})

@@ -9,7 +9,7 @@ import (
 	"github.com/sluice-rl/sluice/service"
 )
 
-// TestResponseHeaders: response_headers_to_add are headers.Decision's fields,
+// TestResponseHeaders: response_headers_to_add are edge.Decision's fields,
 // every advertised policy in request order, Retry-After when refused.
 func TestResponseHeaders(t *testing.T) {
 	perSec := &service.CurrentLimit{Name: `per "ip"`, RequestsPerUnit: 10, Unit: "second", Window: time.Second}

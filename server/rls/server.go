@@ -34,7 +34,7 @@ type Options struct {
 	// the client's). Nil discards them.
 	Logger *slog.Logger
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
-	// response_headers_to_add, as headers.Decision renders them.
+	// response_headers_to_add, as edge.Decision renders them.
 	ResponseHeaders bool
 	// Limits bound the size of requests (see service.Limits); a request
 	// over one is refused with codes.InvalidArgument naming the limit,

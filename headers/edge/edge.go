@@ -1,4 +1,11 @@
-package headers
+// Package edge is the one mapping from a decision of the engine
+// (service.Response) to what an HTTP edge sends: the RateLimit and
+// RateLimit-Policy members, the status, Retry-After and the problem+json
+// body. The gRPC server's response_headers_to_add, the HTTP API and the
+// middleware all render through Decision, so they cannot disagree. The
+// fields themselves are rendered by package headers, which stays free of the
+// engine so that clients can use it alone.
+package edge
 
 import (
 	"net/http"
@@ -6,21 +13,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
-)
-
-// Reasons a refusal gives, in the "reason" member of problem+json bodies and
-// of Sluice's JSON answers.
-const (
-	// ReasonLimited: over a limit now; Retry-After says when to come back.
-	ReasonLimited = "limited"
-	// ReasonCostTooHigh: the request costs more than a limit can ever admit.
-	// Waiting does not help, so no Retry-After is sent.
-	ReasonCostTooHigh = "cost_too_high"
-	// ReasonUnavailable: the limit could not be decided (its store is down
-	// and it fails closed) or the server is shedding load: a 503.
-	ReasonUnavailable = "unavailable"
 )
 
 // Decision is how one rate-limit decision appears on the wire: the members
@@ -38,8 +33,8 @@ type Decision struct {
 	// it, 503 when a limit could not be decided and fails closed (or the
 	// caller sheds load).
 	Status int
-	// Reason is "" when the request may proceed, else ReasonLimited,
-	// ReasonCostTooHigh or ReasonUnavailable.
+	// Reason is "" when the request may proceed, else headers.ReasonLimited,
+	// headers.ReasonCostTooHigh or headers.ReasonUnavailable.
 	Reason string
 	// RetryAfter is the Retry-After in whole seconds; 0 sends none (allowed,
 	// or a cost no wait can cure).
@@ -48,9 +43,9 @@ type Decision struct {
 	// proceeding: the longest Delay of its limits.
 	Delay time.Duration
 	// Limits are the RateLimit members, one per advertised policy.
-	Limits []ServiceLimit
+	Limits []headers.ServiceLimit
 	// Policies are the RateLimit-Policy members, Policies[i] for Limits[i].
-	Policies []Policy
+	Policies []headers.Policy
 	// Rules[i] is the rule behind Policies[i], nil when there is none; it
 	// lets a caller cache the rendered member per rule.
 	Rules []*rules.Rule
@@ -93,9 +88,9 @@ func (d *Decision) Add(resp *service.Response) {
 			continue // no rule, unlimited, or no store answer (failed open)
 		}
 		window := st.CurrentLimit.Window
-		unit := Requests
+		unit := headers.Requests
 		if st.Rule != nil && st.Rule.Limit.Algorithm == sluice.Concurrency {
-			unit, window = ConcurrentRequests, 0
+			unit, window = headers.ConcurrentRequests, 0
 		}
 		quota := st.Result.Limit
 		if quota <= 0 {
@@ -107,46 +102,46 @@ func (d *Decision) Add(resp *service.Response) {
 }
 
 // AddLimit adds a policy the caller applied itself (the middleware's own
-// concurrency limits, say): name (sanitized with PolicyName), its quota and
+// concurrency limits, say): name (sanitized with headers.PolicyName), its quota and
 // window (0 for a concurrency limit, which is advertised with
 // qu="concurrent-requests"), and the store's answer. shed answers a refusal
 // with 503 (not the client's fault) instead of 429.
-func (d *Decision) AddLimit(name string, quota int64, window time.Duration, unit QuotaUnit, res *sluice.Result, shed bool) {
+func (d *Decision) AddLimit(name string, quota int64, window time.Duration, unit headers.QuotaUnit, res *sluice.Result, shed bool) {
 	if shed && !res.Allowed {
 		d.storeDown = true // a 503, as for a store that cannot decide
 	}
-	d.add(PolicyName(name), quota, window, unit, nil, res, !res.Allowed && !shed)
+	d.add(headers.PolicyName(name), quota, window, unit, nil, res, !res.Allowed && !shed)
 	d.settle()
 }
 
-func (d *Decision) add(name string, quota int64, window time.Duration, unit QuotaUnit, r *rules.Rule, res *sluice.Result, refused bool) {
-	reset := Seconds(res.ResetAfter)
+func (d *Decision) add(name string, quota int64, window time.Duration, unit headers.QuotaUnit, r *rules.Rule, res *sluice.Result, refused bool) {
+	reset := headers.Seconds(res.ResetAfter)
 	switch {
 	case !refused:
 	case res.Reason == sluice.ReasonCostTooHigh:
 		d.costTooHigh = true
-	case unit == ConcurrentRequests:
+	case unit == headers.ConcurrentRequests:
 		// A slot comes back when a holder finishes, usually well before
 		// its lease would expire.
 		d.RetryAfter = max(d.RetryAfter, 1)
 	default:
 		// t of a refused policy is when this request would pass, the
 		// moment Retry-After names.
-		reset = max(Seconds(res.RetryAfter), 1)
+		reset = max(headers.Seconds(res.RetryAfter), 1)
 		d.RetryAfter = max(d.RetryAfter, reset)
 	}
 	if refused {
 		d.Violated = append(d.Violated, name)
 	}
-	if unit == ConcurrentRequests {
+	if unit == headers.ConcurrentRequests {
 		reset = -1 // no time to name: slots come back as holders finish
 	}
 	d.Delay = max(d.Delay, res.Delay)
 	remaining := max(res.Remaining, 0)
-	d.Limits = append(d.Limits, ServiceLimit{Name: name, Remaining: remaining, Reset: reset})
-	p := Policy{Name: name, Quota: quota, Unit: unit}
-	if unit != ConcurrentRequests {
-		p.Window = max(Seconds(window), 1)
+	d.Limits = append(d.Limits, headers.ServiceLimit{Name: name, Remaining: remaining, Reset: reset})
+	p := headers.Policy{Name: name, Quota: quota, Unit: unit}
+	if unit != headers.ConcurrentRequests {
+		p.Window = max(headers.Seconds(window), 1)
 	}
 	d.Policies = append(d.Policies, p)
 	d.Rules = append(d.Rules, r)
@@ -155,17 +150,17 @@ func (d *Decision) add(name string, quota int64, window time.Duration, unit Quot
 	}
 }
 
-// settle derives Status, Reason and RetryAfter from what was added.
+// settle derives Status, Reason and Retry-After from what was added.
 func (d *Decision) settle() {
 	switch {
 	case len(d.Violated) > 0 && d.costTooHigh:
 		// Some limit can never admit this request: waiting is pointless.
-		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, ReasonCostTooHigh, 0
+		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonCostTooHigh, 0
 	case len(d.Violated) > 0:
-		d.Status, d.Reason = http.StatusTooManyRequests, ReasonLimited
+		d.Status, d.Reason = http.StatusTooManyRequests, headers.ReasonLimited
 		d.RetryAfter = max(d.RetryAfter, 1)
 	case d.storeDown:
-		d.Status, d.Reason, d.RetryAfter = http.StatusServiceUnavailable, ReasonUnavailable, 1
+		d.Status, d.Reason, d.RetryAfter = http.StatusServiceUnavailable, headers.ReasonUnavailable, 1
 	}
 }
 
@@ -173,23 +168,23 @@ func (d *Decision) settle() {
 // service cannot be asked, the request would wait too long, the server is
 // shedding load): Retry-After is retryAfter seconds (at least 1).
 func (d *Decision) Refuse(retryAfter int64) {
-	d.Status, d.Reason, d.RetryAfter = http.StatusServiceUnavailable, ReasonUnavailable, max(retryAfter, 1)
+	d.Status, d.Reason, d.RetryAfter = http.StatusServiceUnavailable, headers.ReasonUnavailable, max(retryAfter, 1)
 }
 
 // StatusName is the policy name of an engine status: the rule's name, else
 // its ID (the path of keys in the rule file), else the name of the limit
 // (from a remote server), else per_<unit>, made printable ASCII by
-// PolicyName.
+// headers.PolicyName.
 func StatusName(st *service.Status) string {
 	switch {
 	case st.Rule != nil && st.Rule.Name != "":
-		return PolicyName(st.Rule.Name)
+		return headers.PolicyName(st.Rule.Name)
 	case st.Rule != nil:
-		return PolicyName(st.Rule.ID)
+		return headers.PolicyName(st.Rule.ID)
 	case st.CurrentLimit != nil && st.CurrentLimit.Name != "":
-		return PolicyName(st.CurrentLimit.Name)
+		return headers.PolicyName(st.CurrentLimit.Name)
 	case st.CurrentLimit != nil && st.CurrentLimit.Unit != "":
-		return "per_" + PolicyName(st.CurrentLimit.Unit)
+		return "per_" + headers.PolicyName(st.CurrentLimit.Unit)
 	}
 	return "limit"
 }
@@ -198,19 +193,19 @@ func StatusName(st *service.Status) string {
 type Field struct{ Key, Value string }
 
 // Fields returns the fields of d: RateLimit-Policy and RateLimit when any
-// policy is advertised, Retry-After when RetryAfter is set. It is what a
+// policy is advertised, Retry-After when Retry-After is set. It is what a
 // transport without an http.Header (Envoy's response_headers_to_add) sends.
 func (d *Decision) Fields() []Field {
 	var out []Field
 	if len(d.Limits) > 0 {
-		policy, err1 := FormatPolicies(d.Policies...)
-		limit, err2 := FormatServiceLimits(d.Limits...)
+		policy, err1 := headers.FormatPolicies(d.Policies...)
+		limit, err2 := headers.FormatServiceLimits(d.Limits...)
 		if err1 == nil && err2 == nil { // names are sanitized and numbers bounded
-			out = append(out, Field{RateLimitPolicy, policy}, Field{RateLimit, limit})
+			out = append(out, Field{headers.RateLimitPolicy, policy}, Field{headers.RateLimit, limit})
 		}
 	}
 	if d.RetryAfter > 0 {
-		out = append(out, Field{RetryAfter, strconv.FormatInt(d.RetryAfter, 10)})
+		out = append(out, Field{headers.RetryAfter, strconv.FormatInt(d.RetryAfter, 10)})
 	}
 	return out
 }
@@ -225,16 +220,16 @@ func (d *Decision) Write(h http.Header) {
 // Problem returns the problem+json body of a refused decision: quota-exceeded
 // with the violated policies and the reason for a 429, about:blank for a 503.
 // detail may be "" for the default text.
-func (d *Decision) Problem(detail string) Problem {
+func (d *Decision) Problem(detail string) headers.Problem {
 	if d.Status == http.StatusTooManyRequests {
-		if detail == "" && d.Reason == ReasonCostTooHigh {
+		if detail == "" && d.Reason == headers.ReasonCostTooHigh {
 			detail = "the request costs more than the quota can ever admit"
 		}
-		p := QuotaExceeded(d.Violated, detail)
+		p := headers.QuotaExceeded(d.Violated, detail)
 		p.Reason = d.Reason
 		return p
 	}
-	p := Unavailable(detail)
-	p.Reason = ReasonUnavailable
+	p := headers.Unavailable(detail)
+	p.Reason = headers.ReasonUnavailable
 	return p
 }

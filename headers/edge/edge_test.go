@@ -1,4 +1,4 @@
-package headers
+package edge
 
 import (
 	"net/http"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -30,19 +31,19 @@ func TestDecision(t *testing.T) {
 		status     int
 		reason     string
 		retryAfter int64
-		limits     []ServiceLimit
+		limits     []headers.ServiceLimit
 		violated   []string
 	}{
 		{"allowed", []service.Status{ok(5, 10*time.Second), shadow}, 0, "", 0,
-			[]ServiceLimit{{Name: "ok", Remaining: 5, Reset: 10}}, nil},
-		{"limited: t and Retry-After are when it would pass", []service.Status{ok(5, 10*time.Second), limited}, 429, ReasonLimited, 3,
-			[]ServiceLimit{{Name: "ok", Remaining: 5, Reset: 10}, {Name: "lim", Remaining: 0, Reset: 3}}, []string{"lim"}},
-		{"cost too high wins: no Retry-After", []service.Status{limited, tooHigh}, 429, ReasonCostTooHigh, 0,
-			[]ServiceLimit{{Name: "lim", Remaining: 0, Reset: 3}, {Name: "big", Remaining: 7, Reset: 40}}, []string{"lim", "big"}},
-		{"store down, fails closed: 503", []service.Status{ok(1, time.Second), closed}, 503, ReasonUnavailable, 1,
-			[]ServiceLimit{{Name: "ok", Remaining: 1, Reset: 1}}, nil},
-		{"a refusal beats a store that is down", []service.Status{closed, limited}, 429, ReasonLimited, 3,
-			[]ServiceLimit{{Name: "lim", Remaining: 0, Reset: 3}}, []string{"lim"}},
+			[]headers.ServiceLimit{{Name: "ok", Remaining: 5, Reset: 10}}, nil},
+		{"limited: t and Retry-After are when it would pass", []service.Status{ok(5, 10*time.Second), limited}, 429, headers.ReasonLimited, 3,
+			[]headers.ServiceLimit{{Name: "ok", Remaining: 5, Reset: 10}, {Name: "lim", Remaining: 0, Reset: 3}}, []string{"lim"}},
+		{"cost too high wins: no Retry-After", []service.Status{limited, tooHigh}, 429, headers.ReasonCostTooHigh, 0,
+			[]headers.ServiceLimit{{Name: "lim", Remaining: 0, Reset: 3}, {Name: "big", Remaining: 7, Reset: 40}}, []string{"lim", "big"}},
+		{"store down, fails closed: 503", []service.Status{ok(1, time.Second), closed}, 503, headers.ReasonUnavailable, 1,
+			[]headers.ServiceLimit{{Name: "ok", Remaining: 1, Reset: 1}}, nil},
+		{"a refusal beats a store that is down", []service.Status{closed, limited}, 429, headers.ReasonLimited, 3,
+			[]headers.ServiceLimit{{Name: "lim", Remaining: 0, Reset: 3}}, []string{"lim"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,8 +57,8 @@ func TestDecision(t *testing.T) {
 			}
 			h := http.Header{}
 			d.Write(h)
-			if got := h.Get(RetryAfter) != ""; got != (tt.retryAfter > 0) {
-				t.Errorf("Retry-After field %q, want one: %v", h.Get(RetryAfter), tt.retryAfter > 0)
+			if got := h.Get(headers.RetryAfter) != ""; got != (tt.retryAfter > 0) {
+				t.Errorf("Retry-After field %q, want one: %v", h.Get(headers.RetryAfter), tt.retryAfter > 0)
 			}
 			if tt.status != 0 {
 				if p := d.Problem(""); p.Status != tt.status || p.Reason != tt.reason {
