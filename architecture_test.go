@@ -181,3 +181,31 @@ func TestLeanLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestExamplesLeaveServePortsAlone: the examples listen where `sluice serve`
+// (HTTP 8080, gRPC 8081, debug 6070 by default) does not, so a newcomer can
+// run them beside it.
+func TestExamplesLeaveServePortsAlone(t *testing.T) {
+	taken := regexp.MustCompile(`(?:127\.0\.0\.1|localhost|0\.0\.0\.0)?:(8080|8081|6070)\b`)
+	err := filepath.WalkDir("examples", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if ext := filepath.Ext(path); ext != ".go" && ext != ".yaml" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := taken.FindString(line); m != "" && !strings.Contains(line, "sluice serve") {
+				t.Errorf("%s:%d: %s is a port of sluice serve; pick another so both can run", path, i+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
