@@ -1,7 +1,8 @@
 // Command sluice-bench is Sluice's load harness, kept out of the production
 // binary: it drives a gRPC rate limit service (grpc), compares `sluice serve`
-// against a bare grpc-go server (grpc --compare), and drives a Redis through
-// the Redis store (redis).
+// against a bare grpc-go server (grpc --compare), drives a Redis through the
+// Redis store (redis), and measures the memory store's RSS at its key cap
+// (memory).
 package main
 
 import (
@@ -47,6 +48,8 @@ func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Write
 		return runBenchRedis(ctx, args, getenv, stdout, stderr)
 	case "baseline":
 		return runBenchBaseline(ctx, args, getenv, stdout, stderr)
+	case "memory":
+		return runBenchMemory(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -59,6 +62,7 @@ const usage = `usage: sluice-bench <command> [flags]   (sluice-bench <command> -
   grpc       gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server
   redis      drive a Redis with the Redis store: decisions/s and latency from many goroutines
   baseline   serve a bare grpc-go health server (the baseline grpc --compare drives)
+  memory     fill the memory store to its key cap and report the process's memory (RSS)
 `
 
 // parseFlags parses args into fs: done is true after -h, and stray

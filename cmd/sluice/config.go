@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
-	"github.com/sluice-rl/sluice/rules"
 )
 
 // serveConfig is everything `sluice serve` can be told. Start from

@@ -16,24 +16,20 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
-func init() {
-	register("bench-memory", "fill the memory store to its key cap and report the process's memory (RSS)", runBenchMemory)
-}
-
 // runBenchMemory measures what the memory store's key cap costs in RSS:
 // it fills a store of --max-keys keys with mid-window counters (keys shaped
 // like the engine's, --key-bytes long), then keeps inserting new keys for
 // --churn × the cap (every insert evicts), as a flood would, and prints the
 // peak RSS of the process (VmHWM), the RSS at the end, the Go heap, and the
 // bytes per key. Run it in a fresh process: VmHWM is the process's peak.
-func runBenchMemory(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench-memory", flag.ContinueOnError)
+func runBenchMemory(ctx context.Context, args []string, _ env, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("memory", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	maxKeys := fs.Int("max-keys", memory.DefaultMaxKeys, "the store's key cap (sluice serve --memory-max-keys)")
 	keyBytes := fs.Int("key-bytes", 90, "length of each key (an engine key is about 60 bytes plus the descriptor's entries)")
 	churn := fs.Float64("churn", 1, "new keys inserted after the fill, as a multiple of the cap")
 	alg := fs.String("algorithm", "fixed_window", "algorithm of the limit (state size differs; sliding_log and concurrency add 24 bytes per logged hit)")
-	if done, err := parseOptions(fs, args, getenv); done || err != nil {
+	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
 	}
 	a, err := sluice.ParseAlgorithm(*alg)
