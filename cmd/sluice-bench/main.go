@@ -50,6 +50,8 @@ func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Write
 		return runBenchBaseline(ctx, args, getenv, stdout, stderr)
 	case "memory":
 		return runBenchMemory(ctx, args, getenv, stdout, stderr)
+	case "hybrid":
+		return runBenchHybrid(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -62,6 +64,7 @@ const usage = `usage: sluice-bench <command> [flags]   (sluice-bench <command> -
   grpc       gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server
   redis      drive a Redis with the Redis store: decisions/s and latency from many goroutines
   baseline   serve a bare grpc-go health server (the baseline grpc --compare drives)
+  hybrid     load figures of placement hybrid beside the memory store and Redis (global)
   memory     fill the memory store to its key cap and report the process's memory (RSS)
 `
 

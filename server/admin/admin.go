@@ -461,7 +461,7 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request, _ string) {
 			l := LimitJSON{Domain: d, Rule: st.Rule.ID, Descriptor: st.Rule.TenantPath,
 				RequestsPerUnit: st.CurrentLimit.RequestsPerUnit, Unit: st.CurrentLimit.Unit, Window: st.CurrentLimit.Window.String(),
 				Limit: st.Result.Limit, Remaining: st.Result.Remaining, Used: max(0, st.Result.Limit-st.Result.Remaining),
-				Reset: now.Add(st.Result.ResetAfter).UTC().Truncate(time.Millisecond), Degraded: st.Degraded}
+				Reset: now.Add(st.Result.ResetAfter).UTC().Truncate(time.Millisecond), Degraded: string(st.Degraded)}
 			out.Limits = append(out.Limits, l)
 		}
 	}

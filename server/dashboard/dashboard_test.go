@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/observe"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/service/promstats"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -64,7 +65,7 @@ func newInstance(t testing.TB, name string, fleet Fleet) *instance {
 	tr := observe.NewTracker(observe.Options{})
 	cfg := service.DefaultConfig()
 	cfg.Observer = tr
-	eng, err := service.New(cfg, service.StaticRules{Snapshot: snap}, st, service.NewMetrics(reg), nil)
+	eng, err := service.New(cfg, service.StaticRules{Snapshot: snap}, st, promstats.New(reg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

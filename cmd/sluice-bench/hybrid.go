@@ -12,11 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-func init() {
-	register("bench-hybrid", "load figures of placement hybrid beside the memory store and Redis (global), in one run", runBenchHybrid)
-}
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
 
 // runBenchHybrid starts redis-server and three `sluice serve` children —
 // memory store, Redis with the rule placed global, Redis with it placed
@@ -30,7 +28,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 	var rounds int
 	var pin bool
 	var horizon, idle time.Duration
-	fs := flag.NewFlagSet("bench-hybrid", flag.ContinueOnError)
+	fs := flag.NewFlagSet("hybrid", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&spec.keys, "keys", 10_000, "distinct client addresses, used round robin")
 	fs.IntVar(&spec.concurrency, "concurrency", 50, "concurrent callers")
@@ -45,20 +43,26 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 	fs.StringVar(&redisURL, "redis", "", "redis:// URL of a running redis-server to use instead of starting one (give --redis-pid too)")
 	fs.IntVar(&redisPID, "redis-pid", 0, "with --redis: its process, whose CPU counts")
 	fs.StringVar(&other, "other", "", "NAME,HOST:PORT,PID: also drive this running RLS server (e.g. envoyproxy/ratelimit on the same Redis)")
-	if done, err := parseOptions(fs, args, func(string) string { return "" }); done || err != nil {
+	var sluiceBin string
+	fs.StringVar(&sluiceBin, "sluice", "sluice", "the sluice binary to run (a path, or a name looked up on PATH)")
+	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
 	}
+	bin, err := exec.LookPath(sluiceBin)
+	if err != nil {
+		return fmt.Errorf("hybrid: --sluice: %w (build it: go build -o /tmp/sluice ./cmd/sluice)", err)
+	}
 	if spec.concurrency < 1 || spec.keys < 1 || spec.duration <= 0 || rounds < 1 {
-		return fmt.Errorf("bench-hybrid: --concurrency, --keys, --duration and --rounds must be positive: %w", errUsage)
+		return fmt.Errorf("hybrid: --concurrency, --keys, --duration and --rounds must be positive: %w", errUsage)
 	}
 	url := redisURL
 	if url == "" {
-		cmd, u, stopRedis, err := startRedis(ctx)
+		srv, stopRedis, err := redistest.StartProcess()
 		if err != nil {
-			return fmt.Errorf("bench-hybrid: redis-server: %w", err)
+			return fmt.Errorf("hybrid: redis-server: %w", err)
 		}
 		defer stopRedis()
-		url, redisPID = u, cmd.Process.Pid
+		url, redisPID = srv.URL(), srv.PID()
 	}
 	redisAddr := strings.TrimSuffix(strings.TrimPrefix(url, "redis://"), "/0")
 
@@ -84,7 +88,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 	serve := func(name, rules string, store ...string) error {
 		a := append([]string{"serve", "--rules", rules, "--grpc-addr", "{addr}", "--http-addr", "127.0.0.1:0",
 			"--debug-addr", "", "--log-level", "warn"}, store...)
-		c, err := startChild(ctx, a)
+		c, err := startChild(ctx, bin, a)
 		if err != nil {
 			return err
 		}
@@ -105,7 +109,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 		f := strings.Split(other, ",")
 		pid, err := strconv.Atoi(f[len(f)-1])
 		if len(f) != 3 || err != nil {
-			return fmt.Errorf("bench-hybrid: --other %q: want NAME,HOST:PORT,PID: %w", other, errUsage)
+			return fmt.Errorf("hybrid: --other %q: want NAME,HOST:PORT,PID: %w", other, errUsage)
 		}
 		targets = append(targets, &target{name: f[0], c: &child{cmd: &exec.Cmd{Process: &os.Process{Pid: pid}}, addr: f[1]}, redis: true, foreign: true})
 	}
@@ -227,7 +231,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 func taskset(cpus string, pid int) error {
 	out, err := exec.Command("taskset", "-a", "-p", "-c", cpus, strconv.Itoa(pid)).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("bench-hybrid: taskset %s %d: %v: %s", cpus, pid, err, out)
+		return fmt.Errorf("hybrid: taskset %s %d: %v: %s", cpus, pid, err, out)
 	}
 	return nil
 }
