@@ -66,6 +66,9 @@ type Metrics interface {
 	Abandoned()
 	// CheckDuration records how long one Check took, store call included.
 	CheckDuration(d time.Duration)
+	// Tier records one decision of a tenant's rule by the tenant's tier
+	// ("free", "pro", "enterprise", "custom"): quota use by tier.
+	Tier(tier, outcome string)
 }
 
 // discard is the Metrics of an Engine given none.
@@ -77,3 +80,4 @@ func (discard) Decision(string, string, string, bool)  {}
 func (discard) StoreError(string)                      {}
 func (discard) Abandoned()                             {}
 func (discard) CheckDuration(time.Duration)            {}
+func (discard) Tier(string, string)                    {}

@@ -16,14 +16,17 @@ import (
 // Resolve is called once per matched, limited rule on the hot path: it must
 // be safe for concurrent use, must not block (no I/O) and should not
 // allocate. It returns the limit to enforce instead of r.Limit (nil: keep
-// r.Limit) and the rule's switch state.
+// r.Limit), the tier of the request's tenant (rules.NumTiers when r is not
+// a tenant's rule; decisions are counted per tier, see Metrics.Tier) and
+// the rule's switch state.
 type Overrides interface {
-	Resolve(r *rules.Rule, entries []rules.Entry) (*rules.TierLimit, rules.Switch)
+	Resolve(r *rules.Rule, entries []rules.Entry) (*rules.TierLimit, rules.Tier, rules.Switch)
 }
 
 // override is what Overrides decided for one descriptor.
 type override struct {
 	limit  *rules.TierLimit // nil: the rule's own
+	tier   rules.Tier       // rules.NumTiers: not a tenant's rule
 	off    bool
 	shadow bool
 }
@@ -33,10 +36,10 @@ type override struct {
 // releasing a lease rebuilds the key from the rule.
 func (e *Engine) overrideFor(r *rules.Rule, entries []rules.Entry) override {
 	if e.cfg.Overrides == nil || r.Unlimited {
-		return override{}
+		return override{tier: rules.NumTiers}
 	}
-	tl, sw := e.cfg.Overrides.Resolve(r, entries)
-	o := override{off: sw == rules.SwitchOff, shadow: sw == rules.SwitchShadow}
+	tl, tier, sw := e.cfg.Overrides.Resolve(r, entries)
+	o := override{tier: tier, off: sw == rules.SwitchOff, shadow: sw == rules.SwitchShadow}
 	if tl != nil && tl.Limit != r.Limit && r.Limit.Algorithm != sluice.Concurrency {
 		o.limit = tl
 	}

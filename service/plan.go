@@ -102,6 +102,9 @@ type plan struct {
 	// calExcess: a calendar quota's store window outlasts its period by
 	// this much (see rules.Calendar.Limit).
 	calExcess time.Duration
+	// tenant: the rule is a tenant's and tier is the tenant's tier.
+	tenant bool
+	tier   rules.Tier
 }
 
 // scratch holds a check's working memory, reused through a pool.
@@ -216,7 +219,7 @@ func (e *Engine) plan(sc *scratch, req *Request) Response {
 		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, subCounter(r), own)
 		sc.calendar = sc.calendar || excess != 0
 		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow, local: local,
-			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess})
+			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier})
 		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: int64(cost)})
 	}
 	if replacing {

@@ -53,6 +53,9 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 		default:
 			p.info.count(outcomeNames[out], near)
 		}
+		if p.tenant {
+			e.m.Tier(p.tier.String(), outcomeNames[out])
+		}
 	}
 }
 

@@ -120,11 +120,12 @@ func NewRegistry(src Source, opts Options) *Registry {
 }
 
 // Resolve returns the limit rule r enforces for a request with these
-// entries (nil: the rule's own Limit) and the rule's switch state; see the
-// package comment for the order. It does not allocate, and it satisfies
-// service.Overrides.
-func (g *Registry) Resolve(r *rules.Rule, entries []rules.Entry) (*rules.TierLimit, rules.Switch) {
-	return g.snap.Load().Resolve(r, entries, g.opts.Now)
+// entries (nil: the rule's own Limit), the tier of the request's tenant
+// (rules.NumTiers when the rule is not a tenant's) and the rule's switch
+// state; see the package comment for the order. It does not allocate, and
+// it satisfies service.Overrides.
+func (g *Registry) Resolve(r *rules.Rule, entries []rules.Entry) (*rules.TierLimit, rules.Tier, rules.Switch) {
+	return g.snap.Load().ResolveTier(r, entries, g.opts.Now)
 }
 
 // Snapshot returns the snapshot in force.

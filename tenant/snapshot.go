@@ -183,28 +183,38 @@ func (s *Snapshot) Switch(domain, ruleID string) rules.Switch {
 // for records whose effective or expiry time lies after the snapshot was
 // read. It does not allocate.
 func (s *Snapshot) Resolve(r *rules.Rule, entries []rules.Entry, now func() time.Time) (*rules.TierLimit, rules.Switch) {
+	tl, _, sw := s.ResolveTier(r, entries, now)
+	return tl, sw
+}
+
+// ResolveTier is Resolve that also returns the tier the request's tenant is
+// on (rules.NumTiers when r is not below a tenant key, or the request names
+// no tenant).
+func (s *Snapshot) ResolveTier(r *rules.Rule, entries []rules.Entry, now func() time.Time) (*rules.TierLimit, rules.Tier, rules.Switch) {
+	tenantRule := r.TenantDepth != 0 && r.TenantDepth <= len(entries)
 	if s == nil {
-		return r.Tiers[rules.TierFree], rules.SwitchOn
+		if !tenantRule {
+			return r.Tiers[rules.TierFree], rules.NumTiers, rules.SwitchOn
+		}
+		return r.Tiers[rules.TierFree], rules.TierFree, rules.SwitchOn
 	}
-	sw := rules.SwitchOn
-	if len(s.switches) > 0 {
-		sw = s.switches[switchKey{r.Domain, r.ID}]
-	}
-	if r.TenantDepth == 0 || r.TenantDepth > len(entries) {
-		return nil, sw
+	sw := s.Switch(r.Domain, r.ID)
+	if !tenantRule {
+		return nil, rules.NumTiers, sw
 	}
 	e, ok := s.lookup(entries[r.TenantDepth-1].Value)
 	if !ok || !active(e.from, e.until, s.at, now) {
-		return r.Tiers[rules.TierFree], sw
+		return r.Tiers[rules.TierFree], rules.TierFree, sw
 	}
+	tier := rules.Tier(e.tier)
 	for i := range e.ovs {
 		o := &e.ovs[i]
 		if o.path == r.TenantPath && active(o.from, o.until, s.at, now) {
-			return &o.lim, sw
+			return &o.lim, tier, sw
 		}
 	}
 	if e.tier < rules.NumTiers {
-		return r.Tiers[e.tier], sw
+		return r.Tiers[e.tier], tier, sw
 	}
-	return nil, sw
+	return nil, tier, sw
 }

@@ -98,10 +98,13 @@ type Stats struct {
 	Time      time.Time `json:"time"`
 	Instances []string  `json:"instances"`
 	// Decisions are cumulative counts since each instance started.
-	Decisions []Decision          `json:"decisions"`
-	Latency   Histogram           `json:"latency"`
-	Breakers  []sluice.NodeHealth `json:"breakers"`
-	Reload    []InstanceReload    `json:"reload"`
+	Decisions []Decision `json:"decisions"`
+	// Tiers are cumulative decisions of tenants' rules by tier (rule
+	// "tier" holds the tier's name; domain is empty).
+	Tiers    []Decision          `json:"tiers"`
+	Latency  Histogram           `json:"latency"`
+	Breakers []sluice.NodeHealth `json:"breakers"`
+	Reload   []InstanceReload    `json:"reload"`
 }
 
 // Decision is one counter of sluice_decisions_total.
@@ -273,7 +276,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 func mergeStats(snaps []Snapshot) Stats {
 	var out Stats
 	type dk struct{ d, r, o string }
-	sum := map[dk]float64{}
+	sum, tiers := map[dk]float64{}, map[dk]float64{}
 	breakers := map[string]sluice.NodeHealth{}
 	for _, s := range snaps {
 		out.Instances = append(out.Instances, s.Instance)
@@ -282,6 +285,9 @@ func mergeStats(snaps []Snapshot) Stats {
 		}
 		for _, d := range s.Stats.Decisions {
 			sum[dk{d.Domain, d.Rule, d.Outcome}] += d.Count
+		}
+		for _, d := range s.Stats.Tiers {
+			tiers[dk{"", d.Rule, d.Outcome}] += d.Count
 		}
 		lat := s.Stats.Latency
 		if out.Latency.Bounds == nil {
@@ -305,6 +311,18 @@ func mergeStats(snaps []Snapshot) Stats {
 	}
 	for k, c := range sum {
 		out.Decisions = append(out.Decisions, Decision{Domain: k.d, Rule: k.r, Outcome: k.o, Count: c})
+	}
+	for k, c := range tiers {
+		out.Tiers = append(out.Tiers, Decision{Rule: k.r, Outcome: k.o, Count: c})
+	}
+	sort.Slice(out.Tiers, func(i, j int) bool {
+		if out.Tiers[i].Rule != out.Tiers[j].Rule {
+			return out.Tiers[i].Rule < out.Tiers[j].Rule
+		}
+		return out.Tiers[i].Outcome < out.Tiers[j].Outcome
+	})
+	if out.Tiers == nil {
+		out.Tiers = []Decision{}
 	}
 	sort.Slice(out.Decisions, func(i, j int) bool {
 		a, b := out.Decisions[i], out.Decisions[j]
@@ -352,6 +370,11 @@ func (h *Handler) localStats(now time.Time) (Stats, error) {
 			for _, m := range mf.GetMetric() {
 				l := labels(m)
 				st.Decisions = append(st.Decisions, Decision{Domain: l["domain"], Rule: l["rule"], Outcome: l["outcome"], Count: m.GetCounter().GetValue()})
+			}
+		case "sluice_tier_decisions_total":
+			for _, m := range mf.GetMetric() {
+				l := labels(m)
+				st.Tiers = append(st.Tiers, Decision{Rule: l["tier"], Outcome: l["outcome"], Count: m.GetCounter().GetValue()})
 			}
 		case "sluice_check_duration_seconds":
 			if ms := mf.GetMetric(); len(ms) == 1 {

@@ -228,3 +228,13 @@ func BenchmarkCheckObserved(b *testing.B) {
 		})
 	}
 }
+
+func TestMergeStatsSumsTiers(t *testing.T) {
+	a := Snapshot{Instance: "a", Stats: Stats{Tiers: []Decision{{Rule: "pro", Outcome: "allowed", Count: 3}, {Rule: "free", Outcome: "denied", Count: 1}}}}
+	b := Snapshot{Instance: "b", Stats: Stats{Tiers: []Decision{{Rule: "pro", Outcome: "allowed", Count: 4}}}}
+	got := mergeStats([]Snapshot{a, b}).Tiers
+	want := []Decision{{Rule: "free", Outcome: "denied", Count: 1}, {Rule: "pro", Outcome: "allowed", Count: 7}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("merged tiers = %v, want %v", got, want)
+	}
+}

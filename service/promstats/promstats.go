@@ -35,6 +35,7 @@ func outcomeIndex(o string) int {
 //	sluice_check_duration_seconds                   histogram  Engine.Check latency
 //	sluice_store_errors_total{reason}               counter  error, timeout, breaker_open
 //	sluice_checks_abandoned_total                   counter  checks whose caller gave up before the store answered
+//	sluice_tier_decisions_total{tier, outcome}      counter  decisions of tenants' rules by tier (quota use by tier)
 //	sluice_rule_reloads_total{result}               counter  success, failure
 //	sluice_rules_last_reload_success                gauge    1 if the last reload succeeded
 //	sluice_rules_last_reload_timestamp_seconds      gauge    time of the last successful load
@@ -44,6 +45,7 @@ type Metrics struct {
 	Duration    prometheus.Histogram
 	StoreErrors *prometheus.CounterVec
 	Abandons    prometheus.Counter
+	Tiers       *prometheus.CounterVec
 	Reloads     *prometheus.CounterVec
 	ReloadTime  prometheus.Gauge
 	ReloadOK    prometheus.Gauge
@@ -69,6 +71,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Check requests the store did not decide, by reason (error, timeout, breaker_open).", "reason"),
 		Abandons: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_checks_abandoned_total",
 			Help: "Checks whose caller's context ended before the store answered (backpressure, not a store failure)."}),
+		Tiers: counterVec("sluice_tier_decisions_total",
+			"Decisions of tenants' rules by the tenant's tier (free, pro, enterprise, custom) and outcome.", "tier", "outcome"),
 		Reloads: counterVec("sluice_rule_reloads_total", "Rule directory reloads by result (success, failure).", "result"),
 		ReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_last_reload_success",
 			Help: "1 if the last rule reload succeeded (the rules in force are the files on disk), 0 if it failed."}),
@@ -83,7 +87,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.ReloadOK.Set(1)
 	m.ReloadTime.SetToCurrentTime()
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.NearLimit, m.Duration, m.StoreErrors, m.Abandons, m.Reloads, m.ReloadOK, m.ReloadTime)
+		reg.MustRegister(m.Decisions, m.NearLimit, m.Duration, m.StoreErrors, m.Abandons, m.Tiers, m.Reloads, m.ReloadOK, m.ReloadTime)
 	}
 	return m
 }
@@ -133,6 +137,10 @@ func (m *Metrics) StoreError(reason string) { m.StoreErrors.WithLabelValues(reas
 
 // Abandoned implements service.Metrics.
 func (m *Metrics) Abandoned() { m.Abandons.Inc() }
+
+// Tier implements service.Metrics. Its labels are bounded: 4 tiers, 7
+// outcomes.
+func (m *Metrics) Tier(tier, outcome string) { m.Tiers.WithLabelValues(tier, outcome).Inc() }
 
 // CheckDuration implements service.Metrics.
 func (m *Metrics) CheckDuration(d time.Duration) { m.Duration.Observe(d.Seconds()) }

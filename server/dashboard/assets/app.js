@@ -122,7 +122,10 @@ function renderStats(st) {
     drawChart(document.getElementById("latency-chart"),
       ["p50", "p99"].map(c => history.latency.map(p => p[c])), ["var(--p50)", "var(--p99)"].map(css), fmtDur);
   }
-  prev = { t: now, counts, latency: st.latency };
+  const tierCounts = new Map();
+  for (const d of st.tiers || []) tierCounts.set(d.rule + "\u0000" + d.outcome, d.count);
+  if (prev && prev.tiers && now > prev.t) renderTiers(tierCounts, prev.tiers, now - prev.t);
+  prev = { t: now, counts, latency: st.latency, tiers: tierCounts };
   renderBreakers(st.breakers);
   renderReload(st.reload || []);
 }
@@ -139,6 +142,27 @@ function renderRules(perRule) {
     for (const c of ["allowed", "denied", "degraded", "shadow"]) tr.append(el("td", { class: "n" }, fmtRate(r[c])));
     tbody.append(tr);
   }
+}
+
+function renderTiers(cur, was, dt) {
+  const rows = new Map();
+  for (const [k, c] of cur) {
+    const [tier, outcome] = k.split("\u0000");
+    const rate = Math.max(0, c - (was.get(k) || 0)) / dt;
+    if (!rows.has(tier)) rows.set(tier, { allowed: 0, denied: 0 });
+    const r = rows.get(tier);
+    if (outcome === "denied" || outcome === "local_denied" || outcome === "failed_closed") r.denied += rate; else r.allowed += rate;
+  }
+  const tbody = document.querySelector("#tiers tbody");
+  tbody.replaceChildren();
+  for (const [tier, r] of [...rows.entries()].sort()) {
+    const tr = el("tr");
+    const total = r.allowed + r.denied;
+    tr.append(el("td", {}, tier), el("td", { class: "n" }, fmtRate(r.allowed)), el("td", { class: "n" }, fmtRate(r.denied)),
+      el("td", { class: "n" }, total > 0 ? (100 * r.denied / total).toFixed(1) + " %" : "–"));
+    tbody.append(tr);
+  }
+  document.getElementById("tiers-note").hidden = rows.size > 0;
 }
 
 function renderBreakers(nodes) {
