@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -33,7 +34,11 @@ type request struct {
 	args     []string // group header and op fields, ready to append to ARGV
 	leases   []uint64 // lease ID offered to each acquire, else 0
 	algs     algMask
-	deadline time.Time
+	// state is reqQueued until the batcher sends r (reqSent) or its caller
+	// gives up first (reqAbandoned: the batcher drops it unsent).
+	state atomic.Int32
+	// sticky requests (refunds) are sent even when their caller gives up.
+	sticky bool
 
 	// Filled in by the batcher before done is closed.
 	nowOut int64
@@ -91,11 +96,18 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	return r
 }
 
+// Request states.
+const (
+	reqQueued int32 = iota
+	reqSent
+	reqAbandoned
+)
+
 // newRefund builds the group that takes back what r (a modeUndo group that
 // was allowed) charged, at the same instant.
 func (s *Store) newRefund(ops []sluice.Op, r *request) *request {
 	f := &request{mode: modeRefund, now: strconv.FormatInt(r.nowOut, 10), idx: r.idx,
-		keys: r.keys, algs: r.algs, done: make(chan struct{})}
+		keys: r.keys, algs: r.algs, done: make(chan struct{}), sticky: true}
 	f.args = make([]string, 0, len(r.args)+2+len(r.undo))
 	f.args = append(f.args, r.args...)
 	f.args[1], f.args[2] = modeRefund, f.now
@@ -109,16 +121,24 @@ func (s *Store) newRefund(ops []sluice.Op, r *request) *request {
 	return f
 }
 
-// wait blocks until r is decided or ctx is done.
+// wait blocks until r is decided or ctx is done. When ctx ends first, a
+// request still queued is abandoned (never sent, nothing charged); one
+// already sent may still be decided by Redis. Either way the error wraps
+// ctx.Err() and is the caller's, not the store's.
 func (r *request) wait(ctx context.Context) error {
 	select {
 	case <-r.done:
 		return r.err
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("redis: no reply in time: %w", ctx.Err())
+		if !r.sticky && r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return fmt.Errorf("redis: gave up while queued, nothing sent: %w", ctx.Err())
 		}
-		return fmt.Errorf("redis: %w", ctx.Err())
+		select {
+		case <-r.done: // decided meanwhile
+			return r.err
+		default:
+		}
+		return fmt.Errorf("redis: gave up waiting for the reply (the script may still run): %w", ctx.Err())
 	}
 }
 
@@ -171,6 +191,7 @@ func (r *request) results(ops []sluice.Op, out []sluice.Result, committed bool) 
 // batcher coalesces the groups bound for one batch target into script calls.
 type batcher struct {
 	s        *Store
+	slot     int // cluster slot, -1 for the single node
 	mu       sync.Mutex
 	queue    []*request
 	queued   int // ops in queue
@@ -215,7 +236,7 @@ func (b *batcher) takeLocked() []*request {
 // run executes batches until the queue is empty.
 func (b *batcher) run(batch []*request) {
 	for {
-		b.s.exec(batch)
+		b.s.exec(b.slot, batch)
 		b.mu.Lock()
 		if len(b.queue) == 0 {
 			b.inflight--
@@ -227,18 +248,35 @@ func (b *batcher) run(batch []*request) {
 	}
 }
 
-// exec runs one script call for batch and completes its requests.
-func (s *Store) exec(batch []*request) {
-	var deadline time.Time
+// exec runs one script call for batch, sent to the node owning slot, and
+// completes its requests. Requests abandoned by their callers are dropped
+// unsent.
+func (s *Store) exec(slot int, batch []*request) {
+	live := batch[:0]
+	for _, r := range batch {
+		if r.sticky || r.state.CompareAndSwap(reqQueued, reqSent) {
+			live = append(live, r)
+		}
+	}
+	batch = live
+	if len(batch) == 0 {
+		return
+	}
+	n := s.nodeFor(slot)
+	report, err := n.allow()
+	if err != nil {
+		for _, r := range batch {
+			r.err = err
+			close(r.done)
+		}
+		return
+	}
 	nkeys, nargs := 0, 2
 	var algs algMask
 	for _, r := range batch {
 		algs |= r.algs
 		nkeys += r.n()
 		nargs += len(r.args)
-		if deadline.IsZero() || r.deadline.Before(deadline) {
-			deadline = r.deadline
-		}
 	}
 	keys := make([]string, 0, nkeys)
 	args := make([]string, 0, nargs)
@@ -250,17 +288,33 @@ func (s *Store) exec(batch []*request) {
 	s.calls.Add(1)
 	s.groups.Add(uint64(len(batch)))
 	s.opsDecided.Add(uint64(nkeys))
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	// The timeout starts here, where the call is handed to the client: time
+	// queued before is backpressure, not a sign the node is down.
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	vals, err := s.script(algs).Exec(ctx, s.client, keys, args).ToArray()
 	cancel()
 	if err == nil {
-		err = parseReply(vals, batch)
+		if perr := parseReply(vals, batch); perr != nil {
+			err = &replyError{perr}
+		}
+	}
+	closed := s.closed.Load()
+	outcome := classify(err, closed)
+	report(outcome, err)
+	if s.callHook != nil {
+		s.callHook(time.Since(start), outcome)
 	}
 	if err != nil {
-		if s.closed.Load() {
-			err = errors.Join(ErrClosed, err)
+		what := fmt.Sprintf("redis: script call (%d groups, %d ops) to %s", len(batch), nkeys, n.name())
+		switch {
+		case closed:
+			err = fmt.Errorf("%s: %w", what, errors.Join(ErrClosed, err))
+		case outcome == callTimeout:
+			err = fmt.Errorf("%s: no reply within %v (%v); it may still have run: %w", what, s.timeout, err, sluice.ErrStoreTimeout)
+		default:
+			err = fmt.Errorf("%s: %w", what, err)
 		}
-		err = fmt.Errorf("redis: script call (%d groups, %d ops): %w", len(batch), nkeys, err)
 		for _, r := range batch {
 			r.err = err
 		}

@@ -46,9 +46,21 @@
 //
 // # Failure
 //
-// Every Take waits at most Options.Timeout (and its context): a down or
-// hung Redis gives an error, never a hang, and the client reconnects by
-// itself when Redis is back.
+// Options.Timeout bounds each script call from when it is handed to the
+// client (written to Redis) to its reply; a call with no reply in time fails
+// every Take it carried with an error wrapping sluice.ErrStoreTimeout (the
+// script may still have run: see the README on unknown outcomes). Time a
+// Take spends queued in the store behind calls in flight is backpressure,
+// bounded only by the caller's context: a Take whose context ends while it
+// is queued is dropped from the queue, never sent, and returns an error
+// wrapping ctx.Err().
+//
+// Each node (the server; with Cluster each master) has a circuit breaker
+// (see BreakerOptions) that counts script calls, not Takes, and opens only
+// on evidence the node is down or erroring; while it is open, Takes for the
+// node's keys fail at once with an error wrapping sluice.ErrStoreUnavailable.
+// Health reports the breakers. The client reconnects by itself when Redis
+// is back.
 package redis
 
 import (
@@ -134,7 +146,7 @@ func compose(names ...string) string {
 // Defaults of Options.
 const (
 	DefaultPrefix      = "sluice:"
-	DefaultTimeout     = 50 * time.Millisecond
+	DefaultTimeout     = 250 * time.Millisecond
 	DefaultMaxBatch    = 128
 	DefaultMaxInFlight = 2
 )
@@ -147,8 +159,9 @@ type Options struct {
 	// Prefix starts every key the store writes. Default DefaultPrefix. It
 	// must not contain '{' or '}' (they would change the hash slot).
 	Prefix string
-	// Timeout bounds every Take, on top of its context. Default
-	// DefaultTimeout (50ms).
+	// Timeout bounds each script call, from when it is written to Redis to
+	// its reply. Time queued before that is bounded only by the Take's
+	// context. Default DefaultTimeout (see the README for why that value).
 	Timeout time.Duration
 	// Now, if set, is the clock: its time is passed to the scripts (tests use
 	// a fake clock). Nil means the scripts read Redis TIME.
@@ -169,6 +182,59 @@ type Options struct {
 	// BENCHMARKS.md); raise it when the round trip to Redis is long compared
 	// with a script call.
 	MaxInFlight int
+	// Breaker configures the circuit breaker of each node. The zero value
+	// means every default.
+	Breaker BreakerOptions
+}
+
+// Validate reports every invalid option (zero values are valid: they mean
+// the defaults). New calls it.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.URL == "" {
+		errs = append(errs, errors.New("Options.URL is required"))
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		errs = append(errs, fmt.Errorf("prefix %q must not contain '{' or '}'", o.Prefix))
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("timeout %v, want positive (0 for the default)", o.Timeout))
+	}
+	if o.MinTTL < 0 {
+		errs = append(errs, fmt.Errorf("min TTL %v, want ≥ 0", o.MinTTL))
+	}
+	if o.MaxBatch < 0 {
+		errs = append(errs, fmt.Errorf("max batch %d, want ≥ 1 (0 for the default)", o.MaxBatch))
+	}
+	if o.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("max in flight %d, want ≥ 1 (0 for the default)", o.MaxInFlight))
+	}
+	errs = append(errs, o.Breaker.validate()...)
+	for i, e := range errs {
+		errs[i] = fmt.Errorf("redis: %w", e)
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns o with zero fields set to their defaults.
+func (o Options) withDefaults() Options {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MinTTL == 0 && o.Now != nil {
+		o.MinTTL = time.Hour
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	o.Breaker = o.Breaker.withDefaults()
+	return o
 }
 
 // Store is the Redis store. It is safe for concurrent use. Create it with
@@ -191,6 +257,12 @@ type Store struct {
 
 	one   batcher // single node, Sentinel
 	slots []atomic.Pointer[batcher]
+	nodes nodes
+	stop  chan struct{} // closed by Close
+
+	// callHook, if set (by tests, before the first Take), sees the duration
+	// and outcome of every script call.
+	callHook func(time.Duration, callOutcome)
 
 	leaseMu sync.Mutex
 	leases  *mrand.ChaCha8
@@ -202,33 +274,13 @@ var ErrClosed = errors.New("redis: store closed")
 // New connects to the Redis named by opts.URL and returns a Store. It fails
 // if the URL or options are invalid or Redis cannot be reached.
 func New(opts Options) (*Store, error) {
-	if opts.URL == "" {
-		return nil, errors.New("redis: Options.URL is required")
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
+	opts = opts.withDefaults()
 	copt, err := clientOption(opts.URL)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if strings.ContainsAny(opts.Prefix, "{}") {
-		return nil, fmt.Errorf("redis: prefix %q must not contain '{' or '}'", opts.Prefix)
-	}
-	if opts.Timeout < 0 || opts.MinTTL < 0 || opts.MaxBatch < 0 || opts.MaxInFlight < 0 {
-		return nil, fmt.Errorf("redis: negative option (timeout %v, min TTL %v, max batch %d, max in flight %d)", opts.Timeout, opts.MinTTL, opts.MaxBatch, opts.MaxInFlight)
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.MinTTL == 0 && opts.Now != nil {
-		opts.MinTTL = time.Hour
-	}
-	if opts.MaxBatch == 0 {
-		opts.MaxBatch = DefaultMaxBatch
-	}
-	if opts.MaxInFlight == 0 {
-		opts.MaxInFlight = DefaultMaxInFlight
 	}
 	copt.DisableCache = true // no client-side caching: every decision is a write
 	copt.DisableRetry = true // a retried script would charge twice
@@ -256,11 +308,22 @@ func New(opts Options) (*Store, error) {
 		maxBatch:    opts.MaxBatch,
 		maxInFlight: opts.MaxInFlight,
 		leases:      mrand.NewChaCha8(seed),
+		stop:        make(chan struct{}),
 	}
-	s.one.s = s
+	s.nodes.opts = opts.Breaker
+	s.one = batcher{s: s, slot: -1}
 	if s.cluster {
 		s.slots = make([]atomic.Pointer[batcher], numSlots)
 	}
+	addr := ""
+	if len(copt.InitAddress) > 0 {
+		addr = copt.InitAddress[0]
+	}
+	if err := s.initNodes(addr); err != nil {
+		client.Close()
+		return nil, err
+	}
+	go s.watchTopology()
 	return s, nil
 }
 
@@ -268,6 +331,7 @@ func New(opts Options) (*Store, error) {
 // ErrClosed.
 func (s *Store) Close() error {
 	if s.closed.CompareAndSwap(false, true) {
+		close(s.stop)
 		s.client.Close()
 	}
 	return nil
@@ -356,14 +420,13 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
-	deadline := time.Now().Add(s.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
 
 	if !s.cluster {
+		if n := s.nodes.single; n.open() {
+			return n.unavailable()
+		}
 		r := s.newRequest(ops, nil, now, modeDecide)
-		if err := s.do(ctx, &s.one, r, deadline); err != nil {
+		if err := s.do(ctx, &s.one, r); err != nil {
 			return err
 		}
 		r.results(ops, results, !r.denied())
@@ -375,32 +438,38 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		same = slotOf(redisKey(s.prefix, ops[i].Limit.Algorithm, ops[i].Key)) == first
 	}
 	if same {
+		if n := s.nodeFor(first); n.open() {
+			return n.unavailable()
+		}
 		r := s.newRequest(ops, nil, now, modeDecide)
-		if err := s.do(ctx, s.slotBatcher(first), r, deadline); err != nil {
+		if err := s.do(ctx, s.slotBatcher(first), r); err != nil {
 			return err
 		}
 		r.results(ops, results, !r.denied())
 		return nil
 	}
-	return s.takeSlots(ctx, ops, results, now, deadline)
+	return s.takeSlots(ctx, ops, results, now)
 }
 
 // takeSlots decides a Take whose ops span hash slots: one group per slot,
 // all in parallel, then refunds if any slot denied.
-func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string, deadline time.Time) error {
+func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
 	bySlot := map[int][]int{}
 	var order []int
 	for i := range ops {
 		sl := slotOf(redisKey(s.prefix, ops[i].Limit.Algorithm, ops[i].Key))
 		if _, ok := bySlot[sl]; !ok {
 			order = append(order, sl)
+			if n := s.nodeFor(sl); n.open() {
+				return n.unavailable() // before charging anything
+			}
 		}
 		bySlot[sl] = append(bySlot[sl], i)
 	}
 	reqs := make([]*request, len(order))
 	for k, sl := range order {
 		reqs[k] = s.newRequest(ops, bySlot[sl], now, modeUndo)
-		if err := s.submit(ctx, s.slotBatcher(sl), reqs[k], deadline); err != nil {
+		if err := s.submit(ctx, s.slotBatcher(sl), reqs[k]); err != nil {
 			return err
 		}
 	}
@@ -417,7 +486,7 @@ func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice
 	for k, r := range reqs {
 		if denied && !r.denied() && r.charged(ops) {
 			f := s.newRefund(ops, r)
-			if err := s.submit(ctx, s.slotBatcher(order[k]), f, time.Now().Add(s.timeout)); err != nil {
+			if err := s.submit(ctx, s.slotBatcher(order[k]), f); err != nil {
 				return err
 			}
 			refunds = append(refunds, f)
@@ -442,7 +511,7 @@ func (s *Store) slotBatcher(slot int) *batcher {
 	if b := p.Load(); b != nil {
 		return b
 	}
-	b := &batcher{s: s}
+	b := &batcher{s: s, slot: slot}
 	if p.CompareAndSwap(nil, b) {
 		return b
 	}
@@ -450,21 +519,18 @@ func (s *Store) slotBatcher(slot int) *batcher {
 }
 
 // do submits r and waits for it.
-func (s *Store) do(ctx context.Context, b *batcher, r *request, deadline time.Time) error {
-	if err := s.submit(ctx, b, r, deadline); err != nil {
+func (s *Store) do(ctx context.Context, b *batcher, r *request) error {
+	if err := s.submit(ctx, b, r); err != nil {
 		return err
 	}
 	return r.wait(ctx)
 }
 
-// submit queues r, to be decided by deadline. The script call that carries
-// r ends by the earliest deadline of its requests, so a Take waits at most
-// until its own deadline (and less if its context ends first).
-func (s *Store) submit(ctx context.Context, b *batcher, r *request, deadline time.Time) error {
+// submit queues r unless ctx is already done.
+func (s *Store) submit(ctx context.Context, b *batcher, r *request) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return fmt.Errorf("redis: %w", err)
 	}
-	r.deadline = deadline
 	b.submit(r)
 	return nil
 }
