@@ -27,13 +27,13 @@ const opFields = 3
 
 // request is one group: the ops of a Take in one batch target.
 type request struct {
-	mode     string
-	now      string
-	idx      []int // indices into the Take's ops; nil means all, in order
-	keys     []string
-	args     []string // group header and op fields, ready to append to ARGV
-	leases   []uint64 // lease ID offered to each acquire, else 0
-	algs     algMask
+	mode   string
+	now    string
+	idx    []int // indices into the Take's ops; nil means all, in order
+	keys   []string
+	args   []string // group header and op fields, ready to append to ARGV
+	leases []uint64 // lease ID offered to each acquire, else 0
+	algs   algMask
 	// state is reqQueued until the batcher sends r (reqSent) or its caller
 	// gives up first (reqAbandoned: the batcher drops it unsent).
 	state atomic.Int32
