@@ -19,7 +19,7 @@ import (
 const (
 	DefaultBreakerConsecutiveFailures = 5
 	DefaultBreakerFailureRatio        = 0.5
-	DefaultBreakerMinCalls            = 20
+	DefaultBreakerMinCalls            = 5
 	DefaultBreakerWindow              = 10 * time.Second
 	DefaultBreakerOpenTimeout         = time.Second
 	DefaultBreakerHalfOpenProbes      = 1
@@ -47,7 +47,10 @@ type BreakerOptions struct {
 	// completed in it. In (0, 1]. Default 0.5.
 	FailureRatio float64
 	// MinCalls is the least number of completed calls in Window before
-	// FailureRatio applies. Default 20.
+	// FailureRatio applies. Default 5: with the default Timeout, a hung node
+	// (which gives timeouts, not connection errors) is cut off after about
+	// five timed-out calls even when traffic is light, while under load the
+	// ratio, not this floor, decides.
 	MinCalls int
 	// Window is the rolling window of FailureRatio, counted in ten buckets.
 	// Default 10s.

@@ -146,7 +146,7 @@ func compose(names ...string) string {
 // Defaults of Options.
 const (
 	DefaultPrefix      = "sluice:"
-	DefaultTimeout     = 250 * time.Millisecond
+	DefaultTimeout     = 500 * time.Millisecond
 	DefaultMaxBatch    = 128
 	DefaultMaxInFlight = 2
 )
