@@ -18,6 +18,7 @@ import (
 // Defaults of BreakerOptions.
 const (
 	DefaultBreakerConsecutiveFailures = 5
+	DefaultBreakerConsecutiveTimeouts = 5
 	DefaultBreakerFailureRatio        = 0.5
 	DefaultBreakerMinCalls            = 5
 	DefaultBreakerWindow              = 10 * time.Second
@@ -39,18 +40,21 @@ type BreakerOptions struct {
 	// ConsecutiveFailures opens the breaker after this many calls in a row
 	// failed at the connection level: refused, reset or closed connections
 	// and failed dials (the node is gone). Timeouts and Redis error replies
-	// do not count here, only in FailureRatio. Default 5.
+	// do not count here. Default 5.
 	ConsecutiveFailures int
+	// ConsecutiveTimeouts opens the breaker after this many calls in a row
+	// got no reply within Options.Timeout, with no successful call between:
+	// a hung node (SIGSTOP, a stuck failover) gives timeouts, not errors.
+	// Under load a call now and then is slow, but the next ones succeed
+	// and start the count again. Default 5.
+	ConsecutiveTimeouts int
 	// FailureRatio opens the breaker when at least this fraction of the
 	// calls that completed within Window failed (timeouts, Redis error
 	// replies and connection failures alike), once at least MinCalls
 	// completed in it. In (0, 1]. Default 0.5.
 	FailureRatio float64
 	// MinCalls is the least number of completed calls in Window before
-	// FailureRatio applies. Default 5: with the default Timeout, a hung node
-	// (which gives timeouts, not connection errors) is cut off after about
-	// five timed-out calls even when traffic is light, while under load the
-	// ratio, not this floor, decides.
+	// FailureRatio applies. Default 5.
 	MinCalls int
 	// Window is the rolling window of FailureRatio, counted in ten buckets.
 	// Default 10s.
@@ -68,6 +72,9 @@ type BreakerOptions struct {
 func (b BreakerOptions) withDefaults() BreakerOptions {
 	if b.ConsecutiveFailures == 0 {
 		b.ConsecutiveFailures = DefaultBreakerConsecutiveFailures
+	}
+	if b.ConsecutiveTimeouts == 0 {
+		b.ConsecutiveTimeouts = DefaultBreakerConsecutiveTimeouts
 	}
 	if b.FailureRatio == 0 {
 		b.FailureRatio = DefaultBreakerFailureRatio
@@ -93,6 +100,9 @@ func (b BreakerOptions) validate() []error {
 	var errs []error
 	if b.ConsecutiveFailures < 0 {
 		errs = append(errs, fmt.Errorf("breaker consecutive failures %d, want ≥ 1 (0 for the default)", b.ConsecutiveFailures))
+	}
+	if b.ConsecutiveTimeouts < 0 {
+		errs = append(errs, fmt.Errorf("breaker consecutive timeouts %d, want ≥ 1 (0 for the default)", b.ConsecutiveTimeouts))
 	}
 	if b.FailureRatio < 0 || b.FailureRatio > 1 {
 		errs = append(errs, fmt.Errorf("breaker failure ratio %v, want in (0, 1] (0 for the default)", b.FailureRatio))
@@ -167,6 +177,7 @@ type node struct {
 	addr      atomic.Pointer[string] // host:port; Sentinel may move it
 	cb        *gobreaker.TwoStepCircuitBreaker[struct{}]
 	connFails atomic.Int64 // connection-level failures since the last success
+	timeouts  atomic.Int64 // timeouts since the last success
 	lastErr   atomic.Pointer[string]
 	opened    atomic.Int64 // times the breaker opened
 }
@@ -175,7 +186,8 @@ type node struct {
 func newNode(addr string, o BreakerOptions) *node {
 	n := &node{}
 	n.addr.Store(&addr)
-	consecutive, minCalls, ratio := int64(o.ConsecutiveFailures), uint32(o.MinCalls), o.FailureRatio
+	consecutive, slow := int64(o.ConsecutiveFailures), int64(o.ConsecutiveTimeouts)
+	minCalls, ratio := uint32(o.MinCalls), o.FailureRatio
 	n.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         addr,
 		MaxRequests:  uint32(o.HalfOpenProbes),
@@ -183,7 +195,7 @@ func newNode(addr string, o BreakerOptions) *node {
 		BucketPeriod: o.Window / 10,
 		Timeout:      o.OpenTimeout,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			if n.connFails.Load() >= consecutive {
+			if n.connFails.Load() >= consecutive || n.timeouts.Load() >= slow {
 				return true
 			}
 			completed := c.TotalSuccesses + c.TotalFailures
@@ -218,6 +230,7 @@ func (n *node) allow() (func(callOutcome, error), error) {
 		switch o {
 		case callOK:
 			n.connFails.Store(0)
+			n.timeouts.Store(0)
 			done(nil)
 			return
 		case callIgnored:
@@ -225,6 +238,8 @@ func (n *node) allow() (func(callOutcome, error), error) {
 			return
 		case callConn:
 			n.connFails.Add(1) // before done: ReadyToTrip reads it
+		case callTimeout:
+			n.timeouts.Add(1)
 		}
 		msg := err.Error()
 		n.lastErr.Store(&msg)
