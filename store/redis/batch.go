@@ -279,11 +279,13 @@ func (s *Store) exec(slot int, batch []*request) {
 		nargs += len(r.args)
 	}
 	keys := make([]string, 0, nkeys)
-	args := make([]string, 0, nargs)
+	args := make([]string, 0, nargs+1)
 	args = append(args, s.minTTL, strconv.Itoa(len(batch)))
+	sticky := false
 	for _, r := range batch {
 		keys = append(keys, r.keys...)
 		args = append(args, r.args...)
+		sticky = sticky || r.sticky
 	}
 	s.calls.Add(1)
 	s.groups.Add(uint64(len(batch)))
@@ -291,25 +293,46 @@ func (s *Store) exec(slot int, batch []*request) {
 	// The timeout starts here, where the call is handed to the client: time
 	// queued before is backpressure, not a sign the node is down.
 	start := time.Now()
+	// The deadline in the node's clock (scripts/guard.lua): a call that
+	// runs too late to answer in time does nothing. Refunds have none (late
+	// is better than never), nor have calls under a test clock.
+	guard := ""
+	if s.now == nil && !sticky {
+		if dl, ok := n.clock.deadline(start, s.timeout); ok {
+			guard = strconv.FormatInt(dl, 10)
+		}
+	}
+	args = append(args, guard)
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	vals, err := s.script(algs).Exec(ctx, s.client, keys, args).ToArray()
+	reply := s.script(algs).Exec(ctx, s.client, keys, args)
 	cancel()
+	took := time.Since(start)
+	vals, err := reply.ToArray()
+	if err != nil {
+		if str, serr := reply.ToString(); serr == nil && str == expiredReply {
+			err = errExpired
+		}
+	}
 	if err == nil {
 		if perr := parseReply(vals, batch); perr != nil {
 			err = &replyError{perr}
+		} else if s.now == nil && !sticky { // a refund reports the charge's now
+			n.clock.sample(batch[0].nowOut, start, took)
 		}
 	}
 	closed := s.closed.Load()
 	outcome := classify(err, closed)
 	report(outcome, err)
 	if s.callHook != nil {
-		s.callHook(time.Since(start), outcome)
+		s.callHook(took, outcome)
 	}
 	if err != nil {
 		what := fmt.Sprintf("redis: script call (%d groups, %d ops) to %s", len(batch), nkeys, n.name())
 		switch {
 		case closed:
 			err = fmt.Errorf("%s: %w", what, errors.Join(ErrClosed, err))
+		case errors.Is(err, errExpired):
+			err = fmt.Errorf("%s: %v: %w", what, err, sluice.ErrStoreTimeout)
 		case outcome == callTimeout:
 			err = fmt.Errorf("%s: no reply within %v (%v); it may still have run: %w", what, s.timeout, err, sluice.ErrStoreTimeout)
 		default:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,12 +151,21 @@ func classify(err error, closed bool) callOutcome {
 	if _, ok := rueidis.IsRedisErr(err); ok {
 		return callError
 	}
+	if errors.Is(err, errExpired) {
+		return callTimeout
+	}
 	var perr *replyError
 	if errors.As(err, &perr) {
 		return callError
 	}
 	return callConn
 }
+
+// expiredReply is what scripts/guard.lua answers for a call that ran past
+// its deadline, and errExpired the error the store makes of it.
+const expiredReply = "sluice:expired"
+
+var errExpired = errors.New("it reached Redis after its deadline and was not run: nothing charged")
 
 // replyError is a reply the store could not read (a defect, not a sign of
 // a dead node; it counts in the failure ratio).
@@ -180,6 +190,48 @@ type node struct {
 	timeouts  atomic.Int64 // timeouts since the last success
 	lastErr   atomic.Pointer[string]
 	opened    atomic.Int64 // times the breaker opened
+	clock     clockEstimate
+}
+
+// clockEstimate is the offset of a node's TIME from the local clock, from
+// the "now" its script calls report, so that the store can give each call a
+// deadline in the node's own time (scripts/guard.lua). It is safe for
+// concurrent use.
+type clockEstimate struct {
+	mu     sync.Mutex
+	ok     bool
+	offset int64 // node TIME − local time, µs
+	errUs  int64 // bound on the error of offset when taken, µs
+	at     time.Time
+}
+
+// sample records that a call sent at start and answered after d read
+// redisNow (µs): the read happened within [start, start+d], so the offset
+// is known to within d/2. A sample replaces the estimate when it is at
+// least as tight as the old one, aged by 100 µs per second (clock drift).
+func (c *clockEstimate) sample(redisNow int64, start time.Time, d time.Duration) {
+	errUs := d.Microseconds()/2 + 1
+	mid := start.Add(d / 2).UnixMicro()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ok && errUs > c.errUs+time.Since(c.at).Milliseconds()/10 {
+		return
+	}
+	c.ok, c.offset, c.errUs, c.at = true, redisNow-mid, errUs, time.Now()
+}
+
+// deadline returns the latest node TIME (µs) at which a call sent at start
+// may still run and have its reply back by start+timeout, or false when no
+// estimate is known yet. It leaves a tenth of the timeout, plus the
+// estimate's error, for the reply's way back.
+func (c *clockEstimate) deadline(start time.Time, timeout time.Duration) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ok {
+		return 0, false
+	}
+	aged := c.errUs + time.Since(c.at).Milliseconds()/10
+	return start.Add(timeout-timeout/10).UnixMicro() + c.offset - aged, true
 }
 
 // newNode returns a node named addr with a closed breaker.

@@ -370,3 +370,47 @@ func TestBreakerOnRealRedis(t *testing.T) {
 	srv.Resume()
 	waitClosed("resumed")
 }
+
+// TestLateCallNotRun: a call that reaches the head of Redis's queue only
+// after the store gave up on it (Redis busy longer than the timeout) does
+// nothing (scripts/guard.lua), so the Take that failed charged nothing.
+func TestLateCallNotRun(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 300 * time.Millisecond
+	st, err := New(Options{URL: srv.URL(), Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 100, Window: time.Hour}
+	for range 5 { // calls that teach the store the node's clock
+		if err := st.Take(context.Background(), []sluice.Op{{Key: "warm", Limit: limit, Cost: 1}}, make([]sluice.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := st.nodes.single.clock.deadline(time.Now(), timeout); !ok {
+		t.Fatal("no clock estimate after 5 calls")
+	}
+	blocked := busy(srv, 3*timeout)
+	time.Sleep(50 * time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range 2 { // two, so that the client pipelines and keeps the connection
+		wg.Go(func() {
+			err := st.Take(context.Background(), []sluice.Op{{Key: fmt.Sprint("late", i), Limit: limit, Cost: 1}}, make([]sluice.Result, 1))
+			if !errors.Is(err, sluice.ErrStoreTimeout) {
+				t.Errorf("Take while Redis is busy = %v, want ErrStoreTimeout", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // Redis works through what waited
+	for i := range 2 {
+		key := redisKey(DefaultPrefix, limit.Algorithm, fmt.Sprint("late", i))
+		if n, err := srv.Do("EXISTS", key); err != nil || n != int64(0) {
+			t.Errorf("EXISTS %s = %v, %v; want 0 (the late call charged nothing)", key, n, err)
+		}
+	}
+}

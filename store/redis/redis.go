@@ -101,18 +101,18 @@ var algFiles = [...][]string{
 var fileOrder = []string{
 	"lib.lua", "bucket.lua", "gcra.lua", "leaky_bucket.lua", "token_bucket.lua",
 	"fixed_window.lua", "sliding_window.lua", "log.lua", "sliding_log.lua",
-	"concurrency.lua", "driver.lua",
+	"concurrency.lua", "guard.lua", "driver.lua",
 }
 
 // algMask has bit a set for each algorithm a a batch uses.
 type algMask uint8
 
 // batchScriptFor composes the batch script for the algorithms in m: lib.lua,
-// their files, and driver.lua. Redis runs the whole script body on every
+// their files, guard.lua and driver.lua. Redis runs the whole script body on every
 // call, and each function it defines costs a closure, so a script carries
 // only the algorithms its batch needs.
 func batchScriptFor(m algMask) string {
-	need := map[string]bool{"lib.lua": true, "driver.lua": true}
+	need := map[string]bool{"lib.lua": true, "guard.lua": true, "driver.lua": true}
 	for _, a := range sluice.Algorithms() {
 		if m&(1<<a) != 0 {
 			for _, f := range algFiles[a] {

@@ -1,0 +1,15 @@
+-- guard.lua: a batch call that Redis runs only after the store stopped
+-- waiting for it (it sat in a socket buffer while Redis was stalled, or the
+-- reply could not come back in time) does nothing, so that a Take the
+-- caller already saw fail charges nothing. The store passes the deadline,
+-- in Redis TIME microseconds, as the last ARGV ("" = no deadline); the
+-- driver never reads that far. It is concatenated just before driver.lua.
+do
+  local deadline = tonumber(ARGV[#ARGV])
+  if deadline then
+    local t = redis.call('TIME')
+    if tonumber(t[1]) * 1000000 + tonumber(t[2]) > deadline then
+      return 'sluice:expired'
+    end
+  end
+end
