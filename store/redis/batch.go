@@ -296,10 +296,10 @@ func (s *Store) exec(slot int, batch []*request) {
 	// The deadline in the node's clock (scripts/guard.lua): a call that
 	// runs too late to answer in time does nothing. Refunds have none (late
 	// is better than never), nor have calls under a test clock.
-	guard := ""
+	guard := "g:"
 	if s.now == nil && !sticky {
 		if dl, ok := n.clock.deadline(start, s.timeout); ok {
-			guard = strconv.FormatInt(dl, 10)
+			guard += strconv.FormatInt(dl, 10)
 		}
 	}
 	args = append(args, guard)

@@ -19,7 +19,7 @@ import (
 // Defaults of BreakerOptions.
 const (
 	DefaultBreakerConsecutiveFailures = 5
-	DefaultBreakerConsecutiveTimeouts = 5
+	DefaultBreakerConsecutiveTimeouts = 3
 	DefaultBreakerFailureRatio        = 0.5
 	DefaultBreakerMinCalls            = 5
 	DefaultBreakerWindow              = 10 * time.Second
@@ -47,7 +47,7 @@ type BreakerOptions struct {
 	// got no reply within Options.Timeout, with no successful call between:
 	// a hung node (SIGSTOP, a stuck failover) gives timeouts, not errors.
 	// Under load a call now and then is slow, but the next ones succeed
-	// and start the count again. Default 5.
+	// and start the count again. Default 3.
 	ConsecutiveTimeouts int
 	// FailureRatio opens the breaker when at least this fraction of the
 	// calls that completed within Window failed (timeouts, Redis error

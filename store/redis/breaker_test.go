@@ -56,11 +56,11 @@ func TestBreakerPolicy(t *testing.T) {
 		{"four refused connections", rep(conn, 4), false},
 		{"five refused connections", rep(conn, 5), true},
 		{"refused connections broken by a success", cat(rep(conn, 4), rep(ok, 20), rep(conn, 4)), false},
-		{"timeouts do not count as consecutive connection failures", cat(rep(conn, 3), rep(ok, 10), rep(slow, 4), rep(conn, 1)), false},
-		{"four timeouts in a row", rep(slow, 4), false},
-		{"five timeouts in a row: a hung node", rep(slow, 5), true},
-		{"five timeouts in a row after much success", cat(rep(ok, 1000), rep(slow, 5)), true},
-		{"timeouts broken by successes", cat(rep(ok, 20), rep(slow, 4), rep(ok, 1), rep(slow, 4), rep(ok, 1), rep(slow, 4)), false},
+		{"timeouts between refused connections do not reset their count", cat(rep(ok, 20), rep(conn, 4), rep(slow, 2), rep(conn, 1)), true},
+		{"two timeouts in a row", rep(slow, 2), false},
+		{"three timeouts in a row: a hung node", rep(slow, 3), true},
+		{"three timeouts in a row after much success", cat(rep(ok, 1000), rep(slow, 3)), true},
+		{"timeouts broken by successes", cat(rep(ok, 20), rep(slow, 2), rep(ok, 1), rep(slow, 2), rep(ok, 1), rep(slow, 2)), false},
 		{"half of the calls time out, never in a row", alt(10, slow, ok), true},
 		{"a third of the calls time out", alt(10, slow, ok, ok), false},
 		{"Redis error replies count in the ratio", cat(rep(ok, 6), rep(rerr, 6)), true},
@@ -259,7 +259,7 @@ func TestCancelWhileQueued(t *testing.T) {
 func TestOneCallOneFailure(t *testing.T) {
 	srv := redistest.Start(t)
 	const timeout = 200 * time.Millisecond
-	st, err := New(Options{URL: srv.URL(), Timeout: timeout, Breaker: BreakerOptions{MinCalls: 1000}})
+	st, err := New(Options{URL: srv.URL(), Timeout: timeout, Breaker: BreakerOptions{MinCalls: 1000, ConsecutiveTimeouts: 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,7 @@ func compose(names ...string) string {
 // Defaults of Options.
 const (
 	DefaultPrefix      = "sluice:"
-	DefaultTimeout     = 500 * time.Millisecond
+	DefaultTimeout     = 1 * time.Second
 	DefaultMaxBatch    = 128
 	DefaultMaxInFlight = 2
 )
