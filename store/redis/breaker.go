@@ -190,6 +190,9 @@ type node struct {
 	timeouts  atomic.Int64 // timeouts since the last success
 	lastErr   atomic.Pointer[string]
 	opened    atomic.Int64 // times the breaker opened
+	// openUntil is when an open breaker lets probes through (unix ns), 0
+	// when it is not open: read on every Take, without gobreaker's lock.
+	openUntil atomic.Int64
 	clock     clockEstimate
 }
 
@@ -257,6 +260,9 @@ func newNode(addr string, o BreakerOptions) *node {
 		OnStateChange: func(_ string, _, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				n.opened.Add(1)
+				n.openUntil.Store(time.Now().Add(o.OpenTimeout).UnixNano())
+			} else {
+				n.openUntil.Store(0)
 			}
 		},
 	})
@@ -269,7 +275,10 @@ func (n *node) name() string { return *n.addr.Load() }
 // open reports whether the breaker fails calls now (open, not yet due for
 // probes). A half-open breaker is not open: calls reach allow, which lets
 // the probes through.
-func (n *node) open() bool { return n.cb.State() == gobreaker.StateOpen }
+func (n *node) open() bool {
+	u := n.openUntil.Load()
+	return u != 0 && time.Now().UnixNano() < u
+}
 
 // allow asks the breaker for one call. It returns the func to report the
 // call's outcome, or an error wrapping sluice.ErrStoreUnavailable.

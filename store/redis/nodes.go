@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +53,8 @@ func (ns *nodes) get(addr string) *node {
 	return n
 }
 
-// nodeFor returns the node owning slot (cluster) or the single node.
+// nodeFor returns the node owning slot (cluster) or the single node; a
+// slot no master owns counts against a node named "unknown".
 func (s *Store) nodeFor(slot int) *node {
 	if !s.cluster {
 		return s.nodes.single
@@ -66,32 +68,27 @@ func (s *Store) nodeFor(slot int) *node {
 }
 
 // Health implements sluice.HealthReporter: the breaker of each node the
-// store knows, sorted by address. With a single node or Sentinel it is one
-// entry; with a Cluster, one per master (plus nodes that owned slots
-// earlier).
+// store sends calls to, sorted by address. With a single node or Sentinel it
+// is one entry; with a Cluster, one per master owning slots now.
 func (s *Store) Health() []sluice.NodeHealth {
 	if !s.cluster {
 		return []sluice.NodeHealth{s.nodes.single.health()}
 	}
-	s.nodes.mu.Lock()
-	all := make([]*node, 0, len(s.nodes.byAddr))
-	for _, n := range s.nodes.byAddr {
-		all = append(all, n)
+	var all []*node
+	if t := s.nodes.slots.Load(); t != nil {
+		seen := map[*node]bool{}
+		for _, n := range t {
+			if n != nil && !seen[n] {
+				seen[n] = true
+				all = append(all, n)
+			}
+		}
 	}
-	s.nodes.mu.Unlock()
 	out := make([]sluice.NodeHealth, len(all))
 	for i, n := range all {
 		out[i] = n.health()
 	}
-	slices.SortFunc(out, func(a, b sluice.NodeHealth) int {
-		switch {
-		case a.Node < b.Node:
-			return -1
-		case a.Node > b.Node:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b sluice.NodeHealth) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 
