@@ -90,7 +90,7 @@ type redisConfig struct {
 	// prefix parameter, else the store's default.
 	Prefix string
 	// Timeout bounds one store call; 0 means the URL's timeout parameter,
-	// else the store's default (50ms).
+	// else the store's default (1s, redis.DefaultTimeout).
 	Timeout time.Duration
 	// DeniedCache is "auto" (on unless Redis is a Cluster), "on" or "off".
 	DeniedCache string

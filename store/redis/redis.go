@@ -285,7 +285,8 @@ func New(opts Options) (*Store, error) {
 	copt.DisableCache = true // no client-side caching: every decision is a write
 	copt.DisableRetry = true // a retried script would charge twice
 	if copt.Dialer.Timeout == 0 {
-		copt.Dialer.Timeout = max(opts.Timeout, 500*time.Millisecond)
+		// A (re)dial, handshake included, is part of the call that needs it.
+		copt.Dialer.Timeout = opts.Timeout
 	}
 	if copt.ConnWriteTimeout == 0 {
 		// A hung server (SIGSTOP, a stuck failover) closes the connection

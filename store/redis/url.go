@@ -41,7 +41,7 @@ func ParseURL(raw string) (Options, error) {
 	if q.Has("timeout") {
 		d, err := time.ParseDuration(q.Get("timeout"))
 		if err != nil || d <= 0 {
-			return o, fmt.Errorf("redis: URL parameter timeout=%q: want a positive duration such as 50ms", q.Get("timeout"))
+			return o, fmt.Errorf("redis: URL parameter timeout=%q: want a positive duration such as 1s", q.Get("timeout"))
 		}
 		o.Timeout = d
 		q.Del("timeout")
