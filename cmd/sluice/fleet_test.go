@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -57,11 +58,12 @@ func buildSluice(t *testing.T) string {
 // mustFreeAddr returns a loopback address that is free now.
 func mustFreeAddr(t *testing.T) string {
 	t.Helper()
-	a, err := freeAddr()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // fleetServer is one `sluice serve` process.
