@@ -18,11 +18,20 @@ import (
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/service/promstats"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/tenant"
 )
 
 const testRules = `
 domain: edge
+tenant_key: api_key
 descriptors:
+  - key: api_key
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      tiers:
+        free: {requests_per_unit: 20}
+        pro: {requests_per_unit: 1000}
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 3}
   - key: path
@@ -65,6 +74,9 @@ func newInstance(t testing.TB, name string, fleet Fleet) *instance {
 	tr := observe.NewTracker(observe.Options{})
 	cfg := service.DefaultConfig()
 	cfg.Observer = tr
+	tenants := tenant.NewRegistry(nil, tenant.Options{})
+	tenants.Set(tenant.NewSnapshot([]tenant.Record{{Tenant: "acme", Tier: rules.TierPro}}, nil, time.Now()))
+	cfg.Overrides = tenants
 	eng, err := service.New(cfg, service.StaticRules{Snapshot: snap}, st, promstats.New(reg), nil)
 	if err != nil {
 		t.Fatal(err)
