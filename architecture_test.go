@@ -24,6 +24,7 @@ var thirdParty = map[string]string{
 	"grpc":             "google.golang.org/grpc",
 	"pgx":              "github.com/jackc/pgx/",
 	"plot":             "gonum.org/v1/plot",
+	"gobreaker":        "github.com/sony/gobreaker/",
 }
 
 // rule is one row of the import table: what a package may import.

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/shed"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis"
 )
 
 func init() {
@@ -47,7 +48,7 @@ func (s *specList) Set(v string) error {
 func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	var (
 		configFile, upstream, rulesDir, rlsAddr, listen, domain, trusted, algo, logLevel string
-		metricsAddr                                                                      string
+		metricsAddr, shedRedis                                                           string
 		descriptors                                                                      specList
 		legacy, failClosed                                                               bool
 		maxDelay                                                                         time.Duration
@@ -68,6 +69,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.DurationVar(&maxDelay, "max-delay", 0, "longest leaky_bucket queueing delay before answering 503 (default 5s)")
 	fs.Int64Var(&inflight, "max-inflight", 0, "shed (503) requests beyond this many in flight through the proxy; 0: no limit")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the load shedder's) at /metrics on this address; default off")
+	fs.StringVar(&shedRedis, "shed-redis-url", "", "Redis that the proxies of a fleet share for the shed section's fleet capacity (default: counted in this process alone)")
 	fs.StringVar(&algo, "default-algorithm", "fixed_window", "algorithm of rules that name none: "+algorithmList())
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
@@ -180,9 +182,20 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		go func() { _ = watcher.Run(wctx) }()
 	}
 	glog := log.With("component", "gateway")
-	handler, shedder, err := gateway.NewHandler(cfg, checker, store, shed.Options{
-		OnError: func(err error) { glog.Warn("load shedder store failed", "err", err) },
-	}, func(r *http.Request, err error) {
+	sopts := shed.Options{OnError: func(err error) { glog.Warn("load shedder store failed", "err", err) }}
+	if shedRedis != "" {
+		ropts, err := redis.ParseURL(shedRedis)
+		if err != nil {
+			return fmt.Errorf("proxy: --shed-redis-url: %w", err)
+		}
+		rs, err := redis.New(ropts)
+		if err != nil {
+			return fmt.Errorf("proxy: --shed-redis-url: %w", err)
+		}
+		defer rs.Close()
+		sopts.Store = rs
+	}
+	handler, shedder, err := gateway.NewHandler(cfg, checker, store, sopts, func(r *http.Request, err error) {
 		glog.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	})
 	if err != nil {

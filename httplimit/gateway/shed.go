@@ -196,8 +196,9 @@ func priorityFrom(spec string, tp *httplimit.TrustedProxies) (httplimit.KeyFunc,
 // NewHandler is New with the shed section applied: when the configuration
 // has one, the returned handler sheds load in front of the rate limits (a
 // shed request charges no rate limit) and the Shedder is returned for
-// metrics; otherwise the Shedder is nil. store keeps the fleet layer's
-// counters as well as the concurrency leases; opts.Store is set to it.
+// metrics; otherwise the Shedder is nil. store keeps the concurrency leases,
+// and the fleet layer's counters unless opts.Store names a store of their
+// own (a Redis store that every instance shares, for a fleet-wide capacity).
 func NewHandler(c Config, checker httplimit.Checker, store sluice.Store, opts shed.Options, onError func(*http.Request, error)) (http.Handler, *shed.Shedder, error) {
 	limited, err := New(c, checker, store, onError)
 	if err != nil {
@@ -206,7 +207,9 @@ func NewHandler(c Config, checker httplimit.Checker, store sluice.Store, opts sh
 	if c.Shed == nil {
 		return limited, nil, nil
 	}
-	opts.Store = store
+	if opts.Store == nil {
+		opts.Store = store
+	}
 	s, err := shed.New(c.Shed.Config, opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway: shed: %w", err)

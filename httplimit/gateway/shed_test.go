@@ -8,10 +8,12 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/headers"
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/shed"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -167,5 +169,77 @@ func TestExampleShedConfig(t *testing.T) {
 	}
 	if c.Shed == nil || c.Shed.Fleet == nil || c.Shed.Fleet.Capacity != 5000 || c.Shed.Priority.Routes[2].Max != shed.Critical {
 		t.Errorf("example decoded as %+v", c.Shed)
+	}
+}
+
+// TestFleetCapacitySharedThroughRedis: two gateways (two proxies) whose
+// fleet layer shares one real Redis enforce one capacity together: of 4 a
+// minute with half reserved, 2 non-critical requests pass fleet-wide and
+// critical ones take the reserve.
+func TestFleetCapacitySharedThroughRedis(t *testing.T) {
+	rd := redistest.Start(t)
+	shared, err := redis.New(redis.Options{URL: rd.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Close()
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer upstream.Close()
+	snap, err := rules.Parse("edge.yaml", []byte("domain: edge\ndescriptors:\n  - {key: remote_address, rate_limit: {unit: minute, requests_per_unit: 1000}}\n"), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseFile("gw.yaml", []byte(`
+upstream: `+upstream.URL+`
+rules: ./unused-here
+domain: edge
+shed:
+  priority_from: header:X-Priority
+  priority: {max: critical}
+  fleet: {capacity: 4, reserve: 0.5, window: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Default()
+	var gateways []http.Handler
+	for range 2 {
+		mem := memory.New(memory.Options{})
+		defer mem.Close()
+		engine, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, mem, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _, err := NewHandler(cfg, engine, mem, shed.Options{Store: shared}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gateways = append(gateways, h)
+	}
+	count := func(priority string, n int) (ok, shed int) {
+		for i := range n {
+			r := httptest.NewRequest("GET", "http://gw.test/x", nil)
+			r.RemoteAddr = "192.0.2.1:1"
+			if priority != "" {
+				r.Header.Set("X-Priority", priority)
+			}
+			w := httptest.NewRecorder()
+			gateways[i%2].ServeHTTP(w, r)
+			switch w.Code {
+			case 200:
+				ok++
+			case 503:
+				shed++
+			default:
+				t.Fatalf("status %d, want 200 or 503", w.Code)
+			}
+		}
+		return ok, shed
+	}
+	if ok, shed := count("", 6); ok != 2 || shed != 4 {
+		t.Errorf("default requests over two gateways: %d passed, %d shed; want 2 and 4 (the fleet's non-critical share)", ok, shed)
+	}
+	if ok, shed := count("critical", 4); ok != 2 || shed != 2 {
+		t.Errorf("critical requests: %d passed, %d shed; want 2 (the rest of the capacity) and 2", ok, shed)
 	}
 }
