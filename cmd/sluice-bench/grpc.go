@@ -124,6 +124,30 @@ func selfCPU() time.Duration {
 }
 
 // drive runs one load against spec.addr and measures it.
+// progress prints, every 5 seconds of a run longer than 10, how far it is
+// and how many requests it has measured, on stderr. stop ends it.
+func progress(total time.Duration, requests func() int64) (stop func()) {
+	if total <= 10*time.Second {
+		return func() {}
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				el := time.Since(start)
+				fmt.Fprintf(os.Stderr, "  … %v of %v, %d requests (%.0f/s)\n", el.Round(time.Second), total, requests(), float64(requests())/el.Seconds())
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
 	conns := make([]*grpc.ClientConn, max(spec.conns, 1))
 	for i := range conns {
@@ -235,7 +259,9 @@ func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
 	self0 := selfCPU()
 	tm := time.Now()
 	measuring.Store(true)
+	stopProgress := progress(spec.duration, func() int64 { return requests.Load() })
 	sleep(ctx, spec.duration)
+	stopProgress()
 	measuring.Store(false)
 	elapsed := time.Since(tm)
 	self1 := selfCPU()
