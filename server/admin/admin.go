@@ -104,13 +104,13 @@ func New(opts Options) (http.Handler, error) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPI)
 	})
-	mux.Handle("GET /admin/v1/quotas", h.auth(false, h.list))
-	mux.Handle("GET /admin/v1/quotas/{tenant}", h.auth(false, h.get))
-	mux.Handle("PUT /admin/v1/quotas/{tenant}", h.auth(true, h.put))
-	mux.Handle("DELETE /admin/v1/quotas/{tenant}", h.auth(true, h.delete))
+	mux.Handle("GET /admin/v1/quotas", h.auth(false, h.withStore(h.list)))
+	mux.Handle("GET /admin/v1/quotas/{tenant}", h.auth(false, h.withTenant(h.get)))
+	mux.Handle("PUT /admin/v1/quotas/{tenant}", h.auth(true, h.withTenant(h.put)))
+	mux.Handle("DELETE /admin/v1/quotas/{tenant}", h.auth(true, h.withTenant(h.delete)))
 	mux.Handle("GET /admin/v1/usage/{tenant}", h.auth(false, h.usage))
-	mux.Handle("GET /admin/v1/switches", h.auth(false, h.switches))
-	mux.Handle("PUT /admin/v1/switches", h.auth(true, h.setSwitch))
+	mux.Handle("GET /admin/v1/switches", h.auth(false, h.withStore(h.switches)))
+	mux.Handle("PUT /admin/v1/switches", h.auth(true, h.withStore(h.setSwitch)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s %s", r.Method, r.URL.Path), nil)
 	})
@@ -179,12 +179,27 @@ func (h *handler) storeError(w http.ResponseWriter, r *http.Request, op string, 
 	problem(w, http.StatusInternalServerError, op+": the store failed; see the server log", nil)
 }
 
-func (h *handler) store(w http.ResponseWriter) (Store, bool) {
-	if h.opts.Store == nil {
-		problem(w, http.StatusServiceUnavailable, "tenants are off: the server runs without --postgres-url", nil)
-		return nil, false
+// withStore runs f with the tenant store, or answers 503 when there is none.
+func (h *handler) withStore(f func(w http.ResponseWriter, r *http.Request, actor string, st Store)) func(w http.ResponseWriter, r *http.Request, actor string) {
+	return func(w http.ResponseWriter, r *http.Request, actor string) {
+		if h.opts.Store == nil {
+			problem(w, http.StatusServiceUnavailable, "tenants are off: the server runs without --postgres-url", nil)
+			return
+		}
+		f(w, r, actor, h.opts.Store)
 	}
-	return h.opts.Store, true
+}
+
+// withTenant is withStore for the endpoints under /quotas/{tenant}: it
+// also answers 400 when the tenant in the path is invalid.
+func (h *handler) withTenant(f func(w http.ResponseWriter, r *http.Request, actor string, st Store, name string)) func(w http.ResponseWriter, r *http.Request, actor string) {
+	return h.withStore(func(w http.ResponseWriter, r *http.Request, actor string, st Store) {
+		name, ok := tenantParam(w, r)
+		if !ok {
+			return
+		}
+		f(w, r, actor, st, name)
+	})
 }
 
 func (h *handler) ctx(r *http.Request) (context.Context, context.CancelFunc) {
@@ -214,15 +229,7 @@ func tenantParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return name, true
 }
 
-func (h *handler) get(w http.ResponseWriter, r *http.Request, _ string) {
-	st, ok := h.store(w)
-	if !ok {
-		return
-	}
-	name, ok := tenantParam(w, r)
-	if !ok {
-		return
-	}
+func (h *handler) get(w http.ResponseWriter, r *http.Request, _ string, st Store, name string) {
 	ctx, cancel := h.ctx(r)
 	defer cancel()
 	rec, found, err := st.Load(ctx, name)
@@ -234,20 +241,10 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, _ string) {
 		problem(w, http.StatusNotFound, fmt.Sprintf("tenant %q has no record (it is on the free tier)", name), nil)
 		return
 	}
-	q := quotaJSON(rec)
-	q.Quotas = h.resolve(&rec)
-	reply(w, http.StatusOK, q)
+	h.replyQuota(w, rec)
 }
 
-func (h *handler) put(w http.ResponseWriter, r *http.Request, actor string) {
-	st, ok := h.store(w)
-	if !ok {
-		return
-	}
-	name, ok := tenantParam(w, r)
-	if !ok {
-		return
-	}
+func (h *handler) put(w http.ResponseWriter, r *http.Request, actor string, st Store, name string) {
 	b, ok := h.body(w, r)
 	if !ok {
 		return
@@ -260,8 +257,7 @@ func (h *handler) put(w http.ResponseWriter, r *http.Request, actor string) {
 		err = tenant.Prepare(&rec, h.opts.Rules())
 	}
 	if err != nil {
-		fe := asFieldErrors(err)
-		problem(w, http.StatusBadRequest, fe.Error(), fe)
+		badFields(w, err)
 		return
 	}
 	ctx, cancel := h.ctx(r)
@@ -271,20 +267,10 @@ func (h *handler) put(w http.ResponseWriter, r *http.Request, actor string) {
 		h.storeError(w, r, "write", err)
 		return
 	}
-	q := quotaJSON(out)
-	q.Quotas = h.resolve(&out)
-	reply(w, http.StatusOK, q)
+	h.replyQuota(w, out)
 }
 
-func (h *handler) delete(w http.ResponseWriter, r *http.Request, actor string) {
-	st, ok := h.store(w)
-	if !ok {
-		return
-	}
-	name, ok := tenantParam(w, r)
-	if !ok {
-		return
-	}
+func (h *handler) delete(w http.ResponseWriter, r *http.Request, actor string, st Store, name string) {
 	ctx, cancel := h.ctx(r)
 	defer cancel()
 	found, err := st.Delete(ctx, actor, name)
@@ -303,11 +289,7 @@ func (h *handler) delete(w http.ResponseWriter, r *http.Request, actor string) {
 // MaxPage is the largest page of GET /admin/v1/quotas.
 const MaxPage = 1000
 
-func (h *handler) list(w http.ResponseWriter, r *http.Request, _ string) {
-	st, ok := h.store(w)
-	if !ok {
-		return
-	}
+func (h *handler) list(w http.ResponseWriter, r *http.Request, _ string, st Store) {
 	q := r.URL.Query()
 	var tier *rules.Tier
 	if s := q.Get("tier"); s != "" {
@@ -348,6 +330,19 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, _ string) {
 		out.Next = recs[len(recs)-1].Tenant
 	}
 	reply(w, http.StatusOK, out)
+}
+
+// replyQuota answers 200 with rec and the quotas it resolves to.
+func (h *handler) replyQuota(w http.ResponseWriter, rec tenant.Record) {
+	q := quotaJSON(rec)
+	q.Quotas = h.resolve(&rec)
+	reply(w, http.StatusOK, q)
+}
+
+// badFields answers 400 listing the invalid fields of err.
+func badFields(w http.ResponseWriter, err error) {
+	fe := asFieldErrors(err)
+	problem(w, http.StatusBadRequest, fe.Error(), fe)
 }
 
 // resolve lists the limit each tenant rule gives the tenant of rec now.
@@ -468,11 +463,7 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request, _ string) {
 	reply(w, http.StatusOK, out)
 }
 
-func (h *handler) switches(w http.ResponseWriter, r *http.Request, _ string) {
-	st, ok := h.store(w)
-	if !ok {
-		return
-	}
+func (h *handler) switches(w http.ResponseWriter, r *http.Request, _ string, st Store) {
 	ctx, cancel := h.ctx(r)
 	defer cancel()
 	sws, err := st.Switches(ctx)
@@ -487,11 +478,7 @@ func (h *handler) switches(w http.ResponseWriter, r *http.Request, _ string) {
 	reply(w, http.StatusOK, map[string]any{"switches": out})
 }
 
-func (h *handler) setSwitch(w http.ResponseWriter, r *http.Request, actor string) {
-	st, ok := h.store(w)
-	if !ok {
-		return
-	}
+func (h *handler) setSwitch(w http.ResponseWriter, r *http.Request, actor string, st Store) {
 	b, ok := h.body(w, r)
 	if !ok {
 		return
@@ -501,8 +488,7 @@ func (h *handler) setSwitch(w http.ResponseWriter, r *http.Request, actor string
 		err = fieldErrors{{Field: "rule", Msg: fmt.Sprintf("domain %q has no rule %q (see /debug/rules)", domain, rule)}}
 	}
 	if err != nil {
-		fe := asFieldErrors(err)
-		problem(w, http.StatusBadRequest, fe.Error(), fe)
+		badFields(w, err)
 		return
 	}
 	ctx, cancel := h.ctx(r)
