@@ -281,15 +281,19 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 }
 
 // ruleID joins a path's steps as key or key=value with ".".
-func ruleID(path []Step) string {
+func ruleID(path []Step) string { return joinSteps(path, '.', '=') }
+
+// joinSteps spells steps as key, or key, kv and value for a step with a
+// value (or wildcard pattern), joined by sep.
+func joinSteps(steps []Step, sep, kv byte) string {
 	var b strings.Builder
-	for i, st := range path {
+	for i, st := range steps {
 		if i > 0 {
-			b.WriteByte('.')
+			b.WriteByte(sep)
 		}
 		b.WriteString(st.Key)
 		if st.Kind != MatchAny {
-			b.WriteByte('=')
+			b.WriteByte(kv)
 			b.WriteString(st.Value)
 		}
 	}

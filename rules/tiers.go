@@ -53,22 +53,10 @@ const (
 var tierNames = [NumTiers]string{"free", "pro", "enterprise", "custom"}
 
 // String returns the tier's name ("free", "pro", "enterprise", "custom").
-func (t Tier) String() string {
-	if t < NumTiers {
-		return tierNames[t]
-	}
-	return fmt.Sprintf("Tier(%d)", uint8(t))
-}
+func (t Tier) String() string { return enumName(tierNames[:], t, "Tier") }
 
 // ParseTier returns the tier named s (lower case, as String spells it).
-func ParseTier(s string) (Tier, error) {
-	for i, n := range tierNames {
-		if s == n {
-			return Tier(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown tier %q (want free, pro, enterprise or custom)", s)
-}
+func ParseTier(s string) (Tier, error) { return parseEnum[Tier](tierNames[:], s, "tier") }
 
 // TierLimit is the limit one tier has under a rule.
 type TierLimit struct {
@@ -98,20 +86,7 @@ func (s *Snapshot) TenantKey(domain string) string {
 // way per-tenant overrides name them: "key:value" for a step with a value
 // (or wildcard pattern), "key" for a bare key, joined by "|"; "" for the
 // rule at the tenant key itself.
-func TenantPathOf(steps []Step) string {
-	var b strings.Builder
-	for i, st := range steps {
-		if i > 0 {
-			b.WriteByte('|')
-		}
-		b.WriteString(st.Key)
-		if st.Kind != MatchAny {
-			b.WriteByte(':')
-			b.WriteString(st.Value)
-		}
-	}
-	return b.String()
-}
+func TenantPathOf(steps []Step) string { return joinSteps(steps, '|', ':') }
 
 var tierLimitKeys = []string{"requests_per_unit", "unit", "window", "algorithm", "burst"}
 
@@ -282,19 +257,27 @@ const (
 var switchNames = [...]string{"on", "off", "shadow"}
 
 // String returns "on", "off" or "shadow".
-func (s Switch) String() string {
-	if int(s) < len(switchNames) {
-		return switchNames[s]
-	}
-	return fmt.Sprintf("Switch(%d)", uint8(s))
-}
+func (s Switch) String() string { return enumName(switchNames[:], s, "Switch") }
 
 // ParseSwitch returns the Switch spelled s ("on", "off", "shadow").
-func ParseSwitch(s string) (Switch, error) {
-	for i, n := range switchNames {
+func ParseSwitch(s string) (Switch, error) { return parseEnum[Switch](switchNames[:], s, "state") }
+
+// enumName returns names[v], or typ(v) for a value with no name.
+func enumName[T ~uint8](names []string, v T, typ string) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", typ, uint8(v))
+}
+
+// parseEnum returns the value whose name is s, or an error calling s an
+// unknown what and listing the names.
+func parseEnum[T ~uint8](names []string, s, what string) (T, error) {
+	for i, n := range names {
 		if s == n {
-			return Switch(i), nil
+			return T(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown state %q (want on, off or shadow)", s)
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	return 0, fmt.Errorf("unknown %s %q (want %s)", what, s, want)
 }
