@@ -453,7 +453,6 @@ func benchCompare(ctx context.Context, spec loadSpec, sluiceBin, rulesDir, redis
 	if _, err := os.Stat(rulesDir); err != nil {
 		return fmt.Errorf("bench: --rules: %w", err)
 	}
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	type target struct {
 		name   string
 		c      *child
@@ -536,16 +535,9 @@ func benchCompare(ctx context.Context, spec loadSpec, sluiceBin, rulesDir, redis
 			t.full = append(t.full, res)
 		}
 	}
-	medianRPS := func(t *target) float64 {
-		xs := make([]float64, len(t.full))
-		for i, r := range t.full {
-			xs[i] = r.rps()
-		}
-		return median(xs)
-	}
 	fmt.Fprintln(out, "=== half of each server's median maximum")
 	for _, t := range targets[1:] {
-		res, err := measure(t, medianRPS(t)/2)
+		res, err := measure(t, medianRPS(t.full)/2)
 		if err != nil {
 			return err
 		}
@@ -598,6 +590,18 @@ func benchCompare(ctx context.Context, spec loadSpec, sluiceBin, rulesDir, redis
 	}
 	fmt.Fprintln(out, "p50/p99 count from each request's intended start (generator queueing included); p99 sent: from the actual send.")
 	return nil
+}
+
+// us is d in microseconds.
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// medianRPS is the median of the rounds' requests per second.
+func medianRPS(rounds []loadResult) float64 {
+	xs := make([]float64, len(rounds))
+	for i, r := range rounds {
+		xs[i] = r.rps()
+	}
+	return median(xs)
 }
 
 func median(xs []float64) float64 {

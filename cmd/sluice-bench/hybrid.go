@@ -170,16 +170,9 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 			t.cmds = append(t.cmds, cmds)
 		}
 	}
-	rps := func(t *target) float64 {
-		xs := make([]float64, len(t.full))
-		for i, r := range t.full {
-			xs[i] = r.rps()
-		}
-		return median(xs)
-	}
 	fmt.Fprintln(stdout, "=== half of each server's median maximum")
 	for _, t := range targets {
-		res, _, err := measure(t, rps(t)/2)
+		res, _, err := measure(t, medianRPS(t.full)/2)
 		if err != nil {
 			return err
 		}
@@ -205,7 +198,6 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 		}
 	}
 
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	mem := targets[0]
 	fmt.Fprintf(stdout, "\n=== summary: %d rounds of %v per server at full speed, interleaved; %d keys, %d callers, pinned %v\n",
 		rounds, spec.duration, spec.keys, spec.concurrency, pin)
@@ -217,7 +209,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 			ratio = append(ratio, us(r.cpuPerRequest())/us(mem.full[i].cpuPerRequest()))
 			extra = append(extra, us(r.extraPerRequest()))
 		}
-		fmt.Fprintf(stdout, "%-26s %9.0f %10.1f %9.2fx %11.2f %12.4f %8.2fms %8.2fms %10.2f\n", t.name, rps(t), median(cpu), median(ratio),
+		fmt.Fprintf(stdout, "%-26s %9.0f %10.1f %9.2fx %11.2f %12.4f %8.2fms %8.2fms %10.2f\n", t.name, medianRPS(t.full), median(cpu), median(ratio),
 			median(extra), median(t.cmds), us(t.half.p99)/1000, us(t.half.p50)/1000, t.idle)
 		fmt.Fprintf(stdout, "%-26s per round: CPU vs memory %s; redis ops/dec %s\n", "", fmtList(ratio, "%.2f"), fmtList(t.cmds, "%.4f"))
 	}

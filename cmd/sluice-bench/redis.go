@@ -31,11 +31,8 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	quota := fs.Int64("quota", 1000, "quota of the limit, per window")
 	window := fs.Duration("window", time.Second, "window of the limit")
 	prefix := fs.String("prefix", "sluice-bench:", "key prefix (keys expire by themselves)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if done, err := parseFlags(fs, args); done || err != nil {
+		return err
 	}
 	a, err := sluice.ParseAlgorithm(*alg)
 	if err != nil {
