@@ -22,7 +22,7 @@ var (
 )
 
 func allotLua() *rueidis.Lua {
-	allotOnce.Do(func() { allotScript = rueidis.NewLuaScript(compose("allot.lua")) })
+	allotOnce.Do(func() { allotScript = rueidis.NewLuaScript(compose("lib.lua", "allot.lua")) })
 	return allotScript
 }
 

@@ -1,27 +1,13 @@
 -- allot.lua: leases allotments (sluice.AllotRequest) for store/hybrid, run
--- alone (not with driver.lua). It reads and writes the same state as
--- fixed_window.lua and gcra.lua, so an allotment is quota taken exactly as
--- a Take would take it, and ordinary Takes on the key see it as spent.
+-- after lib.lua (whose helpers and codes it uses), not with driver.lua. It
+-- reads and writes the same state as fixed_window.lua and gcra.lua, so an
+-- allotment is quota taken exactly as a Take would take it, and ordinary
+-- Takes on the key see it as spent.
 --
 -- KEYS[1]: the key. ARGV: minTTL (ms), now (µs, or "" for Redis TIME), alg
 -- (4 fixed_window, 2 gcra), quota, window, burst, interval, want, keep,
 -- split, give, epoch, lease (µs: how long a gcra grant may be spent).
 -- Reply: {granted, remaining, ttl (µs), reset (µs), epoch}.
-
-local floor, max, min = math.floor, math.max, math.min
-local pack, unpack = struct.pack, struct.unpack
-local call = redis.call
-
-local function fdiv(a, b)
-  local q = floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q = q - 1
-  elseif r >= b then
-    q = q + 1
-  end
-  return q
-end
 
 local a = ARGV
 local min_ttl = tonumber(a[1])
@@ -49,7 +35,7 @@ local function expire(fresh)
   end
 end
 
-if alg == 4 then
+if alg == FIXED_WINDOW then
   local id, cur = 0, 0
   if raw and #raw == 16 then
     id, cur = unpack('<dd', raw)
@@ -72,7 +58,7 @@ if alg == 4 then
     reset = stop
   end
   return {g, quota - cur, stop, reset, id}
-elseif alg == 2 then
+elseif alg == GCRA then
   local tat = 0
   if raw and #raw == 8 then
     tat = unpack('<d', raw)

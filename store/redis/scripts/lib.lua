@@ -1,5 +1,6 @@
 -- lib.lua: helpers shared by the algorithm scripts. The store concatenates
--- lib.lua, the seven algorithm files and driver.lua into one script.
+-- lib.lua, the seven algorithm files and driver.lua into one script, and
+-- lib.lua and allot.lua into another.
 --
 -- All times are integer microseconds held in Lua numbers (IEEE doubles):
 -- exact below 2^53, which sluice.Limit.Validate guarantees for every
