@@ -30,72 +30,44 @@ var simulated = []sluice.Algorithm{
 func newLimiter(a sluice.Algorithm, p algorithm.Params, log []algorithm.Entry) limiter {
 	switch a {
 	case sluice.TokenBucket:
-		return &tokenBucket{p: p}
+		return &stepper[algorithm.TokenState]{p: p, step: algorithm.TokenBucket}
 	case sluice.GCRA:
-		return &tat{p: p, step: algorithm.GCRA}
+		return &stepper[int64]{p: p, step: algorithm.GCRA}
 	case sluice.LeakyBucket:
-		return &tat{p: p, step: algorithm.LeakyBucket}
+		return &stepper[int64]{p: p, step: algorithm.LeakyBucket}
 	case sluice.FixedWindow:
-		return &window{p: p, step: algorithm.FixedWindow}
+		return &stepper[algorithm.WindowState]{p: p, step: algorithm.FixedWindow}
 	case sluice.SlidingWindow:
-		return &window{p: p, step: algorithm.SlidingWindow}
+		return &stepper[algorithm.WindowState]{p: p, step: algorithm.SlidingWindow}
 	case sluice.SlidingLog:
-		return &slidingLog{p: p, log: log[:0]}
+		return &slidingLog{stepper[[]algorithm.Entry]{p: p, s: log[:0], step: algorithm.SlidingLog}}
 	}
 	return nil
 }
 
-type tokenBucket struct {
-	p algorithm.Params
-	s algorithm.TokenState
-}
-
-func (l *tokenBucket) take(now, cost int64) (d algorithm.Decision) {
-	l.s, d = algorithm.TokenBucket(l.s, now, cost, l.p)
-	return d
-}
-
-func (l *tokenBucket) bytes() int { return int(unsafe.Sizeof(l.s)) }
-
-type tat struct {
+// stepper is one key's state S, stepped by an algorithm function.
+type stepper[S any] struct {
 	p    algorithm.Params
-	s    int64
-	step func(tat, now, cost int64, p algorithm.Params) (int64, algorithm.Decision)
+	s    S
+	step func(s S, now, cost int64, p algorithm.Params) (S, algorithm.Decision)
 }
 
-func (l *tat) take(now, cost int64) (d algorithm.Decision) {
+func (l *stepper[S]) take(now, cost int64) (d algorithm.Decision) {
 	l.s, d = l.step(l.s, now, cost, l.p)
 	return d
 }
 
-func (l *tat) bytes() int { return int(unsafe.Sizeof(l.s)) }
+func (l *stepper[S]) bytes() int { return int(unsafe.Sizeof(l.s)) }
 
-type window struct {
-	p    algorithm.Params
-	s    algorithm.WindowState
-	step func(s algorithm.WindowState, now, cost int64, p algorithm.Params) (algorithm.WindowState, algorithm.Decision)
-}
-
-func (l *window) take(now, cost int64) (d algorithm.Decision) {
-	l.s, d = l.step(l.s, now, cost, l.p)
-	return d
-}
-
-func (l *window) bytes() int { return int(unsafe.Sizeof(l.s)) }
-
+// slidingLog is the stepper of sliding_log, whose state grows with the hits
+// it logs.
 type slidingLog struct {
-	p   algorithm.Params
-	log []algorithm.Entry
-}
-
-func (l *slidingLog) take(now, cost int64) (d algorithm.Decision) {
-	l.log, d = algorithm.SlidingLog(l.log, now, cost, l.p)
-	return d
+	stepper[[]algorithm.Entry]
 }
 
 // bytes counts the slice header and the entries in use.
 func (l *slidingLog) bytes() int {
-	return int(unsafe.Sizeof(l.log)) + len(l.log)*int(unsafe.Sizeof(algorithm.Entry{}))
+	return int(unsafe.Sizeof(l.s)) + len(l.s)*int(unsafe.Sizeof(algorithm.Entry{}))
 }
 
 // meterQuota is the quota of a count-every-hit limiter: far above any count a

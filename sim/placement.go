@@ -188,7 +188,7 @@ func (f *fleet) reset(a sluice.Algorithm, logBuf []algorithm.Entry) {
 func (f *fleet) logBuf() []algorithm.Entry {
 	if len(f.lims) > 0 {
 		if l, ok := f.lims[0].(*slidingLog); ok {
-			return l.log[:0]
+			return l.s[:0]
 		}
 	}
 	return nil

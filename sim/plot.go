@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"os"
@@ -173,25 +174,9 @@ func boundaryPlot(results []Result) (*plot.Plot, error) {
 
 func loadPlot(results []Result) (*plot.Plot, error) {
 	p := newPlot("Wrong decisions against offered load (Poisson, global)", "offered load / limit", "wrong decisions (% of hits)")
-	n := 0
-	for i, pl := range plotted {
-		var pts plotter.XYs
-		for _, r := range results {
-			if r.Group == GroupLoad && r.Algorithm == pl.alg {
-				pts = append(pts, plotter.XY{X: r.Load, Y: 100 * r.WrongRate})
-			}
-		}
-		if len(pts) == 0 {
-			continue
-		}
-		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
-		if err := addLine(p, pts, pl.label, i, true); err != nil {
-			return nil, err
-		}
-		n++
-	}
-	if n == 0 {
-		return nil, nil
+	n, err := algorithmLines(p, results, GroupLoad, func(r Result) plotter.XY { return plotter.XY{X: r.Load, Y: 100 * r.WrongRate} })
+	if n == 0 || err != nil {
+		return nil, err
 	}
 	p.Legend.Left = false
 	p.Y.Min = 0
@@ -226,7 +211,7 @@ func fleetPlot(results []Result) (*plot.Plot, error) {
 		if len(pts) == 0 {
 			continue
 		}
-		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
+		sortByX(pts)
 		if err := addLine(p, pts, label, i, true); err != nil {
 			return nil, err
 		}
@@ -248,25 +233,9 @@ func syncPlot(results []Result) (*plot.Plot, error) {
 		ticks = append(ticks, plot.Tick{Value: ms, Label: fmt.Sprint(ms)})
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	n := 0
-	for i, pl := range plotted {
-		var pts plotter.XYs
-		for _, r := range results {
-			if r.Group == GroupSync && r.Algorithm == pl.alg {
-				pts = append(pts, plotter.XY{X: r.SyncMS, Y: r.Overshoot})
-			}
-		}
-		if len(pts) == 0 {
-			continue
-		}
-		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
-		if err := addLine(p, pts, pl.label, i, true); err != nil {
-			return nil, err
-		}
-		n++
-	}
-	if n == 0 {
-		return nil, nil
+	n, err := algorithmLines(p, results, GroupSync, func(r Result) plotter.XY { return plotter.XY{X: r.SyncMS, Y: r.Overshoot} })
+	if n == 0 || err != nil {
+		return nil, err
 	}
 	if err := hline(p, 1, SyncIntervals[0].Seconds()*1000, SyncIntervals[len(SyncIntervals)-1].Seconds()*1000, "quota"); err != nil {
 		return nil, err
@@ -277,6 +246,33 @@ func syncPlot(results []Result) (*plot.Plot, error) {
 	return p, nil
 }
 
+// algorithmLines adds a line for each plotted algorithm with results in
+// group, a point xy(r) for each, and returns how many lines it added.
+func algorithmLines(p *plot.Plot, results []Result, group string, xy func(Result) plotter.XY) (int, error) {
+	n := 0
+	for i, pl := range plotted {
+		var pts plotter.XYs
+		for _, r := range results {
+			if r.Group == group && r.Algorithm == pl.alg {
+				pts = append(pts, xy(r))
+			}
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		sortByX(pts)
+		if err := addLine(p, pts, pl.label, i, true); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+func sortByX(pts plotter.XYs) {
+	slices.SortFunc(pts, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+}
+
 // steps labels 0, step, 2·step, … up to most.
 func steps(step, most float64) plot.ConstantTicks {
 	var t plot.ConstantTicks
@@ -284,14 +280,4 @@ func steps(step, most float64) plot.ConstantTicks {
 		t = append(t, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
 	}
 	return t
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

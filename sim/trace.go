@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -108,7 +109,7 @@ func ParseTrace(name string, r io.Reader) (*TraceData, error) {
 	}
 	t := &TraceData{Keys: p.keys, Events: p.events, Hits: p.hits, Origin: p.first}
 	for _, ev := range t.Events {
-		slices.SortStableFunc(ev, func(a, b Event) int { return cmpInt(a.At, b.At) })
+		slices.SortStableFunc(ev, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 		for i := range ev {
 			ev[i].At -= p.first
 		}
@@ -119,16 +120,6 @@ func ParseTrace(name string, r io.Reader) (*TraceData, error) {
 			time.Duration(t.Span)*time.Microsecond, time.Duration(maxTraceSpan)*time.Microsecond)
 	}
 	return t, nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func isHeader(line []byte) bool {
