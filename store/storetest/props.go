@@ -44,17 +44,7 @@ func runRetryAfter(t *testing.T, newStore NewStore) {
 			for step := 0; step < 200; step++ {
 				clock.Advance(time.Duration(rng.Int64N(int64(l.Window)/3)) / time.Microsecond * time.Microsecond)
 				cost := 1 + rng.Int64N(l.Capacity())
-				var res [3]sluice.Result
-				for i, k := range keys {
-					r, err := take1(s, sluice.Op{Key: k, Limit: l, Cost: cost})
-					if err != nil {
-						t.Fatalf("%v: %v", l, err)
-					}
-					res[i] = r
-				}
-				if diff(res[0], res[1]) != "" || diff(res[0], res[2]) != "" {
-					t.Fatalf("%v: same history, different results: %+v %+v %+v", l, res[0], res[1], res[2])
-				}
+				res := takeSame(t, s, keys, l, cost)
 				if res[0].Allowed {
 					continue
 				}
@@ -83,6 +73,24 @@ func runRetryAfter(t *testing.T, newStore NewStore) {
 	}
 }
 
+// takeSame takes cost under l on each of keys, which share one history, and
+// returns their results, failing the test unless they are the same.
+func takeSame(t *testing.T, s sluice.Store, keys [3]string, l sluice.Limit, cost int64) [3]sluice.Result {
+	t.Helper()
+	var res [3]sluice.Result
+	for i, k := range keys {
+		r, err := take1(s, sluice.Op{Key: k, Limit: l, Cost: cost})
+		if err != nil {
+			t.Fatalf("%v: %v", l, err)
+		}
+		res[i] = r
+	}
+	if diff(res[0], res[1]) != "" || diff(res[0], res[2]) != "" {
+		t.Fatalf("%v: same history, different results: %+v %+v %+v", l, res[0], res[1], res[2])
+	}
+	return res
+}
+
 // runRetryAfterLarge checks RetryAfter of the log algorithms on quotas
 // above algorithm.ExactRetryUnits (64) with weighted costs: where at most 64
 // units must leave (cost − Remaining ≤ 64) it is exact, as runRetryAfter
@@ -105,17 +113,7 @@ func runRetryAfterLarge(t *testing.T, newStore NewStore) {
 			for step := 0; step < 200; step++ {
 				clock.Advance(time.Duration(rng.Int64N(int64(l.Window)/20)) / time.Microsecond * time.Microsecond)
 				cost := 1 + rng.Int64N(l.Capacity())
-				var res [3]sluice.Result
-				for i, k := range keys {
-					r, err := take1(s, sluice.Op{Key: k, Limit: l, Cost: cost})
-					if err != nil {
-						t.Fatalf("%v: %v", l, err)
-					}
-					res[i] = r
-				}
-				if diff(res[0], res[1]) != "" || diff(res[0], res[2]) != "" {
-					t.Fatalf("%v: same history, different results: %+v %+v %+v", l, res[0], res[1], res[2])
-				}
+				res := takeSame(t, s, keys, l, cost)
 				if res[0].Allowed {
 					continue
 				}
