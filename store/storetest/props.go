@@ -37,10 +37,7 @@ func runRetryAfter(t *testing.T, newStore NewStore) {
 	for _, l := range propLimits() {
 		checked := 0
 		for trial := 0; trial < 60; trial++ {
-			keys := [3]string{}
-			for i := range keys {
-				keys[i] = fmt.Sprintf("retry:%v:%d:%d", l.Algorithm, trial, i)
-			}
+			keys := sameKeys("retry", l, trial)
 			for step := 0; step < 200; step++ {
 				clock.Advance(time.Duration(rng.Int64N(int64(l.Window)/3)) / time.Microsecond * time.Microsecond)
 				cost := 1 + rng.Int64N(l.Capacity())
@@ -71,6 +68,15 @@ func runRetryAfter(t *testing.T, newStore NewStore) {
 			t.Errorf("%v: only %d denials checked, want at least 30", l, checked)
 		}
 	}
+}
+
+// sameKeys names the three keys of one trial, which get one history.
+func sameKeys(prefix string, l sluice.Limit, trial int) [3]string {
+	var keys [3]string
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s:%v:%d:%d", prefix, l.Algorithm, trial, i)
+	}
+	return keys
 }
 
 // takeSame takes cost under l on each of keys, which share one history, and
@@ -106,10 +112,7 @@ func runRetryAfterLarge(t *testing.T, newStore NewStore) {
 	} {
 		var exact, bounded int
 		for trial := 0; trial < 80; trial++ {
-			keys := [3]string{}
-			for i := range keys {
-				keys[i] = fmt.Sprintf("retrylarge:%v:%d:%d", l.Algorithm, trial, i)
-			}
+			keys := sameKeys("retrylarge", l, trial)
 			for step := 0; step < 200; step++ {
 				clock.Advance(time.Duration(rng.Int64N(int64(l.Window)/20)) / time.Microsecond * time.Microsecond)
 				cost := 1 + rng.Int64N(l.Capacity())
