@@ -78,9 +78,7 @@ func (c *clusterGate) Take(ctx context.Context, ops []sluice.Op, results []sluic
 
 // Allot passes to the real store once connected, else fails.
 func (c *connectingStore) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
-	c.mu.RLock()
-	s := c.store
-	c.mu.RUnlock()
+	s := c.current()
 	if s == nil {
 		return errNotConnected
 	}
@@ -90,9 +88,8 @@ func (c *connectingStore) Allot(ctx context.Context, reqs []sluice.AllotRequest,
 // Cluster reports whether the connected store is a Redis Cluster; true
 // (the cautious answer for the denied-key cache) until connected.
 func (c *connectingStore) Cluster() bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.store == nil || c.store.Cluster()
+	s := c.current()
+	return s == nil || s.Cluster()
 }
 
 // Health reports the global store's nodes, so that the cache in front of

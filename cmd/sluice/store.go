@@ -48,9 +48,7 @@ func connectRedis(opts redis.Options, log *slog.Logger) (globalStore, func() err
 
 // Take passes to the real store once connected, else fails.
 func (c *connectingStore) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
-	c.mu.RLock()
-	s := c.store
-	c.mu.RUnlock()
+	s := c.current()
 	if s == nil {
 		return errNotConnected
 	}
@@ -67,9 +65,7 @@ func (c *connectingStore) current() *redis.Store {
 // Health reports the real store's nodes once connected; before, one node
 // "redis" that is out.
 func (c *connectingStore) Health() []sluice.NodeHealth {
-	c.mu.RLock()
-	s := c.store
-	c.mu.RUnlock()
+	s := c.current()
 	if s == nil {
 		return []sluice.NodeHealth{{Node: "redis", State: "open", LastError: "not connected yet"}}
 	}
