@@ -150,26 +150,16 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	fs.Usage = func() { usage(stderr); fmt.Fprintln(stderr, "\nFlags:"); fs.PrintDefaults() }
 	// Flags may come before or after the tenant.
-	var pos []string
-	rest := args[1:]
-	for {
-		if err := parseFlags(fs, rest, getenv); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
-	}
 	wantPos := 1
 	if action == "list" {
 		wantPos = 0
 	}
-	if len(pos) != wantPos {
-		return fmt.Errorf("quota %s: want %d argument(s), got %q: %w", action, wantPos, pos, errUsage)
+	pos, err := parseAdminCommand(fs, args[1:], getenv, wantPos)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
 	}
 	var method, path string
 	var body []byte

@@ -30,6 +30,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/observe"
 )
 
@@ -466,9 +467,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func httpError(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail})
+	headers.WriteProblem(w, headers.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
 }
 
 // localFleet is a Fleet in memory, for tests and single-process use.
