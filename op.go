@@ -25,6 +25,66 @@ type Op struct {
 	Release bool
 	// Lease names the lease to release (from Result.Lease of the acquire).
 	Lease uint64
+	// Action says what the op does to its key; the zero value, Take, admits
+	// Cost only if it fits. Charge, Refund and Reset are never denied.
+	Action Action
+}
+
+// Action is what an Op does to its key. The zero value is Take.
+//
+// Charge and Refund settle a cost known only after the fact (a response's
+// real size, a query's points): the caller took an estimate before and
+// settles the difference after. Neither applies to Concurrency limits
+// (release the lease instead); Reset applies to every algorithm.
+//
+// In a batch, Charge, Refund and Reset ops are never denied themselves, but
+// the batch stays all-or-nothing: when a Take of the same batch is denied,
+// none of them is applied either.
+type Action uint8
+
+const (
+	// Take admits Cost if it fits the limit now, and charges it then.
+	Take Action = iota
+	// Charge adds Cost whether or not it fits: it was already spent. The key
+	// may go into debt, by at most one more capacity (what is in use is capped
+	// at 2 × Limit.Capacity), and is refused until the limit has refilled or
+	// its window has passed. The Result is allowed and reports the state
+	// after the charge (Remaining 0 when in debt).
+	Charge
+	// Refund gives back up to Cost units the key holds, newest first, and
+	// never goes below a fresh key: Remaining never exceeds the capacity, and
+	// a refund of units whose window has passed gives nothing back. The
+	// Result is allowed and reports the state after the refund.
+	Refund
+	// Reset forgets the key's state, as if it had never been used; Cost is
+	// ignored. The Result is allowed and reports a fresh key.
+	Reset
+)
+
+// String names the action: "take", "charge", "refund" or "reset".
+func (a Action) String() string {
+	switch a {
+	case Take:
+		return "take"
+	case Charge:
+		return "charge"
+	case Refund:
+		return "refund"
+	case Reset:
+		return "reset"
+	}
+	return "unknown"
+}
+
+// KeyLister is implemented by stores that can list the keys they hold. It is
+// for operators' tools (resetting or reading every counter of one tenant),
+// never for the hot path: it may scan the whole store, in bounded steps.
+//
+// Keys returns up to max keys (max ≥ 1) that start with prefix, as Op.Key
+// names them, in no particular order, and whether there may be more. A key
+// listed may have expired since. Safe for concurrent use.
+type KeyLister interface {
+	Keys(ctx context.Context, prefix string, max int) (keys []string, more bool, err error)
 }
 
 // Reason says why a Result is what it is.
@@ -86,7 +146,8 @@ type Result struct {
 // Take applies ops and fills results[i] with the Result of ops[i];
 // len(results) must equal len(ops). Each op is atomic. A batch is
 // all-or-nothing: if any op is denied, no op of the batch is charged (a
-// request with several limits must not burn quota it was refused). Take
+// request with several limits must not burn quota it was refused). Ops with
+// Action Charge, Refund or Reset are never denied (see Action). Take
 // returns an error only when the store could not decide (bad input, a store
 // that is down, ctx done); then results are unspecified and nothing may be
 // assumed charged or not.
@@ -154,6 +215,18 @@ func (o *Op) Check() error {
 	}
 	if o.Release && o.Limit.Algorithm != Concurrency {
 		return fmt.Errorf("sluice: op %q: release is only for concurrency limits, not %v", o.Key, o.Limit.Algorithm)
+	}
+	switch o.Action {
+	case Take, Reset:
+	case Charge, Refund:
+		if o.Limit.Algorithm == Concurrency {
+			return fmt.Errorf("sluice: op %q: %v is not for concurrency limits (release the lease instead)", o.Key, o.Action)
+		}
+	default:
+		return fmt.Errorf("sluice: op %q: unknown action %d", o.Key, o.Action)
+	}
+	if o.Release && o.Action != Take {
+		return fmt.Errorf("sluice: op %q: a release cannot also %v", o.Key, o.Action)
 	}
 	return nil
 }
