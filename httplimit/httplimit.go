@@ -473,6 +473,7 @@ func (h *Handler) refuse(w http.ResponseWriter, sc *scratch) {
 	// net/http adds Content-Length itself for a body this small.
 	hdr["Content-Type"] = problemType
 	hdr["Cache-Control"] = noStore
+	noteRefused(w)
 	w.WriteHeader(d.Status)
 	_, _ = w.Write(body)
 }

@@ -44,7 +44,10 @@ type ShedHandler struct {
 // Put it outside the rate-limit middleware (Shed(New(app, …), …)): a
 // request is then shed before any rate limit is charged, so a shed request
 // costs its caller no quota. A request the rate limits refuse (429) gives
-// its shedding slot back without counting its latency.
+// its shedding slot back without counting its latency, and so does one they
+// answer 503 (Config.Shed, FailClosed, MaxDelay). A 5xx of next is a
+// Dropped request: not a latency sample (a backend failing fast would look
+// unloaded) but a sign to lower the adaptive limit (shed.Outcome).
 func Shed(next http.Handler, cfg ShedConfig) (*ShedHandler, error) {
 	var errs []error
 	if next == nil {
@@ -80,12 +83,29 @@ func (h *ShedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
-		// A refusal by the rate limits, or a client that left, says nothing
-		// about the capacity behind us.
-		sample := sw.status != http.StatusTooManyRequests && r.Context().Err() == nil
-		t.Done(context.WithoutCancel(r.Context()), sample)
+		// A refusal by the rate limits (429, or their own 503), or a client
+		// that left, says nothing about the capacity behind us; a 5xx of
+		// the handler says it is failing, however fast it answered.
+		refused := sw.refused || sw.status == http.StatusTooManyRequests
+		t.Done(context.WithoutCancel(r.Context()), shed.OutcomeOf(r.Context().Err(), sw.status >= 500, refused))
 	}()
 	h.next.ServeHTTP(sw, r)
+}
+
+// noteRefused tells the ShedHandler around w, if any, that the rate limits
+// refused the request: its status (a 503 among them) is not the handler's.
+func noteRefused(w http.ResponseWriter) {
+	for {
+		switch v := w.(type) {
+		case *statusWriter:
+			v.refused = true
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return
+		}
+	}
 }
 
 // WriteShed answers a shed request: 503, Retry-After in whole seconds (at
@@ -96,10 +116,12 @@ func WriteShed(w http.ResponseWriter, r *shed.Refusal) {
 	headers.WriteProblem(w, headers.Shed(r.Layer.String(), r.Priority.String(), r.Detail))
 }
 
-// statusWriter remembers the status a handler sent.
+// statusWriter remembers the status a handler sent, and whether the rate
+// limits refused the request (noteRefused).
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	refused bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {

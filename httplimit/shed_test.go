@@ -109,3 +109,50 @@ func TestShedIgnores429(t *testing.T) {
 		t.Errorf("after five 429s: %+v, want the first probe still waiting for a sample, nothing in flight", st)
 	}
 }
+
+// TestShedOutcomes: the outcome each answer gives the shedder. A 5xx of the
+// handler is Dropped (no latency sample, a sign to lower the adaptive
+// limit), however fast; a 2xx or 4xx Succeeded; a 429, or a 503 the rate
+// limits wrote themselves (failing closed), Ignored.
+func TestShedOutcomes(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int
+		rateLimits bool // the answer comes from the rate-limit middleware, failing closed
+		want       shed.Outcome
+	}{
+		{"200", http.StatusOK, false, shed.Succeeded},
+		{"404", http.StatusNotFound, false, shed.Succeeded},
+		{"500", http.StatusInternalServerError, false, shed.Dropped},
+		{"502 (a gateway's dead upstream)", http.StatusBadGateway, false, shed.Dropped},
+		{"503", http.StatusServiceUnavailable, false, shed.Dropped},
+		{"429", http.StatusTooManyRequests, false, shed.Ignored},
+		{"503 of the rate limits", http.StatusServiceUnavailable, true, shed.Ignored},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sh, err := shed.New(shed.Config{Adaptive: &shed.AdaptiveConfig{}}, shed.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var app http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tt.status) })
+			if tt.rateLimits {
+				app = mustNew(t, app, Config{Checker: failingChecker{}, FailClosed: true, Domain: "web",
+					Descriptors: [][]KeyFunc{{ClientIP("remote_address", nil)}}})
+			}
+			h, _ := Shed(app, ShedConfig{Shedder: sh})
+			for range 10 {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+				if w.Code != tt.status {
+					t.Fatalf("status %d, want %d", w.Code, tt.status)
+				}
+			}
+			var want [shed.NumOutcomes]uint64
+			want[tt.want] = 10
+			if st := sh.Stats(); st.Finished != want || st.Adaptive.InFlight != 0 {
+				t.Errorf("ten %ds: finished %v, %d in flight; want %v (%v), none", tt.status, st.Finished, st.Adaptive.InFlight, want, tt.want)
+			}
+		})
+	}
+}

@@ -1,8 +1,11 @@
 package shed
 
 import (
+	"context"
+	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -18,13 +21,21 @@ import (
 // while latency stays within Tolerance of the unloaded minimum, and falls as
 // soon as queueing shows. It never rises while less than half of it is used.
 //
+// Only Succeeded requests are latency samples. A Dropped request (the
+// server failed it: a 5xx, a gRPC Unavailable) is not: a backend failing in
+// a millisecond would otherwise look unloaded and have its limit raised
+// just as it fails. Instead, a window in which more than DropRatio of the
+// finished requests were dropped takes the gradient 0.5 (the limit falls).
+// Ignored requests (refused before they ran, abandoned) only free their
+// place.
+//
 // minRTT, the unloaded latency, is measured by a probe: for ProbeSamples
-// requests the limit of non-critical work drops to MinLimit, so nothing
-// queues, and minRTT becomes the Percentile of their latencies. A probe runs
-// at the start, every ProbeInterval (± ProbeJitter), and at once whenever
-// the limit falls to MinLimit (the old minRTT is then suspect: a slower
-// backend, not a longer queue). Critical work keeps the limit it had during
-// a probe.
+// succeeded requests the limit of non-critical work drops to MinLimit, so
+// nothing queues, and minRTT becomes the Percentile of their latencies. A
+// probe runs at the start, every ProbeInterval (± ProbeJitter), and at once
+// whenever the limit falls to MinLimit (the old minRTT is then suspect: a
+// slower backend, not a longer queue). Critical work keeps the limit it had
+// during a probe.
 type AdaptiveConfig struct {
 	// InitialLimit is the limit after the first probe. Default 20.
 	InitialLimit int `yaml:"initial_limit" json:"initial_limit"`
@@ -36,8 +47,8 @@ type AdaptiveConfig struct {
 	// SampleWindow is how long latencies are gathered before the limit is
 	// recomputed. Default 100ms.
 	SampleWindow time.Duration `yaml:"sample_window" json:"sample_window"`
-	// MinSamples is how many latencies a window needs; a window with fewer
-	// is extended. Default 10.
+	// MinSamples is how many finished requests (succeeded or dropped) a
+	// window needs; a window with fewer is extended. Default 10.
 	MinSamples int `yaml:"min_samples" json:"min_samples"`
 	// Percentile of a window's latencies that is compared with minRTT, in
 	// (0, 1]. Default 0.5: the median shrugs off the odd slow request (a
@@ -52,6 +63,14 @@ type AdaptiveConfig struct {
 	// 10% down (or 5% up, with the default Tolerance) a window, so one noisy
 	// window does not halve it.
 	Smoothing float64 `yaml:"smoothing" json:"smoothing"`
+	// DropRatio: a window in which more than this fraction of the finished
+	// requests were Dropped lowers the limit by the largest step latency
+	// can (gradient 0.5), whatever the latency of the rest. In (0, 1];
+	// 1 turns the signal off (dropped requests are then only kept out of
+	// the latency samples). Default 0.1: a backend failing in earnest
+	// loses concurrency, one with a steady trickle of errors (a broken
+	// endpoint) does not.
+	DropRatio float64 `yaml:"drop_ratio" json:"drop_ratio"`
 	// ProbeInterval is how often minRTT is measured again. Default 30s.
 	ProbeInterval time.Duration `yaml:"probe_interval" json:"probe_interval"`
 	// ProbeJitter spreads probes of a fleet apart: each interval is drawn
@@ -74,6 +93,7 @@ var DefaultAdaptiveConfig = AdaptiveConfig{
 	Percentile:    0.5,
 	Tolerance:     0.25,
 	Smoothing:     0.2,
+	DropRatio:     0.1,
 	ProbeInterval: 30 * time.Second,
 	ProbeJitter:   0.1,
 	ProbeSamples:  25,
@@ -107,6 +127,7 @@ func (c AdaptiveConfig) withDefaults() AdaptiveConfig {
 	setF(&c.Percentile, d.Percentile)
 	setF(&c.Tolerance, d.Tolerance)
 	setF(&c.Smoothing, d.Smoothing)
+	setF(&c.DropRatio, d.DropRatio)
 	setD(&c.ProbeInterval, d.ProbeInterval)
 	setF(&c.ProbeJitter, d.ProbeJitter)
 	setI(&c.ProbeSamples, d.ProbeSamples)
@@ -138,6 +159,9 @@ func (c AdaptiveConfig) validate(path string, errs *FieldErrors) {
 	}
 	if !(c.Smoothing > 0 && c.Smoothing <= 1) {
 		errs.add(path+".smoothing", "%v is outside (0, 1]", c.Smoothing)
+	}
+	if !(c.DropRatio > 0 && c.DropRatio <= 1) {
+		errs.add(path+".drop_ratio", "%v is outside (0, 1]", c.DropRatio)
 	}
 	if c.ProbeInterval < c.SampleWindow {
 		errs.add(path+".probe_interval", "%v is shorter than sample_window %v", c.ProbeInterval, c.SampleWindow)
@@ -177,11 +201,13 @@ type Adaptive struct {
 	winStart    time.Time
 	maxInflight int
 	n           int // latencies seen in this window (or probe)
+	dropped     int // Dropped requests in this window
 	samples     []time.Duration
 	rng         uint64
 
 	lastSample   time.Duration
 	lastGradient float64
+	lastDropped  float64
 }
 
 // NewAdaptive returns a limiter; it reports the configuration's problems.
@@ -242,27 +268,87 @@ func (a *Adaptive) capLocked(p Priority) int {
 	return max(1, int(math.Floor(a.levels.of(p)*limit+1e-9)))
 }
 
-// Done gives back t at time now. sample reports whether the request's
-// latency says something about the server's capacity: true for a response
-// the server produced (successful or not), false for work refused before it
-// ran (a 429), or abandoned by its client. Done on a zero Token does nothing.
-func (a *Adaptive) Done(t Token, now time.Time, sample bool) {
+// Outcome is what a finished request says about the capacity behind a
+// limiter. The zero value is Ignored.
+type Outcome uint8
+
+const (
+	// Ignored: the request says nothing about capacity: refused before it
+	// ran (a 429), abandoned by its client, or a stream (whose length is
+	// not a latency). It only frees its place.
+	Ignored Outcome = iota
+	// Succeeded: the server did the work and answered (a 2xx, 3xx, or 4xx
+	// other than 429; a gRPC status other than those of Dropped). Its
+	// latency is a sample.
+	Succeeded
+	// Dropped: the server failed the request (a 5xx, gRPC Unavailable,
+	// Internal, DataLoss) or took longer than its caller's deadline. Its
+	// latency is not a sample: a failure is often fast and would make an
+	// ailing server look unloaded. A window with too many of them lowers
+	// the limit (AdaptiveConfig.DropRatio).
+	Dropped
+)
+
+// NumOutcomes is the length of arrays indexed by Outcome.
+const NumOutcomes = int(Dropped) + 1
+
+var outcomeNames = [NumOutcomes]string{Ignored: "ignored", Succeeded: "succeeded", Dropped: "dropped"}
+
+// String returns "ignored", "succeeded" or "dropped".
+func (o Outcome) String() string {
+	if int(o) < NumOutcomes {
+		return outcomeNames[o]
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// OutcomeOf classifies a finished request for a transport. ctxErr is its
+// context's Err when it ended; failed says the server failed it (a 5xx, a
+// gRPC Unavailable or Internal); refused says it was refused before it ran
+// (a 429, gRPC ResourceExhausted, a refusal by the rate limits). A refused
+// request, or one whose client went away (context.Canceled), is Ignored;
+// one that ran past its deadline (context.DeadlineExceeded) or failed is
+// Dropped; the rest Succeeded.
+func OutcomeOf(ctxErr error, failed, refused bool) Outcome {
+	switch {
+	case refused:
+		return Ignored
+	case errors.Is(ctxErr, context.DeadlineExceeded):
+		return Dropped
+	case ctxErr != nil:
+		return Ignored
+	case failed:
+		return Dropped
+	}
+	return Succeeded
+}
+
+// Done gives back t at time now, with the request's outcome (see Outcome).
+// Done on a zero Token does nothing.
+func (a *Adaptive) Done(t Token, now time.Time, o Outcome) {
 	if !t.ok {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.inflight--
-	if !sample || t.epoch != a.epoch {
+	if t.epoch != a.epoch {
 		return
 	}
-	a.addSample(now.Sub(t.start))
+	switch {
+	case o == Succeeded:
+		a.addSample(now.Sub(t.start))
+	case o == Dropped && !a.probing:
+		a.dropped++ // a probe needs latencies; drops do not end it
+	default:
+		return
+	}
 	switch {
 	case a.probing:
 		if a.n >= a.cfg.ProbeSamples {
 			a.endProbe(now)
 		}
-	case a.n >= a.cfg.MinSamples && now.Sub(a.winStart) >= a.cfg.SampleWindow:
+	case a.n+a.dropped >= a.cfg.MinSamples && now.Sub(a.winStart) >= a.cfg.SampleWindow:
 		a.update(now)
 	}
 }
@@ -297,7 +383,7 @@ func (a *Adaptive) percentile() time.Duration {
 
 func (a *Adaptive) resetWindow(now time.Time) {
 	a.winStart = now
-	a.n = 0
+	a.n, a.dropped = 0, 0
 	a.samples = a.samples[:0]
 	a.maxInflight = a.inflight
 }
@@ -323,19 +409,29 @@ func (a *Adaptive) endProbe(now time.Time) {
 	a.resetWindow(now)
 }
 
-// update recomputes the limit from the window's latencies. Requires mu.
+// update recomputes the limit from the window's latencies and drops.
+// Requires mu.
 func (a *Adaptive) update(now time.Time) {
-	sample := a.percentile()
-	target := float64(a.minRTT) * (1 + a.cfg.Tolerance)
-	g := min(max(target/float64(sample), 0.5), 2)
+	finished := a.n + a.dropped
+	a.lastDropped = float64(a.dropped) / float64(finished)
+	g := 1.0
+	switch {
+	case a.lastDropped > a.cfg.DropRatio:
+		g = 0.5 // failing: back off by the largest step, whatever the latency says
+	case a.n > 0:
+		sample := a.percentile()
+		target := float64(a.minRTT) * (1 + a.cfg.Tolerance)
+		g = min(max(target/float64(sample), 0.5), 2)
+		a.lastSample = sample
+	}
 	if g > 1 && float64(a.maxInflight) < a.limit/2 {
 		g = 1 // demand, not capacity, bounds the use: nothing learned about more
 	}
 	next := (1-a.cfg.Smoothing)*a.limit + a.cfg.Smoothing*a.limit*g
 	a.limit = min(max(next, float64(a.cfg.MinLimit)), float64(a.cfg.MaxLimit))
-	a.lastSample, a.lastGradient = sample, g
+	a.lastGradient = g
 	if a.limit <= float64(a.cfg.MinLimit) && g < 1 {
-		a.startProbe(now) // at the floor and still slow: measure the baseline again
+		a.startProbe(now) // at the floor and still slow or failing: measure the baseline again
 		return
 	}
 	a.resetWindow(now)
@@ -355,6 +451,9 @@ type AdaptiveStats struct {
 	Sample time.Duration
 	// Gradient is the last gradient (1 before the first update).
 	Gradient float64
+	// Dropped is the fraction of the last window's finished requests that
+	// were Dropped, in [0, 1].
+	Dropped float64
 	// Probing reports whether a probe is under way.
 	Probing bool
 }
@@ -364,7 +463,7 @@ func (a *Adaptive) Stats() AdaptiveStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := AdaptiveStats{Limit: int(a.limit), InFlight: a.inflight, MinRTT: a.minRTT, Sample: a.lastSample,
-		Gradient: a.lastGradient, Probing: a.probing}
+		Gradient: a.lastGradient, Dropped: a.lastDropped, Probing: a.probing}
 	if a.probing {
 		s.Limit = int(a.preProbe)
 	}

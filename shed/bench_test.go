@@ -38,7 +38,7 @@ func BenchmarkAdmit(b *testing.B) {
 				if r != nil {
 					b.Fatalf("shed: %+v", r)
 				}
-				t.Done(ctx, true)
+				t.Done(ctx, Succeeded)
 			}
 		})
 		b.Run(tc.name+"/parallel", func(b *testing.B) {
@@ -50,7 +50,7 @@ func BenchmarkAdmit(b *testing.B) {
 						b.Errorf("shed: %+v", r)
 						return
 					}
-					t.Done(ctx, true)
+					t.Done(ctx, Succeeded)
 				}
 			})
 		})

@@ -1,8 +1,10 @@
 package shed
 
 import (
+	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -84,7 +86,7 @@ func TestConfigValidate(t *testing.T) {
 		Priority: PriorityConfig{Routes: []Route{{Prefix: "/a", Default: Critical, Max: Default}, {Prefix: "/a"}}},
 		Levels:   Levels{Test: 0.9, Sheddable: 0.5},
 		Worker:   &WorkerConfig{Hysteresis: 1.5},
-		Adaptive: &AdaptiveConfig{MinLimit: 10, MaxLimit: 5, Percentile: 2},
+		Adaptive: &AdaptiveConfig{MinLimit: 10, MaxLimit: 5, Percentile: 2, DropRatio: 1.5},
 		Fleet:    &FleetConfig{Mode: "rate", Capacity: 0},
 	}.Validate(false)
 	var fe FieldErrors
@@ -93,7 +95,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	want := []string{
 		"priority.routes[0].max", "priority.routes[1].prefix", "levels", "worker", "worker.hysteresis",
-		"adaptive.max_limit", "adaptive.initial_limit", "adaptive.percentile", "fleet.capacity", "fleet",
+		"adaptive.max_limit", "adaptive.initial_limit", "adaptive.percentile", "adaptive.drop_ratio", "fleet.capacity", "fleet",
 	}
 	got := map[string]bool{}
 	for _, e := range fe {
@@ -233,41 +235,77 @@ func latency(base time.Duration, workers, inflight int) time.Duration {
 // simulated time, completing requests in order of their latency; it returns
 // the clock.
 func drive(a *Adaptive, now time.Time, d time.Duration, base time.Duration, workers *int) time.Time {
-	type inflight struct {
-		tok  Token
-		done time.Time
-	}
-	var q []inflight
+	return driveFailing(a, now, d, base, workers, failing{})
+}
+
+// failing describes a backend that fails some requests: every Every-th
+// request admitted (none when Every is 0) fails after Latency, whatever the
+// queue, and is reported with Outcome.
+type failing struct {
+	Every   int
+	Latency time.Duration
+	Outcome Outcome
+}
+
+// driveFailing is drive with a backend that fails as f says.
+func driveFailing(a *Adaptive, now time.Time, d time.Duration, base time.Duration, workers *int, f failing) time.Time {
+	var q pending
+	var fresh []pendingReq
+	admitted := 0
 	end := now.Add(d)
 	for now.Before(end) {
+		fresh = fresh[:0]
 		for {
 			tok, ok := a.Acquire(now, Default)
 			if !ok {
 				break
 			}
-			q = append(q, inflight{tok: tok})
+			admitted++
+			fresh = append(fresh, pendingReq{tok: tok, fail: f.Every > 0 && admitted%f.Every == 0})
 		}
-		n := len(q)
-		for i := range q {
-			if q[i].done.IsZero() {
-				q[i].done = now.Add(latency(base, *workers, n))
+		n := len(q) + len(fresh)
+		for _, r := range fresh {
+			if r.fail {
+				r.done = now.Add(f.Latency)
+			} else {
+				r.done = now.Add(latency(base, *workers, n))
 			}
+			heap.Push(&q, r)
 		}
 		// Complete the earliest one.
-		k := 0
-		for i := range q {
-			if q[i].done.Before(q[k].done) {
-				k = i
-			}
+		r := heap.Pop(&q).(pendingReq)
+		now = r.done
+		o := Succeeded
+		if r.fail {
+			o = f.Outcome
 		}
-		now = q[k].done
-		a.Done(q[k].tok, now, true)
-		q = append(q[:k], q[k+1:]...)
+		a.Done(r.tok, now, o)
 	}
 	for _, r := range q {
-		a.Done(r.tok, now, false)
+		a.Done(r.tok, now, Ignored)
 	}
 	return now
+}
+
+// pendingReq is a request in flight in driveFailing.
+type pendingReq struct {
+	tok  Token
+	fail bool
+	done time.Time
+}
+
+// pending is a min-heap of requests in flight by completion time.
+type pending []pendingReq
+
+func (q pending) Len() int           { return len(q) }
+func (q pending) Less(i, j int) bool { return q[i].done.Before(q[j].done) }
+func (q pending) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *pending) Push(x any)        { *q = append(*q, x.(pendingReq)) }
+func (q *pending) Pop() any {
+	old := *q
+	r := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return r
 }
 
 func TestAdaptiveFindsLimit(t *testing.T) {
@@ -311,11 +349,109 @@ func TestAdaptiveSlowerBackend(t *testing.T) {
 	_ = now
 }
 
+// TestAdaptiveFailures: 40 workers at 10ms, then 3s of a backend that fails
+// some requests in 1ms, then 10s healthy again. Fast failures reported as
+// Succeeded (the old behaviour) look like an unloaded server and push the
+// limit to its ceiling; reported as Dropped they lower it once they pass
+// drop_ratio, and a trickle under it changes nothing. The limit comes back
+// once the backend does.
+func TestAdaptiveFailures(t *testing.T) {
+	const minLimit, maxLimit = 4, 200
+	tests := []struct {
+		name      string
+		dropRatio float64
+		fail      failing
+		lo, hi    int // the limit after the failing phase; 0 means the limit before it
+	}{
+		{"healthy", 0, failing{}, 0, 0},
+		{"all fail fast, reported as succeeded", 0, failing{1, time.Millisecond, Succeeded}, maxLimit, maxLimit},
+		{"all fail fast", 0, failing{1, time.Millisecond, Dropped}, minLimit, minLimit},
+		{"half fail fast", 0, failing{2, time.Millisecond, Dropped}, minLimit, minLimit},
+		{"one in 5 fails fast", 0, failing{5, time.Millisecond, Dropped}, minLimit, minLimit},
+		{"one in 20 fails fast (under drop_ratio)", 0, failing{20, time.Millisecond, Dropped}, 0, 0},
+		{"all fail fast, drop_ratio 1", 1, failing{1, time.Millisecond, Dropped}, 0, 0},
+		{"all fail fast, ignored", 0, failing{1, time.Millisecond, Ignored}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAdaptive(AdaptiveConfig{InitialLimit: 20, MinLimit: minLimit, MaxLimit: maxLimit,
+				ProbeInterval: time.Hour, DropRatio: tt.dropRatio}, Levels{Default: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			workers := 40
+			now := drive(a, t0, 5*time.Second, 10*time.Millisecond, &workers)
+			before := a.Stats().Limit
+			if before < 40 || before > 52 {
+				t.Fatalf("healthy: limit %d after 5s from 20 with 40 workers, want risen into [40, 52]", before)
+			}
+			now = driveFailing(a, now, 3*time.Second, 10*time.Millisecond, &workers, tt.fail)
+			lo, hi := tt.lo, tt.hi
+			if lo == 0 {
+				// Unchanged: within the spread a healthy limit keeps.
+				lo, hi = 40, 52
+			}
+			st := a.Stats()
+			if st.Limit < lo || st.Limit > hi {
+				t.Errorf("after 3s failing (%+v): limit %d (gradient %.2f, dropped %.2f), want in [%d, %d] (before: %d)",
+					tt.fail, st.Limit, st.Gradient, st.Dropped, lo, hi, before)
+			}
+			driveFailing(a, now, 10*time.Second, 10*time.Millisecond, &workers, failing{})
+			if st := a.Stats(); st.Limit < 40 || st.Limit > 52 || st.MinRTT != 10*time.Millisecond {
+				t.Errorf("10s healthy again: limit %d, minRTT %v; want in [40, 52], 10ms", st.Limit, st.MinRTT)
+			}
+		})
+	}
+}
+
+// TestAdaptiveProbeIgnoresDrops: failures during a probe are not latencies,
+// so the unloaded latency measured is that of the work that succeeded.
+func TestAdaptiveProbeIgnoresDrops(t *testing.T) {
+	tests := []struct {
+		fail failing
+		want time.Duration
+	}{
+		{failing{2, time.Millisecond, Dropped}, 10 * time.Millisecond},
+		{failing{2, time.Millisecond, Succeeded}, time.Millisecond}, // the old behaviour
+	}
+	for _, tt := range tests {
+		a, _ := NewAdaptive(AdaptiveConfig{ProbeInterval: time.Hour}, Levels{Default: 1})
+		workers := 40
+		driveFailing(a, t0, time.Second, 10*time.Millisecond, &workers, tt.fail)
+		if got := a.Stats().MinRTT; got != tt.want {
+			t.Errorf("half the probe failing in 1ms, reported %v: minRTT %v, want %v", tt.fail.Outcome, got, tt.want)
+		}
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	tests := []struct {
+		ctxErr          error
+		failed, refused bool
+		want            Outcome
+	}{
+		{nil, false, false, Succeeded},
+		{nil, true, false, Dropped},
+		{nil, false, true, Ignored},
+		{nil, true, true, Ignored},
+		{context.Canceled, false, false, Ignored},
+		{context.Canceled, true, false, Ignored},
+		{context.DeadlineExceeded, false, false, Dropped},
+		{fmt.Errorf("wrapped: %w", context.DeadlineExceeded), false, false, Dropped},
+		{context.DeadlineExceeded, false, true, Ignored},
+	}
+	for _, tt := range tests {
+		if got := OutcomeOf(tt.ctxErr, tt.failed, tt.refused); got != tt.want {
+			t.Errorf("OutcomeOf(%v, failed %v, refused %v) = %v, want %v", tt.ctxErr, tt.failed, tt.refused, got, tt.want)
+		}
+	}
+}
+
 func TestAdaptiveLevels(t *testing.T) {
 	a, _ := NewAdaptive(AdaptiveConfig{InitialLimit: 10, MinLimit: 2, ProbeSamples: 1, MinSamples: 1}, Levels{})
 	// End the first probe.
 	tok, _ := a.Acquire(t0, Default)
-	a.Done(tok, t0.Add(time.Millisecond), true)
+	a.Done(tok, t0.Add(time.Millisecond), Succeeded)
 	if st := a.Stats(); st.Probing || st.Limit != 10 {
 		t.Fatalf("after the probe: %+v, want limit 10, not probing", st)
 	}
@@ -378,7 +514,7 @@ func TestAdaptiveConcurrent(t *testing.T) {
 					}
 				}
 				cur.Add(-1)
-				a.Done(tok, time.Now(), true)
+				a.Done(tok, time.Now(), Succeeded)
 			}
 		})
 	}
@@ -571,7 +707,7 @@ func TestShedderLayers(t *testing.T) {
 		t.Errorf("counters %+v / %+v, want 1 default and 1 critical shed by the fleet, 2 critical admitted", stats.Shed[LayerFleet], stats.Admitted)
 	}
 	for _, tk := range tickets {
-		tk.Done(ctx, true)
+		tk.Done(ctx, Succeeded)
 	}
 	if st := s.Stats(); st.InFlight != 0 || st.Worker.InFlight != 0 || st.Adaptive.InFlight != 0 {
 		t.Errorf("after Done: %+v, want nothing in flight", st)

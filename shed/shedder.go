@@ -63,6 +63,7 @@ type Shedder struct {
 
 	admitted  [NumPriorities]atomic.Uint64
 	shed      [NumLayers][NumPriorities]atomic.Uint64
+	finished  [NumOutcomes]atomic.Uint64
 	fleetErrs atomic.Uint64
 	inflight  atomic.Int64
 }
@@ -150,7 +151,7 @@ func (s *Shedder) Admit(ctx context.Context, p Priority) (Ticket, *Refusal) {
 	if s.adaptive != nil {
 		tok, ok := s.adaptive.Acquire(now, p)
 		if !ok {
-			t.release(context.WithoutCancel(ctx), now, false)
+			t.release(context.WithoutCancel(ctx), now, Ignored)
 			return s.refuse(&Refusal{Layer: LayerAdaptive, Priority: p, RetryAfter: time.Second,
 				Detail: "the concurrency limit this server learned from its latency is reached for " + p.String() + " requests"})
 		}
@@ -165,7 +166,7 @@ func (s *Shedder) Admit(ctx context.Context, p Priority) (Ticket, *Refusal) {
 			}
 		}
 		if refused != nil {
-			t.release(context.WithoutCancel(ctx), now, false)
+			t.release(context.WithoutCancel(ctx), now, Ignored)
 			return s.refuse(refused)
 		}
 		t.lease = lease
@@ -180,29 +181,33 @@ func (s *Shedder) refuse(r *Refusal) (Ticket, *Refusal) {
 	return Ticket{}, r
 }
 
-// Done ends an admitted request. sample reports whether its latency says
-// something about the server's capacity: true for a response the server
-// produced, false for a request refused before it ran (a 429) or abandoned
-// by its client. ctx bounds the release of fleet capacity (inflight mode).
-// Done on a zero Ticket does nothing.
-func (t Ticket) Done(ctx context.Context, sample bool) {
+// Done ends an admitted request with its outcome: Succeeded for a response
+// the server produced (its latency is a sample), Dropped for one it failed
+// (a 5xx: a signal to lower the adaptive limit, not a latency), Ignored for
+// a request refused before it ran (a 429) or abandoned by its client;
+// OutcomeOf classifies. ctx bounds the release of fleet capacity (inflight
+// mode). Done on a zero Ticket does nothing.
+func (t Ticket) Done(ctx context.Context, o Outcome) {
 	if t.s == nil {
 		return
 	}
 	t.s.inflight.Add(-1)
+	if int(o) < NumOutcomes {
+		t.s.finished[o].Add(1)
+	}
 	var now time.Time
 	if t.tok.ok {
 		now = t.s.now()
 	}
-	t.release(ctx, now, sample)
+	t.release(ctx, now, o)
 }
 
-func (t Ticket) release(ctx context.Context, now time.Time, sample bool) {
+func (t Ticket) release(ctx context.Context, now time.Time, o Outcome) {
 	if t.worker {
 		t.s.worker.Done()
 	}
 	if t.tok.ok {
-		t.s.adaptive.Done(t.tok, now, sample)
+		t.s.adaptive.Done(t.tok, now, o)
 	}
 	if t.lease.n > 0 {
 		if err := t.lease.Release(ctx); err != nil {
@@ -220,6 +225,8 @@ type Stats struct {
 	Admitted [NumPriorities]uint64
 	// Shed counts shed requests by layer and class.
 	Shed [NumLayers][NumPriorities]uint64
+	// Finished counts admitted requests done, by outcome.
+	Finished [NumOutcomes]uint64
 	// InFlight is the number of admitted requests not yet done.
 	InFlight int64
 	// Worker is the worker layer's state; nil when it is off.
@@ -242,6 +249,9 @@ func (s *Shedder) Stats() Stats {
 		for p := range st.Shed[l] {
 			st.Shed[l][p] = s.shed[l][p].Load()
 		}
+	}
+	for o := range st.Finished {
+		st.Finished[o] = s.finished[o].Load()
 	}
 	st.InFlight = s.inflight.Load()
 	if s.worker != nil {

@@ -246,7 +246,7 @@ func Run(s Scenario) (Result, error) {
 				start(n)
 			}
 			l := now - r.arrive
-			r.ticket.Done(ctx, true)
+			r.ticket.Done(ctx, shed.Succeeded)
 			inTime := l <= s.Timeout
 			if inTime {
 				bucketOK[b]++

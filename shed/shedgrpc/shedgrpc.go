@@ -68,14 +68,20 @@ func (i interceptor) admit(ctx context.Context, method string) (shed.Ticket, err
 	return shed.Ticket{}, status.Errorf(codes.Unavailable, "shed by %s (priority %s): %s", r.Layer, r.Priority, r.Detail)
 }
 
-// sample reports whether a call's latency speaks of the server's capacity:
-// not when the client went away, nor when something before the handler
-// (a rate limit) refused it.
-func sample(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
+// outcome classifies a finished call for the adaptive limiter: Ignored
+// when the client went away or something before the handler (a rate limit,
+// ResourceExhausted) refused it; Dropped when the server failed it
+// (Unavailable, Internal, DataLoss, DeadlineExceeded) or it ran past the
+// client's deadline; Succeeded otherwise, client errors included (the
+// server did the work). Unknown, what a handler returning a plain Go error
+// gets, counts as Succeeded: it is as often a client's mistake as a fault.
+func outcome(ctx context.Context, err error) shed.Outcome {
+	var failed bool
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Internal, codes.DataLoss, codes.DeadlineExceeded:
+		failed = true
 	}
-	return status.Code(err) != codes.ResourceExhausted
+	return shed.OutcomeOf(ctx.Err(), failed, status.Code(err) == codes.ResourceExhausted)
 }
 
 // UnaryServerInterceptor sheds unary calls: a shed call fails with
@@ -91,7 +97,7 @@ func UnaryServerInterceptor(s *shed.Shedder, o Options) grpc.UnaryServerIntercep
 			return nil, err
 		}
 		var resp any
-		defer func() { t.Done(context.WithoutCancel(ctx), sample(ctx, err)) }()
+		defer func() { t.Done(context.WithoutCancel(ctx), outcome(ctx, err)) }()
 		resp, err = handler(ctx, req)
 		return resp, err
 	}
@@ -108,7 +114,7 @@ func StreamServerInterceptor(s *shed.Shedder, o Options) grpc.StreamServerInterc
 			return err
 		}
 		// A stream's length says nothing about queueing: no latency sample.
-		defer t.Done(context.WithoutCancel(ctx), false)
+		defer t.Done(context.WithoutCancel(ctx), shed.Ignored)
 		return handler(srv, ss)
 	}
 }

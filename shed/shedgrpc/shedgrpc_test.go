@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -118,5 +119,60 @@ func TestStreamInterceptor(t *testing.T) {
 	}
 	if got := s.Stats().InFlight; got != 1 {
 		t.Errorf("in flight during the stream: %d, want 1", got)
+	}
+}
+
+// TestUnaryOutcomes: the outcome each way a call ends gives the shedder. A
+// server failure is Dropped (no latency sample, a sign to lower the
+// adaptive limit), however fast; a success or a client error Succeeded; a
+// rate-limit refusal or a client that left Ignored.
+func TestUnaryOutcomes(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	late, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancel()
+	tests := []struct {
+		name string
+		code codes.Code
+		ctx  context.Context
+		want shed.Outcome
+	}{
+		{"OK", codes.OK, nil, shed.Succeeded},
+		{"NotFound", codes.NotFound, nil, shed.Succeeded},
+		{"Unknown (a plain error)", codes.Unknown, nil, shed.Succeeded},
+		{"Unavailable", codes.Unavailable, nil, shed.Dropped},
+		{"Internal", codes.Internal, nil, shed.Dropped},
+		{"DeadlineExceeded", codes.DeadlineExceeded, nil, shed.Dropped},
+		{"ResourceExhausted", codes.ResourceExhausted, nil, shed.Ignored},
+		{"client gone", codes.Canceled, cancelled, shed.Ignored},
+		{"past the client's deadline", codes.OK, late, shed.Dropped},
+	}
+	info := &grpc.UnaryServerInfo{FullMethod: "/pkg.Svc/Do"}
+	for _, tt := range tests {
+		s, err := shed.New(shed.Config{Adaptive: &shed.AdaptiveConfig{}}, shed.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := UnaryServerInterceptor(s, Options{})
+		ctx := tt.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		for range 10 {
+			_, err := in(ctx, nil, info, func(context.Context, any) (any, error) {
+				if tt.code == codes.OK {
+					return "ok", nil
+				}
+				return nil, status.Error(tt.code, "from the handler")
+			})
+			if status.Code(err) != tt.code {
+				t.Fatalf("%s: call: %v, want %v", tt.name, err, tt.code)
+			}
+		}
+		var want [shed.NumOutcomes]uint64
+		want[tt.want] = 10
+		if st := s.Stats(); st.Finished != want || st.Adaptive.InFlight != 0 {
+			t.Errorf("ten %s calls: finished %v, %d in flight; want %v (%v), none", tt.name, st.Finished, st.Adaptive.InFlight, want, tt.want)
+		}
 	}
 }

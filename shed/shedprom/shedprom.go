@@ -10,16 +10,18 @@ import (
 
 // Collector is a prometheus.Collector over one Shedder; register it with
 // prometheus.MustRegister(shedprom.New(s)). It reads Shedder.Stats at each
-// scrape. Labels are bounded: priority is one of four classes, layer one of
-// three.
+// scrape. Labels are bounded: priority is one of four classes, layer and
+// outcome one of three.
 //
 //	sluice_shed_admitted_total{priority}              counter  requests admitted
 //	sluice_shed_shed_total{layer, priority}           counter  requests shed (503)
+//	sluice_shed_finished_total{outcome}               counter  admitted requests done: succeeded, dropped (the server failed them), ignored
 //	sluice_shed_inflight                              gauge    admitted requests not yet done
 //	sluice_shed_adaptive_limit                        gauge    the adaptive concurrency limit
 //	sluice_shed_adaptive_min_rtt_seconds              gauge    the last measured unloaded latency
 //	sluice_shed_adaptive_sample_seconds               gauge    the latency percentile of the last window
 //	sluice_shed_adaptive_probing                      gauge    1 during a minRTT probe
+//	sluice_shed_adaptive_dropped_ratio                gauge    the share of the last window's requests the server failed
 //	sluice_shed_worker_utilization                    gauge    worker layer utilization (1 = full)
 //	sluice_shed_worker_queue_delay_seconds            gauge    smoothed queueing delay
 //	sluice_shed_worker_shedding                       gauge    highest class shed for queueing delay (0 none, 1 test … 3 default)
@@ -30,8 +32,8 @@ import (
 type Collector struct {
 	s *shed.Shedder
 
-	admitted, shedTotal, inflight                           *prometheus.Desc
-	limit, minRTT, sample, probing                          *prometheus.Desc
+	admitted, shedTotal, finished, inflight                 *prometheus.Desc
+	limit, minRTT, sample, probing, dropped                 *prometheus.Desc
 	util, queueDelay, shedding                              *prometheus.Desc
 	fleetCapacity, fleetReserve, fleetWindow, fleetStoreErr *prometheus.Desc
 }
@@ -45,11 +47,13 @@ func New(s *shed.Shedder) *Collector {
 		s:             s,
 		admitted:      d("admitted_total", "Requests admitted by the load shedder, by priority class.", "priority"),
 		shedTotal:     d("shed_total", "Requests shed (503) by layer (worker_utilization, adaptive_concurrency, fleet_usage) and priority class.", "layer", "priority"),
+		finished:      d("finished_total", "Requests admitted by the load shedder and done, by outcome: succeeded, dropped (failed by the server: 5xx, gRPC Unavailable…; not a latency sample), ignored (refused by the rate limits, abandoned, streams).", "outcome"),
 		inflight:      d("inflight", "Requests admitted by the load shedder and not yet done."),
 		limit:         d("adaptive_limit", "The adaptive concurrency limit (critical requests may use all of it, other classes their level of it)."),
 		minRTT:        d("adaptive_min_rtt_seconds", "The unloaded latency the adaptive limiter last measured."),
 		sample:        d("adaptive_sample_seconds", "The latency percentile of the adaptive limiter's last window."),
 		probing:       d("adaptive_probing", "1 while the adaptive limiter measures the unloaded latency."),
+		dropped:       d("adaptive_dropped_ratio", "Share of the adaptive limiter's last window of requests that the server failed (5xx, gRPC Unavailable…); above drop_ratio the limit falls."),
 		util:          d("worker_utilization", "Worker utilization: the larger of in-flight / max_inflight and queueing delay / max_queue_delay."),
 		queueDelay:    d("worker_queue_delay_seconds", "Smoothed queueing delay reported to the worker layer."),
 		shedding:      d("worker_shedding", "Highest priority class shed for queueing delay: 0 none, 1 test, 2 sheddable, 3 default."),
@@ -62,8 +66,8 @@ func New(s *shed.Shedder) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.admitted, c.shedTotal, c.inflight, c.limit, c.minRTT, c.sample, c.probing,
-		c.util, c.queueDelay, c.shedding, c.fleetCapacity, c.fleetReserve, c.fleetWindow, c.fleetStoreErr} {
+	for _, d := range []*prometheus.Desc{c.admitted, c.shedTotal, c.finished, c.inflight, c.limit, c.minRTT, c.sample, c.probing,
+		c.dropped, c.util, c.queueDelay, c.shedding, c.fleetCapacity, c.fleetReserve, c.fleetWindow, c.fleetStoreErr} {
 		ch <- d
 	}
 }
@@ -80,6 +84,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			m(c.shedTotal, prometheus.CounterValue, float64(st.Shed[l][p]), l.String(), p.String())
 		}
 	}
+	for o, n := range st.Finished {
+		m(c.finished, prometheus.CounterValue, float64(n), shed.Outcome(o).String())
+	}
 	m(c.inflight, prometheus.GaugeValue, float64(st.InFlight))
 	if a := st.Adaptive; a != nil {
 		m(c.limit, prometheus.GaugeValue, float64(a.Limit))
@@ -90,6 +97,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			probing = 1
 		}
 		m(c.probing, prometheus.GaugeValue, probing)
+		m(c.dropped, prometheus.GaugeValue, a.Dropped)
 	}
 	if w := st.Worker; w != nil {
 		m(c.util, prometheus.GaugeValue, w.Utilization)
