@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -37,6 +38,17 @@ const maxLease = time.Hour
 // Limit see them as spent. Supported: fixed_window and gcra
 // (sluice.AllotAlgorithm). Calls of several requests are pipelined; each is
 // atomic on its own.
+//
+// The requests for one node go through that node's circuit breaker as one
+// call, as a Take's script call does: while the breaker is open they fail
+// at once with an error wrapping sluice.ErrStoreUnavailable and nothing is
+// sent; a call with no reply within Options.Timeout fails with one wrapping
+// sluice.ErrStoreTimeout (it may still have run) and counts as a timeout.
+// A caller whose ctx ends first gets an error wrapping ctx.Err() at once;
+// the call still runs to its end and counts for the breaker, as a Take's
+// does (what it grants is lost: counted, never spent). Requests for nodes
+// whose breaker lets them through are sent even when another node's does
+// not.
 func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
 	if len(out) != len(reqs) {
 		return fmt.Errorf("redis: allot: %d requests, %d results: %w", len(reqs), len(out), sluice.ErrResultsLength)
@@ -79,35 +91,110 @@ func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []slu
 			},
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	s.allots.Add(uint64(len(reqs)))
-	resps := allotLua().ExecMulti(ctx, s.client, execs...)
-	var errs []error
-	for i, resp := range resps {
-		vals, err := resp.AsIntSlice()
-		if err == nil && len(vals) != 5 {
-			err = fmt.Errorf("reply of %d values, want 5", len(vals))
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis: allot: nothing sent: %w", err)
+	}
+	calls, errs := s.allotCalls(execs)
+	if len(calls) == 0 {
+		return errors.Join(errs...)
+	}
+	// As with a Take's script call, the timeout starts when the call is
+	// handed to the client, and the call runs to its end (and is counted)
+	// even when the caller stops waiting for it.
+	res := make([]sluice.Allotment, len(reqs))
+	done := make(chan []error, 1)
+	go func() { done <- s.allotExec(calls, execs, res) }()
+	select {
+	case callErrs := <-done:
+		copy(out, res)
+		return errors.Join(append(errs, callErrs...)...)
+	case <-ctx.Done():
+		return errors.Join(append(errs, fmt.Errorf("redis: allot: gave up waiting for the reply (the script may still run): %w", ctx.Err()))...)
+	}
+}
+
+// allotExec sends the requests of calls in one pipeline, fills res, tells
+// each call's breaker how it went, and returns an error per failed call.
+func (s *Store) allotExec(calls []*allotCall, execs []rueidis.LuaExec, res []sluice.Allotment) []error {
+	var send []rueidis.LuaExec
+	for _, c := range calls {
+		for _, i := range c.idx {
+			send = append(send, execs[i])
 		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	s.allots.Add(uint64(len(send)))
+	resps := allotLua().ExecMulti(ctx, s.client, send...)
+	closed := s.closed.Load()
+	var errs []error
+	pos := 0
+	for _, c := range calls {
+		var first error // the call's outcome for the breaker
+		for _, i := range c.idx {
+			vals, err := resps[pos].AsIntSlice()
+			pos++
+			if err == nil && len(vals) != 5 {
+				err = &replyError{fmt.Errorf("reply of %d values, want 5", len(vals))}
+			}
+			if err != nil {
+				if first == nil {
+					first = fmt.Errorf("%s: %w", execs[i].Keys[0], err)
+				}
+				continue
+			}
+			res[i] = sluice.Allotment{
+				Granted:    vals[0],
+				Remaining:  vals[1],
+				TTL:        time.Duration(vals[2]) * time.Microsecond,
+				ResetAfter: time.Duration(vals[3]) * time.Microsecond,
+				Epoch:      vals[4],
+			}
+		}
+		o := classify(first, closed)
+		c.report(o, first)
+		if first != nil {
+			what := fmt.Sprintf("redis: allot (%d requests) to %s", len(c.idx), c.n.name())
+			errs = append(errs, s.callError(what, first, o, closed))
+		}
+	}
+	return errs
+}
+
+// allotCall is the requests of one Allot bound for one node, let through by
+// its breaker; report tells the breaker how the call ended.
+type allotCall struct {
+	n      *node
+	idx    []int // indices into the Allot's requests
+	report func(callOutcome, error)
+}
+
+// allotCalls groups the requests by the node owning their key and asks
+// each node's breaker for one call. It returns the calls let through, and
+// an error wrapping sluice.ErrStoreUnavailable for each node refused.
+func (s *Store) allotCalls(execs []rueidis.LuaExec) ([]*allotCall, []error) {
+	var calls []*allotCall
+	for i := range execs {
+		n := s.nodeFor(slotOf(execs[i].Keys[0]))
+		k := slices.IndexFunc(calls, func(c *allotCall) bool { return c.n == n })
+		if k < 0 {
+			k = len(calls)
+			calls = append(calls, &allotCall{n: n})
+		}
+		calls[k].idx = append(calls[k].idx, i)
+	}
+	var errs []error
+	allowed := calls[:0]
+	for _, c := range calls {
+		report, err := c.n.allow()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("redis: allot %q: %w", reqs[i].Key, err))
+			errs = append(errs, fmt.Errorf("redis: allot (%d requests): %w", len(c.idx), err))
 			continue
 		}
-		out[i] = sluice.Allotment{
-			Granted:    vals[0],
-			Remaining:  vals[1],
-			TTL:        time.Duration(vals[2]) * time.Microsecond,
-			ResetAfter: time.Duration(vals[3]) * time.Microsecond,
-			Epoch:      vals[4],
-		}
+		c.report = report
+		allowed = append(allowed, c)
 	}
-	if err := errors.Join(errs...); err != nil {
-		if s.closed.Load() {
-			err = errors.Join(ErrClosed, err)
-		}
-		return err
-	}
-	return nil
+	return allowed, errs
 }
 
 // Allots is the number of allotment requests sent since New.

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -74,4 +75,133 @@ func TestAllot(t *testing.T) {
 	if err := s.Allot(ctx, []sluice.AllotRequest{{Key: "l", Limit: sluice.PerSecond(sluice.SlidingLog, 5), Want: 1}}, make([]sluice.Allotment, 1)); err == nil {
 		t.Error("Allot of a sliding_log limit: nil error, want refused")
 	}
+}
+
+// TestAllotBreaker: Allot goes through the breaker of the node owning its
+// key, with no Take in between. Killed, the node's breaker opens after the
+// refused connections, and Allot then fails at once with
+// ErrStoreUnavailable, sending nothing; Take sees the same breaker. Paused,
+// Allot fails with ErrStoreTimeout after the store timeout, until the
+// timeouts open the breaker; a caller that gives up first gets its
+// context's error, and its call still counts. Restarted or resumed, Allot
+// works again.
+func TestAllotBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout, openFor = 300 * time.Millisecond, 300 * time.Millisecond
+	st, err := New(Options{URL: srv.URL(), Timeout: timeout, Breaker: BreakerOptions{OpenTimeout: openFor}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1_000_000, Window: time.Hour}
+	allotCtx := func(ctx context.Context) (time.Duration, error) {
+		start := time.Now()
+		err := st.Allot(ctx, []sluice.AllotRequest{{Key: "a", Limit: limit, Want: 1}}, make([]sluice.Allotment, 1))
+		return time.Since(start), err
+	}
+	allot := func() (time.Duration, error) { return allotCtx(context.Background()) }
+	state := func() string { return st.Health()[0].State }
+	var err0 error
+	for range 3 { // the first call loads the script; a loaded machine may be slow
+		if _, err0 = allot(); err0 == nil {
+			break
+		}
+	}
+	if err0 != nil || state() != "closed" {
+		t.Fatalf("healthy: Allot = %v, breaker %s", err0, state())
+	}
+	// waitOpen calls Allot until the breaker refuses it, checking each
+	// failure before with check, and returns how many there were.
+	waitOpen := func(what string, check func(time.Duration, error)) int {
+		t.Helper()
+		for i := range 50 {
+			d, err := allot()
+			if errors.Is(err, sluice.ErrStoreUnavailable) {
+				sent := st.Allots()
+				if d, err := allot(); !errors.Is(err, sluice.ErrStoreUnavailable) || d > 50*time.Millisecond {
+					t.Errorf("%s, open: Allot = %v after %v, want ErrStoreUnavailable at once", what, err, d)
+				}
+				if got := st.Allots(); got != sent {
+					t.Errorf("%s, open: %d allotment requests sent, want none", what, got-sent)
+				}
+				err := st.Take(context.Background(), []sluice.Op{{Key: "a", Limit: limit, Cost: 1}}, make([]sluice.Result, 1))
+				if !errors.Is(err, sluice.ErrStoreUnavailable) {
+					t.Errorf("%s, open: Take = %v, want ErrStoreUnavailable (one breaker per node)", what, err)
+				}
+				return i
+			}
+			if err == nil {
+				t.Fatalf("%s: Allot succeeded", what)
+			}
+			check(d, err)
+		}
+		t.Fatalf("%s: breaker still %s after 50 failed Allots", what, state())
+		return 0
+	}
+	waitClosed := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := allot()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Allot still fails after 10s (breaker %s): %v", what, state(), err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if s := state(); s != "closed" {
+			t.Errorf("%s: Allot succeeded with the breaker %s, want closed", what, s)
+		}
+	}
+
+	srv.Kill()
+	n := waitOpen("killed", func(_ time.Duration, err error) {
+		if errors.Is(err, sluice.ErrStoreTimeout) {
+			t.Errorf("killed: Allot = %v, want a connection error", err)
+		}
+	})
+	if n > DefaultBreakerConsecutiveFailures {
+		t.Errorf("killed: open after %d failed Allots, want ≤ %d", n, DefaultBreakerConsecutiveFailures)
+	}
+	if h := st.Health()[0]; h.State != "open" || h.LastError == "" {
+		t.Errorf("killed: Health = %+v, want open with an error", h)
+	}
+	srv.Restart()
+	waitClosed("restarted")
+
+	srv.Pause()
+	defer srv.Resume()
+	n = waitOpen("paused", func(d time.Duration, err error) {
+		if !errors.Is(err, sluice.ErrStoreTimeout) || d < timeout || d > timeout+200*time.Millisecond {
+			t.Errorf("paused: Allot = %v after %v, want ErrStoreTimeout after the timeout %v", err, d, timeout)
+		}
+	})
+	if n != DefaultBreakerConsecutiveTimeouts {
+		t.Errorf("paused: open after %d timed-out Allots, want %d", n, DefaultBreakerConsecutiveTimeouts)
+	}
+	srv.Resume()
+	waitClosed("resumed")
+
+	// Callers that give up first get their context's error at once; their
+	// calls still time out and open the breaker.
+	srv.Pause()
+	for range DefaultBreakerConsecutiveTimeouts {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout/4)
+		d, err := allotCtx(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sluice.ErrStoreTimeout) || d > timeout/4+100*time.Millisecond {
+			t.Errorf("paused, caller's deadline %v: Allot = %v after %v, want the caller's context.DeadlineExceeded at its deadline", timeout/4, err, d)
+		}
+	}
+	deadline := time.Now().Add(timeout + time.Second)
+	for state() != "open" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s := state(); s != "open" {
+		t.Errorf("paused: breaker %s after %d Allots whose callers gave up, want open (their calls timed out)", s, DefaultBreakerConsecutiveTimeouts)
+	}
+	srv.Resume()
+	waitClosed("resumed again")
 }

@@ -167,6 +167,23 @@ const expiredReply = "sluice:expired"
 
 var errExpired = errors.New("it reached Redis after its deadline and was not run: nothing charged")
 
+// callError is the error of a script call described by what that failed
+// with err, which the breaker classified as o: it wraps ErrClosed when the
+// store was closed, and sluice.ErrStoreTimeout when the call was sent and
+// got no reply in time (it may still have run) or reached Redis too late
+// to run.
+func (s *Store) callError(what string, err error, o callOutcome, closed bool) error {
+	switch {
+	case closed:
+		return fmt.Errorf("%s: %w", what, errors.Join(ErrClosed, err))
+	case errors.Is(err, errExpired):
+		return fmt.Errorf("%s: %v: %w", what, err, sluice.ErrStoreTimeout)
+	case o == callTimeout:
+		return fmt.Errorf("%s: no reply within %v (%v); it may still have run: %w", what, s.timeout, err, sluice.ErrStoreTimeout)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 // replyError is a reply the store could not read (a defect, not a sign of
 // a dead node; it counts in the failure ratio).
 type replyError struct{ err error }
