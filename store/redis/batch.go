@@ -328,16 +328,7 @@ func (s *Store) exec(slot int, batch []*request) {
 	}
 	if err != nil {
 		what := fmt.Sprintf("redis: script call (%d groups, %d ops) to %s", len(batch), nkeys, n.name())
-		switch {
-		case closed:
-			err = fmt.Errorf("%s: %w", what, errors.Join(ErrClosed, err))
-		case errors.Is(err, errExpired):
-			err = fmt.Errorf("%s: %v: %w", what, err, sluice.ErrStoreTimeout)
-		case outcome == callTimeout:
-			err = fmt.Errorf("%s: no reply within %v (%v); it may still have run: %w", what, s.timeout, err, sluice.ErrStoreTimeout)
-		default:
-			err = fmt.Errorf("%s: %w", what, err)
-		}
+		err = s.callError(what, err, outcome, closed)
 		for _, r := range batch {
 			r.err = err
 		}
