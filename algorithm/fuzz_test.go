@@ -9,7 +9,10 @@ import (
 // the invariants every Decision must keep: no panic, Remaining within
 // [0, capacity], no negative duration, allowed ⇒ RetryAfter = 0, limited ⇒
 // RetryAfter > 0, a look (cost 0) always allowed, CostTooHigh only above the
-// capacity, and a log never longer than the quota.
+// capacity. The high bits of each cost byte make some steps charges or
+// refunds (not for concurrency): they are always allowed, never delay, keep
+// what is in use within 2 × capacity (the debt cap) and never refund below
+// a fresh key; a log never holds more than 2 × quota units.
 //
 //	go test -fuzz FuzzSlidingWindow ./algorithm
 func FuzzTokenBucket(f *testing.F)   { fuzzAlgorithm(f, 0) }
@@ -50,26 +53,53 @@ func fuzzAlgorithm(f *testing.F, only int) {
 			log    []Entry
 			id     uint64
 		)
+		latest := now
 		for len(steps) >= 2 {
 			dt := int64(int8(steps[0])) * window / 64 // may step back
 			cost := int64(steps[1] % 16)
+			action := steps[1] / 64 // 0, 1: take; 2: charge; 3: refund
+			if action == 2 {
+				cost *= 3 // up to 45: past the debt cap of small limits
+			}
 			steps = steps[2:]
 			now += dt
+			latest = max(latest, now)
+			oldTAT, oldTokens := tat, tokens.Last+tokens.Missing*p.Interval
 			var d Decision
-			switch alg % 7 {
-			case 0:
+			switch {
+			case action == 2 && alg%7 == 0:
+				tokens, d = ChargeTokens(tokens, now, cost, p)
+			case action == 3 && alg%7 == 0:
+				tokens, d = RefundTokens(tokens, now, cost, p)
+			case action == 2 && alg%7 <= 2:
+				tat, d = ChargeTAT(tat, now, cost, p)
+			case action == 3 && alg%7 <= 2:
+				tat, d = RefundTAT(tat, now, cost, p)
+			case action == 2 && alg%7 == 3:
+				win, d = ChargeFixedWindow(win, now, cost, p)
+			case action == 3 && alg%7 == 3:
+				win, d = RefundFixedWindow(win, now, cost, p)
+			case action == 2 && alg%7 == 4:
+				win, d = ChargeSlidingWindow(win, now, cost, p)
+			case action == 3 && alg%7 == 4:
+				win, d = RefundSlidingWindow(win, now, cost, p)
+			case action == 2 && alg%7 == 5:
+				log, d = ChargeSlidingLog(log, now, cost, p)
+			case action == 3 && alg%7 == 5:
+				log, d = RefundSlidingLog(log, now, cost, p)
+			case alg%7 == 0:
 				tokens, d = TokenBucket(tokens, now, cost, p)
-			case 1:
+			case alg%7 == 1:
 				tat, d = GCRA(tat, now, cost, p)
-			case 2:
+			case alg%7 == 2:
 				tat, d = LeakyBucket(tat, now, cost, p)
-			case 3:
+			case alg%7 == 3:
 				win, d = FixedWindow(win, now, cost, p)
-			case 4:
+			case alg%7 == 4:
 				win, d = SlidingWindow(win, now, cost, p)
-			case 5:
+			case alg%7 == 5:
 				log, d = SlidingLog(log, now, cost, p)
-			case 6:
+			default:
 				id++
 				if cost == 15 && len(log) > 0 {
 					log, d = Release(log, now, log[0].ID, p)
@@ -95,8 +125,32 @@ func fuzzAlgorithm(f *testing.F, only int) {
 			case cost == 0 && !d.OK():
 				t.Fatalf("alg %d %+v: a look (cost 0) was denied: %+v", alg%7, p, d)
 			}
-			if len(log) > int(q)+1 {
-				t.Fatalf("alg %d: log holds %d entries, quota %d", alg%7, len(log), q)
+			settled := action >= 2 && alg%7 != 6
+			if settled && (!d.OK() || d.RetryAfter != 0 || d.Delay != 0) {
+				t.Fatalf("alg %d %+v: action %d cost %d: %+v, want allowed with no wait", alg%7, p, action, cost, d)
+			}
+			debt := latest + 2*p.Burst*p.Interval // the cap, with room for a clock stepped back
+			switch tt := tokens.Last + tokens.Missing*p.Interval; {
+			case alg%7 == 0 && tt > max(debt, oldTokens):
+				t.Fatalf("token_bucket %+v: TAT %d past the debt cap %d", p, tt, debt)
+			case alg%7 == 0 && action == 3 && tt < now && tt != oldTokens:
+				t.Fatalf("token_bucket %+v: refund left TAT %d before now %d", p, tt, now)
+			case (alg%7 == 1 || alg%7 == 2) && tat > max(debt, oldTAT):
+				t.Fatalf("alg %d %+v: TAT %d past the debt cap %d", alg%7, p, tat, debt)
+			case (alg%7 == 1 || alg%7 == 2) && action == 3 && tat < now && tat != oldTAT:
+				t.Fatalf("alg %d %+v: refund left TAT %d before now %d", alg%7, p, tat, now)
+			case win.Cur < 0 || win.Prev < 0 || win.Cur > 2*q || win.Prev > 2*q:
+				t.Fatalf("alg %d %+v: window state %+v outside [0, 2 × quota]", alg%7, p, win)
+			}
+			var units int64
+			for _, e := range log {
+				if e.N <= 0 {
+					t.Fatalf("alg %d: log entry %+v holds no units", alg%7, e)
+				}
+				units += e.N
+			}
+			if units > 2*q {
+				t.Fatalf("alg %d: log holds %d units, quota %d", alg%7, units, q)
 			}
 		}
 	})

@@ -53,14 +53,14 @@ func entryStep(es []Entry, now, cost int64, p Params, life int64, add Entry) ([]
 	switch {
 	case cost > p.Quota:
 		d.Reason = CostTooHigh
-	case used+cost > p.Quota:
+	case cost > 0 && used+cost > p.Quota: // a look is allowed, even in debt
 		d.Reason = Limited
 		d.RetryAfter = freeAt(es, used+cost-p.Quota) + life - now
 	case cost > 0:
 		es = insert(es, add)
 		used += cost
 	}
-	d.Remaining = p.Quota - used
+	d.Remaining = max(p.Quota-used, 0) // a charge may have put used above Quota
 	if n := len(es); n > 0 {
 		d.ResetAfter = max(es[n-1].At+life-now, 0)
 	}

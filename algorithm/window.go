@@ -32,13 +32,13 @@ func FixedWindow(s WindowState, now, cost int64, p Params) (WindowState, Decisio
 	switch {
 	case cost > p.Quota:
 		d.Reason = CostTooHigh
-	case s.Cur+cost > p.Quota:
+	case cost > 0 && s.Cur+cost > p.Quota: // a look is allowed, even in debt
 		d.Reason = Limited
 		d.RetryAfter = end
 	default:
 		s.Cur += cost
 	}
-	d.Remaining = p.Quota - s.Cur
+	d.Remaining = max(p.Quota-s.Cur, 0) // a charge may have put Cur above Quota
 	if s.Cur > 0 {
 		d.ResetAfter = end
 	}

@@ -63,9 +63,17 @@ type Stats struct {
 
 // Store is the in-process store. It is safe for concurrent use. Close it to
 // stop its background goroutine (an unreachable Store stops it too).
+//
+// It applies every sluice.Action: Charge and Refund with the arithmetic of
+// package algorithm (ChargeTAT, RefundFixedWindow, …), Reset by deleting
+// the key; a key a refund brings back to its fresh state is deleted too. A
+// batch that a Take denies applies none of its ops, actions included. It
+// implements sluice.KeyLister (Keys).
 type Store struct {
 	*store
 }
+
+var _ sluice.KeyLister = (*Store)(nil)
 
 type store struct {
 	shards    []shard
@@ -201,7 +209,7 @@ func (s *store) Take(_ context.Context, ops []sluice.Op, results []sluice.Result
 		return fmt.Errorf("memory: %d ops, %d results: %w", len(ops), len(results), sluice.ErrResultsLength)
 	}
 	for i := range ops {
-		if ops[i].Cost < 0 || ops[i].Cost > sluice.MaxExact || ops[i].Release {
+		if ops[i].Cost < 0 || ops[i].Cost > sluice.MaxExact || ops[i].Release || ops[i].Action != sluice.Take {
 			if err := ops[i].Check(); err != nil {
 				return fmt.Errorf("memory: %w", err)
 			}
@@ -268,7 +276,7 @@ func (s *store) takeBatch(ops []sluice.Op, results []sluice.Result, now int64) e
 	for i := range ops {
 		if results[i].Allowed && !ops[i].Release {
 			look := ops[i]
-			look.Cost = 0
+			look.Cost, look.Action = 0, sluice.Take
 			_ = s.apply(&s.shards[idx[i]], &look, hs[i], now, nil, &results[i]) // valid: applied above
 		}
 	}

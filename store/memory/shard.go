@@ -73,7 +73,8 @@ func (sh *shard) params(l *sluice.Limit) (algorithm.Params, error) {
 	return p, nil
 }
 
-// undo records how to take back one charge of a batch.
+// undo records how to take back one charge (or charge, refund or reset) of
+// a batch.
 type undo struct {
 	sh    *shard
 	alg   sluice.Algorithm
@@ -83,10 +84,22 @@ type undo struct {
 	tat   tatState
 	win   windowState
 	entry algorithm.Entry // the log entry that was added
+	// snap, when set, is the whole log state before the op (a refund or
+	// reset of a log key), put back as it was.
+	snap *logState
 }
 
 func (u *undo) revert(s *store) {
 	sh := u.sh
+	if u.snap != nil {
+		t := &sh.slog
+		if u.alg == sluice.Concurrency {
+			t = &sh.conc
+		}
+		restore(s, sh, t, u, u.snap)
+		sh.note(u.snap.exp)
+		return
+	}
 	switch u.alg {
 	case sluice.GCRA:
 		restore(s, sh, &sh.gcra, u, u.tat)
@@ -113,12 +126,16 @@ func (u *undo) revert(s *store) {
 func restore[V any](s *store, sh *shard, t *table[V], u *undo, old V) {
 	i, found := t.find(u.h, u.key)
 	switch {
-	case !found:
 	case u.isNew:
-		t.deleteAt(s.seed, i)
-		sh.count--
-	default:
+		if found {
+			t.deleteAt(s.seed, i)
+			sh.count--
+		}
+	case found:
 		t.slots[i].v = old
+	default: // the batch deleted it (a reset, or a refund back to fresh)
+		t.insert(s.seed, u.h, cloneKey(u.key), old)
+		sh.count++
 	}
 }
 
@@ -167,12 +184,14 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 	}
 	var d algorithm.Decision
 	var lease uint64
-	switch op.Limit.Algorithm {
-	case sluice.GCRA, sluice.LeakyBucket:
+	switch alg := op.Limit.Algorithm; {
+	case op.Action != sluice.Take:
+		d = s.applyAction(sh, op, h, now, p, undos)
+	case alg == sluice.GCRA, alg == sluice.LeakyBucket:
 		d = s.applyTAT(sh, op, h, now, p, undos)
-	case sluice.TokenBucket:
+	case alg == sluice.TokenBucket:
 		d = s.applyToken(sh, op, h, now, p, undos)
-	case sluice.FixedWindow, sluice.SlidingWindow:
+	case alg == sluice.FixedWindow, alg == sluice.SlidingWindow:
 		d = s.applyWindow(sh, op, h, now, p, undos)
 	default:
 		d, lease = s.applyLog(sh, op, h, now, p, undos)
@@ -190,15 +209,8 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 
 func (s *store) applyTAT(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
 	alg, cost := op.Limit.Algorithm, op.Cost
-	t := &sh.gcra
-	if alg == sluice.LeakyBucket {
-		t = &sh.leaky
-	}
-	i, found := t.find(h, op.Key)
-	var old tatState
-	if found {
-		old = t.slots[i].v
-	}
+	t := s.tatTable(sh, alg)
+	i, found, old := t.get(h, op.Key)
 	var tat int64
 	var d algorithm.Decision
 	if alg == sluice.GCRA {
@@ -219,11 +231,7 @@ func (s *store) applyTAT(sh *shard, op *sluice.Op, h uint64, now int64, p algori
 func (s *store) applyToken(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
 	cost := op.Cost
 	t := &sh.token
-	i, found := t.find(h, op.Key)
-	var old tatState
-	if found {
-		old = t.slots[i].v
-	}
+	i, found, old := t.get(h, op.Key)
 	ns, d := algorithm.TokenBucket(algorithm.TokenState{Last: old.tat}, now, cost, p)
 	if d.OK() && cost > 0 {
 		exp := ns.Last + ns.Missing*p.Interval
@@ -238,15 +246,8 @@ func (s *store) applyToken(sh *shard, op *sluice.Op, h uint64, now int64, p algo
 
 func (s *store) applyWindow(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
 	alg, cost := op.Limit.Algorithm, op.Cost
-	t := &sh.fixed
-	if alg == sluice.SlidingWindow {
-		t = &sh.slide
-	}
-	i, found := t.find(h, op.Key)
-	var old windowState
-	if found {
-		old = t.slots[i].v
-	}
+	t := sh.windowTable(alg)
+	i, found, old := t.get(h, op.Key)
 	var ns algorithm.WindowState
 	var d algorithm.Decision
 	if alg == sluice.FixedWindow {
@@ -270,11 +271,9 @@ func (s *store) applyLog(sh *shard, op *sluice.Op, h uint64, now int64, p algori
 	if alg == sluice.Concurrency {
 		t = &sh.conc
 	}
-	i, found := t.find(h, op.Key)
-	var st *logState
+	i, found, st := t.get(h, op.Key)
 	var log []algorithm.Entry
 	if found {
-		st = t.slots[i].v
 		log = st.log
 	}
 	var d algorithm.Decision

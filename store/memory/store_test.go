@@ -177,3 +177,18 @@ func TestCoarseClockAdvances(t *testing.T) {
 	}
 	t.Fatal("a 20ms window never reopened in 2s: the coarse clock does not advance")
 }
+
+// Keys lists the keys that hold state and skips those already back in their
+// fresh state, which the sweep would forget.
+func TestKeysSkipsFreshKeys(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.Options{Now: clock.Now, SweepInterval: time.Hour})
+	defer s.Close()
+	take(t, s, "k:short", sluice.Limit{Algorithm: sluice.GCRA, Quota: 1, Window: time.Second}, 1)
+	take(t, s, "k:long", sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Hour}, 1)
+	clock.Advance(2 * time.Second)
+	got, more, err := s.Keys(context.Background(), "k:", 10)
+	if err != nil || more || len(got) != 1 || got[0] != "k:long" {
+		t.Errorf("Keys = %q, more %v, %v; want [k:long] (k:short is fresh again)", got, more, err)
+	}
+}

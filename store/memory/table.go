@@ -56,6 +56,17 @@ func (t *table[V]) find(h uint64, key string) (int, bool) {
 	}
 }
 
+// get is find that also returns the value held (the zero value when key is
+// not there).
+func (t *table[V]) get(h uint64, key string) (int, bool, V) {
+	i, found := t.find(h, key)
+	if !found {
+		var zero V
+		return i, false, zero
+	}
+	return i, true, t.slots[i].v
+}
+
 // insert adds key, which must not be in the table, and returns its slot.
 func (t *table[V]) insert(seed maphash.Seed, h uint64, key string, v V) int {
 	if (t.n+1)*maxLoadDen > len(t.ctrl)*maxLoadNum {

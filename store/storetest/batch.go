@@ -14,17 +14,12 @@ import (
 func runBatch(t *testing.T, newStore NewStore) {
 	clock := NewClock()
 	s := newStore(t, clock)
-	ctx := context.Background()
 	a := sluice.Op{Key: "batch:a", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 3, Window: time.Second}, Cost: 1}
 	b := sluice.Op{Key: "batch:b", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Minute}, Cost: 1}
 	c := sluice.Op{Key: "batch:c", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Quota: 5, Window: time.Minute}, Cost: 1}
 	d := sluice.Op{Key: "batch:d", Limit: sluice.Limit{Algorithm: sluice.Concurrency, Quota: 1, Window: time.Minute}, Cost: 1}
 
-	steps := []struct {
-		name string
-		ops  []sluice.Op
-		want []sluice.Result
-	}{
+	runBatchSteps(t, s, []batchStep{
 		{"all allowed", []sluice.Op{a, b, c},
 			[]sluice.Result{ok(3, 2, 333334), ok(1, 0, 60*sec), ok(5, 4, 60*sec)}},
 		{"b denied: a and c not charged", []sluice.Op{a, c, b},
@@ -41,15 +36,27 @@ func runBatch(t *testing.T, newStore NewStore) {
 			[]sluice.Result{ok(5, 4, 60*sec), tooHigh(3, 1, 666668)}},
 		{"c was charged once in all", []sluice.Op{withCost(c, 0)},
 			[]sluice.Result{ok(5, 4, 60*sec)}},
-	}
+	})
+}
+
+// batchStep is one batch of a batch table and the Results it must give.
+type batchStep struct {
+	name string
+	ops  []sluice.Op
+	want []sluice.Result
+}
+
+// runBatchSteps applies each batch to s in order and compares the Results.
+func runBatchSteps(t *testing.T, s sluice.Store, steps []batchStep) {
+	t.Helper()
 	for i, st := range steps {
 		res := make([]sluice.Result, len(st.ops))
-		if err := s.Take(ctx, st.ops, res); err != nil {
+		if err := s.Take(context.Background(), st.ops, res); err != nil {
 			t.Fatalf("batch %d (%s): %v", i+1, st.name, err)
 		}
 		for j := range res {
 			if msg := diff(res[j], st.want[j]); msg != "" {
-				t.Errorf("batch %d (%s): op %d (%s) = %+v\nwant %+v", i+1, st.name, j, st.ops[j].Key, res[j], st.want[j])
+				t.Errorf("batch %d (%s): op %d (%v %s) = %+v\nwant %+v", i+1, st.name, j, st.ops[j].Action, st.ops[j].Key, res[j], st.want[j])
 			}
 		}
 	}
@@ -72,6 +79,11 @@ func runErrors(t *testing.T, newStore NewStore) {
 		{"zero window", sluice.Op{Key: "e", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 1}, Cost: 1}},
 		{"no algorithm", sluice.Op{Key: "e", Limit: sluice.Limit{Quota: 1, Window: time.Second}, Cost: 1}},
 		{"release on gcra", sluice.Op{Key: "e", Limit: good, Release: true, Lease: 1}},
+		{"charge on concurrency", sluice.Op{Key: "e", Limit: sluice.Limit{Algorithm: sluice.Concurrency, Quota: 1, Window: time.Second}, Cost: 1, Action: sluice.Charge}},
+		{"refund on concurrency", sluice.Op{Key: "e", Limit: sluice.Limit{Algorithm: sluice.Concurrency, Quota: 1, Window: time.Second}, Cost: 1, Action: sluice.Refund}},
+		{"release and reset", sluice.Op{Key: "e", Limit: sluice.Limit{Algorithm: sluice.Concurrency, Quota: 1, Window: time.Second}, Release: true, Lease: 1, Action: sluice.Reset}},
+		{"unknown action", sluice.Op{Key: "e", Limit: good, Cost: 1, Action: 9}},
+		{"negative charge", sluice.Op{Key: "e", Limit: good, Cost: -1, Action: sluice.Charge}},
 		{"burst on fixed_window", sluice.Op{Key: "e", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Second, Burst: 2}, Cost: 1}},
 	}
 	for _, tt := range bad {

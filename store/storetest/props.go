@@ -30,16 +30,38 @@ func propLimits() []sluice.Limit {
 // no other traffic, the denied op is allowed after waiting exactly RetryAfter
 // and still denied one microsecond earlier. Three keys get the same random
 // history; at the first denial one probes RetryAfter−1µs and one RetryAfter.
-func runRetryAfter(t *testing.T, newStore NewStore) {
+func runRetryAfter(t *testing.T, newStore NewStore) { retryAfter(t, newStore, false) }
+
+// runRetryAfterSettle is runRetryAfter with charges (up to twice the
+// capacity, so keys go into debt) and refunds mixed into the histories:
+// RetryAfter stays exact.
+func runRetryAfterSettle(t *testing.T, newStore NewStore) { retryAfter(t, newStore, true) }
+
+func retryAfter(t *testing.T, newStore NewStore, settle bool) {
 	clock := NewClock()
 	s := newStore(t, clock)
 	rng := rand.New(rand.NewPCG(1, 2))
+	prefix := "retry"
+	if settle {
+		rng, prefix = rand.New(rand.NewPCG(3, 4)), "retrysettle"
+	}
 	for _, l := range propLimits() {
+		if settle && l.Algorithm == sluice.Concurrency {
+			continue // no charges or refunds
+		}
 		checked := 0
 		for trial := 0; trial < 60; trial++ {
-			keys := sameKeys("retry", l, trial)
+			keys := sameKeys(prefix, l, trial)
 			for step := 0; step < 200; step++ {
 				clock.Advance(time.Duration(rng.Int64N(int64(l.Window)/3)) / time.Microsecond * time.Microsecond)
+				if settle {
+					switch rng.IntN(6) {
+					case 0, 1:
+						actSame(t, s, keys, sluice.Op{Limit: l, Cost: 1 + rng.Int64N(2*l.Capacity()), Action: sluice.Charge})
+					case 2:
+						actSame(t, s, keys, sluice.Op{Limit: l, Cost: 1 + rng.Int64N(l.Capacity()), Action: sluice.Refund})
+					}
+				}
 				cost := 1 + rng.Int64N(l.Capacity())
 				res := takeSame(t, s, keys, l, cost)
 				if res[0].Allowed {
@@ -83,9 +105,18 @@ func sameKeys(prefix string, l sluice.Limit, trial int) [3]string {
 // returns their results, failing the test unless they are the same.
 func takeSame(t *testing.T, s sluice.Store, keys [3]string, l sluice.Limit, cost int64) [3]sluice.Result {
 	t.Helper()
+	return actSame(t, s, keys, sluice.Op{Limit: l, Cost: cost})
+}
+
+// actSame applies op to each of keys, which share one history, and returns
+// their results, failing the test unless they are the same.
+func actSame(t *testing.T, s sluice.Store, keys [3]string, op sluice.Op) [3]sluice.Result {
+	t.Helper()
 	var res [3]sluice.Result
+	l := op.Limit
 	for i, k := range keys {
-		r, err := take1(s, sluice.Op{Key: k, Limit: l, Cost: cost})
+		op.Key = k
+		r, err := take1(s, op)
 		if err != nil {
 			t.Fatalf("%v: %v", l, err)
 		}
@@ -157,38 +188,18 @@ func runConcurrency(t *testing.T, newStore NewStore) {
 	clock := NewClock()
 	s := newStore(t, clock)
 	const goroutines, perG = 32, 50
-	for _, l := range []sluice.Limit{
-		{Algorithm: sluice.TokenBucket, Quota: 100, Window: time.Second},
-		{Algorithm: sluice.GCRA, Quota: 100, Window: time.Second, Burst: 150},
-		{Algorithm: sluice.LeakyBucket, Quota: 100, Window: time.Second},
-		{Algorithm: sluice.FixedWindow, Quota: 137, Window: time.Minute},
-		{Algorithm: sluice.SlidingWindow, Quota: 137, Window: time.Minute},
-		{Algorithm: sluice.SlidingLog, Quota: 137, Window: time.Minute},
-		{Algorithm: sluice.Concurrency, Quota: 64, Window: time.Minute},
-	} {
+	for _, l := range append(settleLimits(), sluice.Limit{Algorithm: sluice.Concurrency, Quota: 64, Window: time.Minute}) {
 		key := "hammer:" + l.Algorithm.String()
 		for round := 0; round < 2; round++ {
 			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			var failed atomic.Value
-			for g := 0; g < goroutines; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < perG; i++ {
-						r, err := take1(s, sluice.Op{Key: key, Limit: l, Cost: 1})
-						if err != nil {
-							failed.Store(err)
-							return
-						}
-						if r.Allowed {
-							admitted.Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			if err := failed.Load(); err != nil {
+			err := hammer(goroutines, perG, func(int, int) error {
+				r, err := take1(s, sluice.Op{Key: key, Limit: l, Cost: 1})
+				if r.Allowed {
+					admitted.Add(1)
+				}
+				return err
+			})
+			if err != nil {
 				t.Fatalf("%v: %v", l, err)
 			}
 			want := l.Capacity()
@@ -239,4 +250,26 @@ func runBatchConcurrency(t *testing.T, newStore NewStore) {
 	if got := 1000 - r.Remaining; got != 40 {
 		t.Errorf("loose limit charged %d times, want 40 (denied batches must charge nothing)", got)
 	}
+}
+
+// hammer runs f(g, i) for i < perG in each of goroutines goroutines g, all
+// at once, and returns the first error (a goroutine stops at its first).
+func hammer(goroutines, perG int, f func(g, i int) error) error {
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perG {
+				if err := f(g, i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }

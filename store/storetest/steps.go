@@ -10,13 +10,15 @@ import (
 )
 
 // Step is one row of a step table: at At (offset from Epoch), apply Cost to
-// Key (or release the lease granted at step ReleaseOf, 1-based; -1 releases a
-// lease that never existed) and expect Want. Want.Lease is compared only as
-// zero or non-zero, since stores choose lease numbers.
+// Key with Action (Take by default), or release the lease granted at step
+// ReleaseOf (1-based; -1 releases a lease that never existed), and expect
+// Want. Want.Lease is compared only as zero or non-zero, since stores choose
+// lease numbers.
 type Step struct {
 	At        time.Duration
 	Key       string
 	Cost      int64
+	Action    sluice.Action
 	ReleaseOf int
 	Want      sluice.Result
 }
@@ -58,16 +60,22 @@ const (
 
 func at(micros int64) time.Duration { return time.Duration(micros) * us }
 
-// bucketSteps is the table shared by token_bucket and gcra (they decide
-// identically): 3 per second, burst 3, so the interval is ⌈1e6/3⌉ = 333334µs
-// and the bucket holds 3 × 333334 = 1000002µs of work.
-func bucketSteps(delay bool) []Step {
-	d := func(r sluice.Result, us int64) sluice.Result {
+// delayed returns a function that sets a Result's Delay (µs) when delay is
+// set (leaky_bucket) and leaves it zero otherwise.
+func delayed(delay bool) func(sluice.Result, int64) sluice.Result {
+	return func(r sluice.Result, us int64) sluice.Result {
 		if delay {
 			r.Delay = time.Duration(us) * time.Microsecond
 		}
 		return r
 	}
+}
+
+// bucketSteps is the table shared by token_bucket and gcra (they decide
+// identically): 3 per second, burst 3, so the interval is ⌈1e6/3⌉ = 333334µs
+// and the bucket holds 3 × 333334 = 1000002µs of work.
+func bucketSteps(delay bool) []Step {
+	d := delayed(delay)
 	return []Step{
 		{At: at(0), Cost: 1, Want: ok(3, 2, 333334)},
 		{At: at(0), Cost: 0, Want: ok(3, 2, 333334)},                           // a look charges nothing
@@ -92,7 +100,7 @@ func Tables() []Table {
 	three := func(a sluice.Algorithm) sluice.Limit {
 		return sluice.Limit{Algorithm: a, Quota: 3, Window: time.Second}
 	}
-	return []Table{
+	return append([]Table{
 		{Name: "token_bucket", Limit: three(sluice.TokenBucket), Steps: bucketSteps(false)},
 		{Name: "gcra", Limit: three(sluice.GCRA), Steps: bucketSteps(false)},
 		{Name: "leaky_bucket", Limit: three(sluice.LeakyBucket), Steps: bucketSteps(true)},
@@ -188,11 +196,16 @@ func Tables() []Table {
 			{At: at(12 * sec), Cost: 0, Want: ok(100, 14, sec)}, // the lease of 10 expired at 12s; 20 + 66 held until 13s
 			{At: at(14 * sec), Cost: 0, Want: ok(100, 100, 0)},
 		}},
+		{Name: "quota_zero/charge", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 0, Window: time.Second}, Steps: []Step{
+			{At: at(0), Cost: 5, Action: sluice.Charge, Want: ok(0, 0, 0)}, // capped at 2 × 0
+			{At: at(0), Cost: 5, Action: sluice.Refund, Want: ok(0, 0, 0)},
+			{At: at(0), Action: sluice.Reset, Want: ok(0, 0, 0)},
+		}},
 		{Name: "quota_zero", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 0, Window: time.Second}, Steps: []Step{
 			{At: at(0), Cost: 1, Want: tooHigh(0, 0, 0)},
 			{At: at(0), Cost: 0, Want: ok(0, 0, 0)},
 		}},
-	}
+	}, actionTables()...)
 }
 
 func runSteps(t *testing.T, newStore NewStore) {
@@ -215,7 +228,7 @@ func RunTable(t *testing.T, s sluice.Store, clock *Clock, tb Table) {
 		if key == "" {
 			key = "k"
 		}
-		op := sluice.Op{Key: tb.Name + ":" + key, Limit: tb.Limit, Cost: st.Cost}
+		op := sluice.Op{Key: tb.Name + ":" + key, Limit: tb.Limit, Cost: st.Cost, Action: st.Action}
 		switch {
 		case st.ReleaseOf > 0:
 			op.Release, op.Lease = true, leases[st.ReleaseOf]
@@ -224,11 +237,11 @@ func RunTable(t *testing.T, s sluice.Store, clock *Clock, tb Table) {
 		}
 		got, err := take1(s, op)
 		if err != nil {
-			t.Fatalf("step %d: Take(at %v, cost %d): %v", i+1, st.At, st.Cost, err)
+			t.Fatalf("step %d: Take(at %v, %v %d): %v", i+1, st.At, st.Action, st.Cost, err)
 		}
 		leases[i+1] = got.Lease
 		if msg := diff(got, st.Want); msg != "" {
-			t.Errorf("step %d: Take(at %v, cost %d, release %d) = %+v\nwant %+v\n(%s)", i+1, st.At, st.Cost, st.ReleaseOf, got, st.Want, msg)
+			t.Errorf("step %d: Take(at %v, %v %d, release %d) = %+v\nwant %+v\n(%s)", i+1, st.At, st.Action, st.Cost, st.ReleaseOf, got, st.Want, msg)
 		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every sluice.Store must pass:
-// step tables for every algorithm, all-or-nothing batches, differential
-// traces, concurrency counts and fuzzable invariants, replayed against a
-// controllable clock.
+// step tables for every algorithm and action (take, charge, refund, reset),
+// all-or-nothing batches, differential traces, concurrency counts, fuzzable
+// invariants and, for stores that list keys, sluice.KeyLister, replayed
+// against a controllable clock.
 package storetest
 
 import (
@@ -22,10 +23,14 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Batch", func(t *testing.T) { runBatch(t, newStore) })
 	t.Run("Errors", func(t *testing.T) { runErrors(t, newStore) })
 	t.Run("RetryAfter", func(t *testing.T) { runRetryAfter(t, newStore) })
+	t.Run("RetryAfterSettle", func(t *testing.T) { runRetryAfterSettle(t, newStore) })
 	t.Run("RetryAfterLarge", func(t *testing.T) { runRetryAfterLarge(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
 	t.Run("BatchConcurrency", func(t *testing.T) { runBatchConcurrency(t, newStore) })
 	t.Run("Differential", func(t *testing.T) { runDifferential(t, newStore) })
 	t.Run("BoundaryBurst", func(t *testing.T) { runBoundaryBurst(t, newStore) })
 	t.Run("BucketsAgree", func(t *testing.T) { runBucketsAgree(t, newStore) })
+	t.Run("ActionBatch", func(t *testing.T) { runActionBatch(t, newStore) })
+	t.Run("SettleConcurrency", func(t *testing.T) { runSettleConcurrency(t, newStore) })
+	t.Run("Keys", func(t *testing.T) { runKeys(t, newStore) })
 }
