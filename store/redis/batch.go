@@ -25,6 +25,10 @@ const (
 // opFields is the number of ARGV entries per op: limit, cost, lease.
 const opFields = 3
 
+// The cost field of an op: a Take's cost in decimal, or one of these (see
+// scripts/driver.lua): "r" releases a lease, "+" and the cost charges it,
+// "-" and the cost refunds it, "x" resets the key.
+
 // request is one group: the ops of a Take in one batch target.
 type request struct {
 	mode   string
@@ -84,6 +88,12 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 		switch {
 		case op.Release:
 			cost, lease = "r", strconv.FormatUint(op.Lease, 10)
+		case op.Action == sluice.Charge:
+			cost = "+" + cost
+		case op.Action == sluice.Refund:
+			cost = "-" + cost
+		case op.Action == sluice.Reset:
+			cost = "x"
 		case op.Limit.Algorithm == sluice.Concurrency && op.Cost > 0:
 			if r.leases == nil {
 				r.leases = make([]uint64, n)

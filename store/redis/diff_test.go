@@ -69,11 +69,21 @@ const largeCost = 150
 // clock c) and fails at the first Result that differs.
 func runDiff(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint64, steps int, keys []string) {
 	t.Helper()
-	runDiffLimits(t, st, c, seed, steps, keys, diffLimits(), 3)
+	runDiffLimits(t, st, c, seed, steps, keys, diffLimits(), 3, noActions)
 }
 
-// runDiffLimits is runDiff over the given limits, with costs up to maxCost.
-func runDiffLimits(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint64, steps int, keys []string, limits []sluice.Limit, maxCost int) {
+// How a differential trace mixes in charges, refunds and resets.
+type actionMix int
+
+const (
+	noActions    actionMix = iota
+	mixedActions           // any op may be an action
+	actionGroups           // a batch is all actions or all takes (a cross-slot batch may not mix them)
+)
+
+// runDiffLimits is runDiff over the given limits, with costs up to maxCost
+// (charges and refunds up to twice that) and actions mixed in as mix says.
+func runDiffLimits(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint64, steps int, keys []string, limits []sluice.Limit, maxCost int, mix actionMix) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0))
 	mem := memory.New(memory.Options{Now: c.Now})
@@ -100,6 +110,7 @@ func runDiffLimits(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint6
 		n := 1 + rng.IntN(3)
 		memOps := make([]sluice.Op, n)
 		rOps := make([]sluice.Op, n)
+		actions := mix == actionGroups && rng.IntN(3) == 0
 		for i := range n {
 			k := keys[rng.IntN(len(keys))]
 			l := keyLimit[k]
@@ -107,8 +118,15 @@ func runDiffLimits(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint6
 			if rng.IntN(8) == 0 {
 				op.Cost = l.Capacity() + 1
 			}
+			if actions || (mix == mixedActions && rng.IntN(4) == 0) {
+				op.Action = []sluice.Action{sluice.Charge, sluice.Charge, sluice.Refund, sluice.Refund, sluice.Reset}[rng.IntN(5)]
+				op.Cost = int64(rng.IntN(2*maxCost + 1))
+				if l.Algorithm == sluice.Concurrency {
+					op.Action = sluice.Reset
+				}
+			}
 			memOps[i], rOps[i] = op, op
-			if l.Algorithm == sluice.Concurrency && len(leases) > 0 && rng.IntN(3) == 0 {
+			if l.Algorithm == sluice.Concurrency && op.Action == sluice.Take && len(leases) > 0 && rng.IntN(3) == 0 {
 				j := rng.IntN(len(leases))
 				p := leases[j]
 				if p.key == k {
@@ -172,7 +190,7 @@ func TestDifferentialLargeQuota(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := storetest.NewClock()
 			st := newTestStore(t, tc.url, c)
-			runDiffLimits(t, st, c, 11, 2500, diffKeys(len(largeLimits()), ""), largeLimits(), largeCost)
+			runDiffLimits(t, st, c, 11, 2500, diffKeys(len(largeLimits()), ""), largeLimits(), largeCost, noActions)
 		})
 	}
 }
@@ -193,6 +211,32 @@ func TestDifferentialCluster(t *testing.T) {
 				t.Fatal("store on a cluster URL is not in cluster mode")
 			}
 			runDiff(t, st, c, 7, 1500, diffKeys(len(diffLimits()), tc.tag))
+		})
+	}
+}
+
+// TestDifferentialActions replays traces with charges, refunds and resets
+// mixed in (every algorithm, large quotas too, so that logs go into debt
+// past algorithm.ExactRetryUnits), on a single node and a cluster: in one
+// slot mixed freely, across slots in batches of actions only.
+func TestDifferentialActions(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := redistest.StartCluster(t)
+	for _, tc := range []struct {
+		name, url, tag string
+		mix            actionMix
+	}{
+		{"single", srv.URL(), "", mixedActions},
+		{"cluster/one-slot", cl.URL(), "{acme}", mixedActions},
+		{"cluster/cross-slot", cl.URL(), "", actionGroups},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(2) {
+				c := storetest.NewClock()
+				st := newTestStore(t, tc.url, c)
+				runDiffLimits(t, st, c, 100+seed, 1500, diffKeys(len(diffLimits()), tc.tag), diffLimits(), 3, tc.mix)
+				runDiffLimits(t, st, c, 200+seed, 1500, diffKeys(len(largeLimits()), tc.tag+"large"), largeLimits(), largeCost, tc.mix)
+			}
 		})
 	}
 }

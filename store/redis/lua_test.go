@@ -12,7 +12,7 @@ import (
 
 // TestLuaConstants checks that the numbers the scripts name are the Go
 // side's: every algorithm code, every decision code, the RetryAfter walk
-// bound and the group modes.
+// bound, the exactness cap and the group modes.
 func TestLuaConstants(t *testing.T) {
 	src, err := scriptFS.ReadFile("scripts/lib.lua")
 	if err != nil {
@@ -27,10 +27,11 @@ func TestLuaConstants(t *testing.T) {
 		got[m[1]] = v
 	}
 	want := map[string]int64{
-		"ALLOWED":  int64(algorithm.Allowed),
-		"LIMITED":  int64(algorithm.Limited),
-		"TOO_HIGH": int64(algorithm.CostTooHigh),
-		"LOG_WALK": algorithm.ExactRetryUnits,
+		"ALLOWED":   int64(algorithm.Allowed),
+		"LIMITED":   int64(algorithm.Limited),
+		"TOO_HIGH":  int64(algorithm.CostTooHigh),
+		"LOG_WALK":  algorithm.ExactRetryUnits,
+		"MAX_EXACT": algorithm.MaxExact,
 	}
 	for _, a := range sluice.Algorithms() {
 		want[strings.ToUpper(a.String())] = int64(a)

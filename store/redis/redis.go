@@ -38,6 +38,22 @@
 // only the part of it not yet drained (buckets) or still in the same window,
 // so a refund never gives back more than the charge still holds.
 //
+// # Charge, refund and reset
+//
+// Ops whose sluice.Action is Charge, Refund or Reset run in the same
+// script call as the Takes of their group, with the arithmetic of package
+// algorithm (charges capped at 2 × capacity, refunds clamped at fresh); a
+// Reset unlinks the key. The group stays all-or-nothing: the string states
+// are written only once the group is decided, and a log key (sliding_log,
+// concurrency) that a refund or reset writes at once is first kept with
+// DUMP and put back with RESTORE if a Take of the group is denied, which
+// costs O(size of the key) but only in such mixed groups. Across cluster
+// slots there is no refund for actions, so a batch that spans slots and
+// mixes a Take of cost > 0 with an action is refused (ErrCrossSlotAction);
+// a batch of actions, looks and releases across slots is decided per slot,
+// since none of its ops can be denied. A Take alone on a bucket or window
+// key keeps its fast path.
+//
 // # Time
 //
 // With Options.Now nil the scripts read Redis TIME, one clock for the
@@ -271,6 +287,13 @@ type Store struct {
 // ErrClosed is returned by Take after Close.
 var ErrClosed = errors.New("redis: store closed")
 
+// ErrCrossSlotAction is returned by Take for a batch whose ops span Redis
+// Cluster hash slots and that mixes a Take that may be denied (cost > 0)
+// with a Charge, Refund or Reset: the cross-slot refund that keeps such a
+// batch all-or-nothing cannot take those back. Give the keys one hash tag,
+// or send the actions in a Take of their own. Nothing was applied.
+var ErrCrossSlotAction = errors.New("redis: a batch across hash slots may not mix takes with charges, refunds or resets")
+
 // New connects to the Redis named by opts.URL and returns a Store. It fails
 // if the URL or options are invalid or Redis cannot be reached.
 func New(opts Options) (*Store, error) {
@@ -453,8 +476,18 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 }
 
 // takeSlots decides a Take whose ops span hash slots: one group per slot,
-// all in parallel, then refunds if any slot denied.
+// all in parallel, then refunds if any slot denied. A batch that no op can
+// deny (actions, looks and releases) needs no refund: each slot decides
+// its group alone.
 func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
+	mode := modeUndo
+	if action, deniable := kinds(ops); action >= 0 {
+		if deniable >= 0 {
+			return fmt.Errorf("redis: op %q (%v) and op %q (take, cost %d): %w",
+				ops[action].Key, ops[action].Action, ops[deniable].Key, ops[deniable].Cost, ErrCrossSlotAction)
+		}
+		mode = modeDecide
+	}
 	bySlot := map[int][]int{}
 	var order []int
 	for i := range ops {
@@ -469,7 +502,7 @@ func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice
 	}
 	reqs := make([]*request, len(order))
 	for k, sl := range order {
-		reqs[k] = s.newRequest(ops, bySlot[sl], now, modeUndo)
+		reqs[k] = s.newRequest(ops, bySlot[sl], now, mode)
 		if err := s.submit(ctx, s.slotBatcher(sl), reqs[k]); err != nil {
 			return err
 		}
@@ -505,6 +538,24 @@ func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice
 		f.results(ops, results, false)
 	}
 	return nil
+}
+
+// kinds returns the index of the first op of ops that is a Charge, Refund
+// or Reset, and of the first that may be denied (a Take of cost > 0); -1
+// for none.
+func kinds(ops []sluice.Op) (action, deniable int) {
+	action, deniable = -1, -1
+	for i := range ops {
+		switch op := &ops[i]; {
+		case op.Action != sluice.Take:
+			if action < 0 {
+				action = i
+			}
+		case !op.Release && op.Cost > 0 && deniable < 0:
+			deniable = i
+		}
+	}
+	return action, deniable
 }
 
 func (s *Store) slotBatcher(slot int) *batcher {

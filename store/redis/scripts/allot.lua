@@ -57,7 +57,7 @@ if alg == FIXED_WINDOW then
   if cur > 0 then
     reset = stop
   end
-  return {g, quota - cur, stop, reset, id}
+  return {g, max(quota - cur, 0), stop, reset, id} -- a charge may have put cur above quota
 elseif alg == GCRA then
   local tat = 0
   if raw and #raw == 8 then

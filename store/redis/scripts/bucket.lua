@@ -31,6 +31,32 @@ local function bucket_decide(tat, now, cost, p)
   return newtat, {ALLOWED, bucket_remaining(newtat, now, p), newtat - now, 0, 0}
 end
 
+-- bucket_look is the decision of a look (cost 0) at TAT tat.
+local function bucket_look(tat, now, p)
+  local _, d = bucket_decide(tat, now, 0, p)
+  return d
+end
+
+-- tat_charge is algorithm.ChargeTAT: the TAT after a charge of cost (never
+-- more than 2 × burst intervals past now, nor past MAX_EXACT, nor earlier
+-- than it was) and the look at it.
+local function tat_charge(tat, now, cost, p)
+  if cost > 0 and p.burst > 0 then
+    local base = max(tat, now)
+    tat = max(tat, min(base + min(cost, 2 * p.burst) * p.interval, now + 2 * p.burst * p.interval, MAX_EXACT))
+  end
+  return tat, bucket_look(tat, now, p)
+end
+
+-- tat_refund is algorithm.RefundTAT: the TAT after a refund of cost, never
+-- before now, and the look at it.
+local function tat_refund(tat, now, cost, p)
+  if cost > 0 and tat > now then
+    tat = max(tat - min(cost, 2 * p.burst + 1) * p.interval, now)
+  end
+  return tat, bucket_look(tat, now, p)
+end
+
 local tat_kind = {
   -- load turns the stored string (or nil) into state.
   load = function(raw)
@@ -51,6 +77,20 @@ local tat_kind = {
   -- simply be put back): at most what the charge still holds at rnow.
   unstep = function(s, ours, cost, p, rnow)
     s.tat = s.tat - min(cost * p.interval, max(ours.tat - rnow, 0))
+  end,
+  -- charge and refund apply sluice.Charge and sluice.Refund; they return
+  -- the decision (a look after) and whether the state changed.
+  charge = function(s, now, cost, p)
+    local tat, d = tat_charge(s.tat, now, cost, p)
+    local changed = tat ~= s.tat
+    s.tat = tat
+    return d, changed
+  end,
+  refund = function(s, now, cost, p)
+    local tat, d = tat_refund(s.tat, now, cost, p)
+    local changed = tat ~= s.tat
+    s.tat = tat
+    return d, changed
   end,
 }
 

@@ -11,7 +11,10 @@
 -- mode 1; followed by k, k undo triples (op, old, new) and "t" when the
 -- charge read Redis TIME, else ""); now is µs, or "" for Redis TIME;
 -- limit is "alg:quota:window:burst:interval" (algorithm.Params); cost is an
--- integer or "r" for a concurrency release; lease is a decimal ID or "".
+-- integer (a Take), "r" for a concurrency release, "+" and an integer for a
+-- sluice.Charge, "-" and an integer for a sluice.Refund, or "x" for a
+-- sluice.Reset (mode 0 only: the store never sends a cross-slot group an
+-- action); lease is a decimal ID or "".
 -- KEYS: one per op, in order.
 --
 -- Reply, per group: one string of packed little-endian doubles, now and
@@ -25,6 +28,9 @@
 local MODE_DECIDE = '0'
 local MODE_UNDO = '1'
 local MODE_REFUND = '2'
+
+-- Actions other than Take, as read from an op's cost field.
+local CHARGE, REFUND, RESET = '+', '-', 'x'
 
 local min_ttl = tonumber(ARGV[1])
 local limits = {}
@@ -74,7 +80,7 @@ end
 -- A pass is the state of one group's keys, each loaded once: pass.cache
 -- maps a key to its entry, pass.order lists the entries as first touched.
 local function new_pass(kbase, ops)
-  return {cache = {}, order = {}, kbase = kbase, ops = ops}
+  return {cache = {}, order = {}, kbase = kbase, ops = ops, snaps = {}}
 end
 
 -- get returns the entry of op j's key in pass g, loading it on first use.
@@ -137,6 +143,61 @@ local function save(order, now)
   end
 end
 
+-- snapshot keeps the log key of entry c as it is (DUMP), before a refund or
+-- reset writes it at once, when pass g may still be denied: undo_writes
+-- puts it back. Once per key and pass.
+local function snapshot(g, c)
+  if not g.deniable or c.snapped then
+    return
+  end
+  c.snapped = true
+  c.snap = call('DUMP', c.key)
+  if c.snap then
+    c.pttl = call('PTTL', c.key)
+  end
+  g.snaps[#g.snaps + 1] = c
+end
+
+-- undo_writes puts back the log keys a denied pass wrote at once.
+local function undo_writes(g)
+  for _, c in ipairs(g.snaps) do
+    if c.snap then
+      call('RESTORE', c.key, str(max(c.pttl, 0)), c.snap, 'REPLACE')
+    else
+      call('DEL', c.key)
+    end
+  end
+end
+
+-- act applies a Charge, Refund or Reset (op.act) to its entry c: never
+-- denied; the decision is a look after it. It returns the decision and
+-- whether the state changed. Log refunds and resets are written at once
+-- (after the pending admissions, and a snapshot), the rest at save.
+local function act(g, c, op, now)
+  local alg = c.alg
+  if op.act == RESET then
+    if alg.log then
+      snapshot(g, c)
+      call('UNLINK', c.key)
+      c.st = {key = c.key, conc = alg.conc, adds = {}, pend = 0, stale = 0, u = 0, w = 0, exists = false}
+    else
+      c.st = alg.load(nil)
+    end
+    return alg.step(c.st, now, 0, c.p), true
+  end
+  if op.cost == 0 then
+    return alg.step(c.st, now, 0, c.p), false
+  end
+  if op.act == CHARGE then
+    return alg.charge(c.st, now, op.cost, c.p)
+  end
+  if alg.log then
+    snapshot(g, c)
+    log_save(c.st)
+  end
+  return alg.refund(c.st, now, op.cost, c.p)
+end
+
 -- step applies op to its entry c: a release, or a charge of cost.
 local function step(c, op, now, cost)
   if op.rel then
@@ -179,8 +240,13 @@ local function read_ops(ai, n)
     if lease == '' then
       op.lease = nil
     end
+    local head = string.sub(cost, 1, 1)
     if cost == 'r' then
       op.rel, op.cost = true, 0
+    elseif cost == RESET then
+      op.act, op.cost = RESET, 0
+    elseif head == CHARGE or head == REFUND then
+      op.act, op.cost = head, tonumber(string.sub(cost, 2))
     else
       op.cost = tonumber(cost)
     end
@@ -297,9 +363,22 @@ local function decide(kbase, ops, now, mode)
   local denied, charged = false, false
   local res = {}
   for j = 1, #ops do
-    local c = get(g, j)
-    local d, ch = step(c, ops[j], now, ops[j].cost)
-    if ch or ops[j].rel then
+    local op = ops[j]
+    -- Only a Take of cost > 0 can deny the group.
+    g.deniable = g.deniable or (not op.act and not op.rel and op.cost > 0)
+    if op.act and mode ~= MODE_DECIDE then
+      return error('sluice: charge, refund or reset in a cross-slot group')
+    end
+  end
+  for j = 1, #ops do
+    local c, op = get(g, j), ops[j]
+    local d, ch
+    if op.act then
+      d, ch = act(g, c, op, now)
+    else
+      d, ch = step(c, op, now, op.cost)
+    end
+    if ch or op.rel then
       c.dirty = true
     end
     charged = charged or ch
@@ -308,8 +387,10 @@ local function decide(kbase, ops, now, mode)
     end
     res[j] = d
   end
-  if denied and charged then
-    -- Nothing was written yet: start again from the stored state.
+  if denied and (charged or #g.snaps > 0) then
+    -- Nothing was written yet but log refunds and resets, which go back
+    -- as they were: start again from the stored state.
+    undo_writes(g)
     g = relook(kbase, ops, now, res)
   end
   save(g.order, now)
@@ -321,6 +402,13 @@ local function decide(kbase, ops, now, mode)
   if mode == MODE_UNDO then
     put_undo(g, denied)
   end
+end
+
+-- is_take reports whether an op's cost field is a Take's: it starts with a
+-- digit (a release or an action starts with a letter or a sign).
+local function is_take(cost)
+  local b = string.byte(cost)
+  return b >= 48 and b <= 57
 end
 
 -- The groups, in order; each reads its header and ops from ARGV[ai...] and
@@ -335,7 +423,7 @@ for _ = 1, tonumber(ARGV[2]) do
     now = tonumber(now)
   end
   local p = limit(ARGV[ai])
-  if n == 1 and mode == MODE_DECIDE and not A[p.alg].log then
+  if n == 1 and mode == MODE_DECIDE and not A[p.alg].log and is_take(ARGV[ai + 1]) then
     decide_one(KEYS[kbase + 1], now, p, tonumber(ARGV[ai + 1]))
     ai = ai + 3
   else

@@ -23,6 +23,25 @@ A[FIXED_WINDOW] = {
     end
     return 0
   end,
+  -- charge is algorithm.ChargeFixedWindow, refund RefundFixedWindow.
+  charge = function(s, now, cost, p)
+    local id, cur = s.id, s.cur
+    if cost > 0 then
+      local nid = max(fdiv(now, p.window), s.id)
+      if nid ~= s.id then
+        s.id, s.cur = nid, 0
+      end
+      s.cur = charge_count(s.cur, cost, p.quota)
+    end
+    return window_settled(A[FIXED_WINDOW], s, now, p, id, cur, s.prev)
+  end,
+  refund = function(s, now, cost, p)
+    local id, cur = s.id, s.cur
+    if cost > 0 and max(fdiv(now, p.window), s.id) == s.id then
+      s.cur = max(s.cur - cost, 0)
+    end
+    return window_settled(A[FIXED_WINDOW], s, now, p, id, cur, s.prev)
+  end,
   step = function(s, now, cost, p)
     local id = max(fdiv(now, p.window), s.id)
     local cur = s.cur
@@ -34,14 +53,14 @@ A[FIXED_WINDOW] = {
     local charged = false
     if cost > p.quota then
       d[1] = TOO_HIGH
-    elseif cur + cost > p.quota then
+    elseif cost > 0 and cur + cost > p.quota then -- a look is allowed, even in debt
       d[1] = LIMITED
       d[4] = stop
     else
       cur = cur + cost
       charged = cost > 0
     end
-    d[2] = p.quota - cur
+    d[2] = max(p.quota - cur, 0) -- a charge may have put cur above quota
     if cur > 0 then
       d[3] = stop
     end

@@ -2,6 +2,8 @@
 
 A[GCRA] = {
   unstep = tat_kind.unstep,
+  charge = tat_kind.charge,
+  refund = tat_kind.refund,
   load = tat_kind.load,
   encode = tat_kind.encode,
   fresh = tat_kind.fresh,

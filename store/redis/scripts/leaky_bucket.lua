@@ -3,6 +3,8 @@
 
 A[LEAKY_BUCKET] = {
   unstep = tat_kind.unstep,
+  charge = tat_kind.charge,
+  refund = tat_kind.refund,
   load = tat_kind.load,
   encode = tat_kind.encode,
   fresh = tat_kind.fresh,

@@ -24,6 +24,10 @@ local CONCURRENCY = 7
 -- reads (TestLuaConstants checks it).
 local LOG_WALK = 64
 
+-- MAX_EXACT is algorithm.MaxExact, 2^53 − 1: charges cap counts and instants
+-- there, so that doubles hold them exactly (TestLuaConstants checks it).
+local MAX_EXACT = 9007199254740991
+
 -- A maps an algorithm code to its implementation.
 local A = {}
 
@@ -42,6 +46,21 @@ end
 -- cdiv is ⌈a/b⌉ for a ≥ 0, b > 0 (algorithm.CeilDiv).
 local function cdiv(a, b)
   return fdiv(a + b - 1, b)
+end
+
+-- charge_count is algorithm's chargeCount: a window count after a charge of
+-- cost, capped at 2 × quota (and MAX_EXACT). Doubles round a sum past 2^53
+-- to at least 2^53, so the min is the same as Go's.
+local function charge_count(cur, cost, quota)
+  return min(cur + min(cost, MAX_EXACT), 2 * quota, MAX_EXACT)
+end
+
+-- window_settled returns the look at the window state s (fixed_window.lua,
+-- sliding_window.lua) after a charge or refund and
+-- whether s differs from (id, cur, prev), the state before it.
+local function window_settled(alg, s, now, p, id, cur, prev)
+  local d = alg.step(s, now, 0, p)
+  return d, s.id ~= id or s.cur ~= cur or s.prev ~= prev
 end
 
 -- str formats an integer-valued number without exponent or fraction

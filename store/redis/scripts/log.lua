@@ -269,6 +269,31 @@ local function log_remove(s, at, n)
   log_count(s, left - held, dw)
 end
 
+-- log_take_newest takes up to n units out of the newest unexpired stored
+-- entries (a sluice.Refund: the caller has saved pending admissions
+-- first), reading them in chunks: O(entries touched).
+local function log_take_newest(s, n)
+  while n > 0 do
+    local from = 0
+    if s.dropped and s.dropped >= 0 then
+      from = '(' .. str(s.dropped)
+    end
+    local r = call('ZREVRANGEBYSCORE', s.key, '+inf', from, 'WITHSCORES', 'LIMIT', 0, min(n, LOG_WALK))
+    if #r == 0 then
+      return
+    end
+    for i = 1, #r, 2 do
+      local _, held = log_parse(r[i])
+      local k = min(n, held)
+      log_remove(s, tonumber(r[i + 1]), k)
+      n = n - k
+      if n == 0 then
+        return
+      end
+    end
+  end
+end
+
 -- log_release frees the stored lease id, if it is still there.
 local function log_release(s, id)
   local n, dw = 1, 0
@@ -337,7 +362,7 @@ local function log_decision(s, now, cost, p, horizon)
   local d = {ALLOWED, 0, 0, 0, 0}
   if cost > p.quota then
     d[1] = TOO_HIGH
-  elseif used + cost > p.quota then
+  elseif cost > 0 and used + cost > p.quota then -- a look is allowed, even in debt
     d[1] = LIMITED
     d[4] = log_free_at(s, used + cost - p.quota) + horizon - now
   end
@@ -346,7 +371,7 @@ end
 
 -- log_finish completes decision d: remaining and resetAfter.
 local function log_finish(s, d, used, now, p, horizon)
-  d[2] = p.quota - used
+  d[2] = max(p.quota - used, 0) -- a charge may have put used above quota
   local at = log_newest(s)
   if at then
     d[3] = max(at + horizon - now, 0)

@@ -20,7 +20,29 @@ A[SLIDING_LOG] = {
     end
     return log_finish(s, d, used, now, p, p.window), charged
   end,
-  -- unadd takes back n units admitted at now (a refund).
+  -- charge is algorithm.ChargeSlidingLog: up to cost units at now, no more
+  -- than bring the units in use to 2 × quota. They wait in s.adds like an
+  -- admission.
+  charge = function(s, now, cost, p)
+    log_drop(s, now - p.window)
+    local n = min(cost, 2 * p.quota - log_used(s))
+    if n > 0 then
+      log_add(s, now, n, nil)
+    end
+    local d, used = log_decision(s, now, 0, p, p.window)
+    return log_finish(s, d, used, now, p, p.window), n > 0
+  end,
+  -- refund is algorithm.RefundSlidingLog, written at once: the driver saves
+  -- the pending admissions first (and snapshots the key when the group may
+  -- still be denied).
+  refund = function(s, now, cost, p)
+    log_drop(s, now - p.window)
+    local before = s.u
+    log_take_newest(s, cost)
+    local d, used = log_decision(s, now, 0, p, p.window)
+    return log_finish(s, d, used, now, p, p.window), s.u ~= before
+  end,
+  -- unadd takes back n units admitted at now (a cross-slot refund).
   unadd = function(s, now, n, p)
     log_remove(s, now, n)
   end,

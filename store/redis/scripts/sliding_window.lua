@@ -38,6 +38,16 @@ local function sliding_retry(cur, prev, e, cost, p)
   return 2 * w - e
 end
 
+-- slide_roll moves s to the window of now, as the step does.
+local function slide_roll(s, now, p)
+  local id = max(fdiv(now, p.window), s.id)
+  if id == s.id + 1 then
+    s.id, s.cur, s.prev = id, 0, s.cur
+  elseif id ~= s.id then
+    s.id, s.cur, s.prev = id, 0, 0
+  end
+end
+
 A[SLIDING_WINDOW] = {
   load = function(raw)
     if raw and #raw == 24 then
@@ -62,6 +72,31 @@ A[SLIDING_WINDOW] = {
     end
     return 0
   end,
+  -- charge is algorithm.ChargeSlidingWindow, refund RefundSlidingWindow
+  -- (from the current window's count first, then the previous one's; s is
+  -- left unrolled when nothing is given back).
+  charge = function(s, now, cost, p)
+    local id, cur, prev = s.id, s.cur, s.prev
+    if cost > 0 then
+      slide_roll(s, now, p)
+      s.cur = charge_count(s.cur, cost, p.quota)
+    end
+    return window_settled(A[SLIDING_WINDOW], s, now, p, id, cur, prev)
+  end,
+  refund = function(s, now, cost, p)
+    local id, cur, prev = s.id, s.cur, s.prev
+    if cost > 0 then
+      slide_roll(s, now, p)
+      local from_cur = min(cost, s.cur)
+      local from_prev = min(cost - from_cur, s.prev)
+      if from_cur + from_prev > 0 then
+        s.cur, s.prev = s.cur - from_cur, s.prev - from_prev
+      else
+        s.id, s.cur, s.prev = id, cur, prev
+      end
+    end
+    return window_settled(A[SLIDING_WINDOW], s, now, p, id, cur, prev)
+  end,
   step = function(s, now, cost, p)
     local id = max(fdiv(now, p.window), s.id)
     local cur, prev = s.cur, s.prev
@@ -76,7 +111,7 @@ A[SLIDING_WINDOW] = {
     local charged = false
     if cost > p.quota then
       d[1] = TOO_HIGH
-    elseif est + cost > p.quota then
+    elseif cost > 0 and est + cost > p.quota then -- a look is allowed, even in debt
       d[1] = LIMITED
       d[4] = sliding_retry(cur, prev, e, cost, p)
     else

@@ -3,6 +3,17 @@
 -- refill has been credited), two packed doubles; the bucket is full again at
 -- last + missing × interval, the TAT bucket_decide works on.
 
+-- tokens_at puts s in the canonical form of TAT tat, unless tat is already
+-- its TAT; it reports whether s changed.
+local function tokens_at(s, tat, now, p)
+  if p.interval == 0 or tat == s.l + s.m * p.interval then
+    return false
+  end
+  s.m = cdiv(max(tat - now, 0), p.interval)
+  s.l = tat - s.m * p.interval
+  return true
+end
+
 A[TOKEN_BUCKET] = {
   load = function(raw)
     if raw and #raw == 16 then
@@ -20,6 +31,15 @@ A[TOKEN_BUCKET] = {
   unstep = function(s, ours, cost, p, rnow)
     local held = fdiv(max(ours.l + ours.m * p.interval - rnow, 0), p.interval)
     s.m = max(s.m - min(cost, held), 0)
+  end,
+  -- charge and refund are algorithm.ChargeTokens and RefundTokens.
+  charge = function(s, now, cost, p)
+    local tat, d = tat_charge(s.l + s.m * p.interval, now, cost, p)
+    return d, tokens_at(s, tat, now, p)
+  end,
+  refund = function(s, now, cost, p)
+    local tat, d = tat_refund(s.l + s.m * p.interval, now, cost, p)
+    return d, tokens_at(s, tat, now, p)
   end,
   -- step is algorithm.TokenBucket: decide on the TAT the state implies,
   -- and keep the canonical form when charged.
