@@ -57,6 +57,13 @@ local function tat_refund(tat, now, cost, p)
   return tat, bucket_look(tat, now, p)
 end
 
+-- tat_apply stores tat in s and returns d and whether the TAT changed.
+local function tat_apply(s, tat, d)
+  local changed = tat ~= s.tat
+  s.tat = tat
+  return d, changed
+end
+
 local tat_kind = {
   -- load turns the stored string (or nil) into state.
   load = function(raw)
@@ -81,16 +88,10 @@ local tat_kind = {
   -- charge and refund apply sluice.Charge and sluice.Refund; they return
   -- the decision (a look after) and whether the state changed.
   charge = function(s, now, cost, p)
-    local tat, d = tat_charge(s.tat, now, cost, p)
-    local changed = tat ~= s.tat
-    s.tat = tat
-    return d, changed
+    return tat_apply(s, tat_charge(s.tat, now, cost, p))
   end,
   refund = function(s, now, cost, p)
-    local tat, d = tat_refund(s.tat, now, cost, p)
-    local changed = tat ~= s.tat
-    s.tat = tat
-    return d, changed
+    return tat_apply(s, tat_refund(s.tat, now, cost, p))
   end,
 }
 
