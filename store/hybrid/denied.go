@@ -33,8 +33,11 @@ const DefaultDeniedKeys = 1 << 16
 // whatever else happens. That is true of every algorithm but concurrency
 // (a release frees a slot early; never cached) as long as nothing gives
 // quota back early: a Redis Cluster refund of a cross-slot batch, or an
-// operator's reset of a key (Forget it). The README states where the cache
-// is on by default.
+// operator's reset of a key done elsewhere (Forget it). Charges, refunds
+// and resets (sluice.Action) that go through the cache always reach the
+// next store; a refund or reset forgets the key's denial, and no denial
+// decided while one was under way is remembered. The README states where
+// the cache is on by default.
 //
 // A cached denial's Result is the store's, with RetryAfter and ResetAfter
 // shortened by the time passed; Remaining is as of the denial. Denied is
@@ -48,6 +51,10 @@ type Denied struct {
 	hits    atomic.Uint64
 	stored  atomic.Uint64
 	entries atomic.Int64
+	// gives counts refunds and resets passing through, twice each (before
+	// and after the next store applies them): a Take that saw it change
+	// may have been decided on the state before, and remembers nothing.
+	gives atomic.Uint64
 }
 
 type dshard struct {
@@ -107,7 +114,12 @@ func (d *Denied) shard(k entryKey) *dshard {
 
 // cacheable reports whether a denial of op may be remembered and reused.
 func cacheable(op *sluice.Op) bool {
-	return op.Cost > 0 && !op.Release && op.Limit.Algorithm != sluice.Concurrency
+	return op.Action == sluice.Take && op.Cost > 0 && !op.Release && op.Limit.Algorithm != sluice.Concurrency
+}
+
+// gives reports whether op may give quota back early.
+func gives(op *sluice.Op) bool {
+	return op.Action == sluice.Refund || op.Action == sluice.Reset
 }
 
 // Forget drops any remembered denial of key (under every limit), for
@@ -171,7 +183,24 @@ func (d *Denied) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	// A partial hit goes to the store whole: the other ops' own verdicts
 	// at their costs are only known there (a look would report them
 	// allowed).
-	if err := d.next.Take(ctx, ops, results); err != nil {
+	giving := false
+	for i := range ops {
+		giving = giving || gives(&ops[i])
+	}
+	if giving {
+		d.gives.Add(1)
+	}
+	gen := d.gives.Load()
+	err := d.next.Take(ctx, ops, results)
+	if giving {
+		d.gives.Add(1)
+		for i := range ops {
+			if gives(&ops[i]) {
+				d.forget(entryKey{ops[i].Key, ops[i].Limit})
+			}
+		}
+	}
+	if err != nil || giving {
 		return err
 	}
 	for i := range ops {
@@ -179,9 +208,20 @@ func (d *Denied) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 		if r.Allowed || r.Reason != sluice.ReasonLimited || r.RetryAfter <= 0 || !cacheable(&ops[i]) || dupKey(ops, i) {
 			continue
 		}
-		d.store(&ops[i], *r, start)
+		d.store(&ops[i], *r, start, gen)
 	}
 	return nil
+}
+
+// forget drops the remembered denial of k, if any.
+func (d *Denied) forget(k entryKey) {
+	sh := d.shard(k)
+	sh.mu.Lock()
+	if _, ok := sh.m[k]; ok {
+		delete(sh.m, k)
+		d.entries.Add(-1)
+	}
+	sh.mu.Unlock()
 }
 
 // dupKey reports whether another op of the batch uses op i's key: its
@@ -195,12 +235,19 @@ func dupKey(ops []sluice.Op, i int) bool {
 	return false
 }
 
-func (d *Denied) store(op *sluice.Op, r sluice.Result, start int64) {
+// store remembers the denial r of op, decided by a call that started at
+// start with d.gives at gen: unless a refund or reset ran meanwhile (checked
+// under the shard's lock, which forget takes after counting, so the two
+// cannot cross).
+func (d *Denied) store(op *sluice.Op, r sluice.Result, start int64, gen uint64) {
 	k := entryKey{op.Key, op.Limit}
 	den := denial{cost: op.Cost, until: start + r.RetryAfter.Microseconds(), res: r}
 	sh := d.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if d.gives.Load() != gen {
+		return
+	}
 	if old, ok := sh.m[k]; ok {
 		if old.cost < den.cost && old.until >= den.until {
 			return // the old denial covers more

@@ -34,6 +34,23 @@
 //     sliding windows and logs, and concurrency's releases need the global
 //     state per hit.
 //
+// # Charge, refund and reset
+//
+// A batch holding an op whose sluice.Action is Charge, Refund or Reset is
+// decided by the global store as a whole (all-or-nothing there), never
+// from allotments. A charge or refund leaves the key's allotment as it is
+// (its units were taken from the global quota before, so spending them
+// stays within the bounds above) and refreshes the key's estimate of what
+// the global store has left; once the allotment is spent, the next lease
+// sees the charge (a key in debt is granted nothing and decided globally).
+// A reset drops the key's local state, allotment included (its units
+// belonged to the state the reset forgot and are counted in Stats.Voided),
+// so the next hit leases from the fresh key. The one overshoot a reset
+// allows is an allotment already on its way when the reset ran, whose
+// grant from the old state lands after it: at most one allotment per
+// instance (1/Split of the quota above Keep), once. Keys lists the global
+// store's keys when it is a sluice.KeyLister.
+//
 // # Failure
 //
 // When the global store fails, each instance keeps deciding within the
@@ -304,6 +321,9 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		plans = append(plans, plan{k: k, si: si, sh: &s.shards[si]})
 	}
 	now := s.now()
+	if settles(ops) {
+		return s.settle(ctx, ops, plans, results, now)
+	}
 	ok, need := s.tryLocal(ops, plans, results, now)
 	if ok {
 		return nil
@@ -315,6 +335,56 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		}
 	}
 	return s.takeGlobal(ctx, ops, plans, results, now)
+}
+
+// settles reports whether ops hold a Charge, Refund or Reset.
+func settles(ops []sluice.Op) bool {
+	for i := range ops {
+		if ops[i].Action != sluice.Take {
+			return true
+		}
+	}
+	return false
+}
+
+// settle decides a batch with charges, refunds or resets in the global
+// store, dropping the local state of each key reset before the call (so
+// no hit spends its old allotment meanwhile) and after it (so no grant
+// that raced with the call survives).
+func (s *Store) settle(ctx context.Context, ops []sluice.Op, plans []plan, results []sluice.Result, now int64) error {
+	s.dropReset(ops, plans)
+	err := s.takeGlobal(ctx, ops, plans, results, now)
+	s.dropReset(ops, plans)
+	return err
+}
+
+// dropReset forgets the local state of every key ops reset.
+func (s *Store) dropReset(ops []sluice.Op, plans []plan) {
+	for i := range ops {
+		if ops[i].Action != sluice.Reset {
+			continue
+		}
+		p := &plans[i]
+		p.sh.mu.Lock()
+		if e := p.sh.m[p.k]; e != nil {
+			if e.held > 0 {
+				s.voided.Add(uint64(e.held))
+			}
+			delete(p.sh.m, p.k)
+			s.keys.Add(-1)
+		}
+		p.sh.mu.Unlock()
+	}
+}
+
+// Keys implements sluice.KeyLister by asking the global store, which holds
+// every key's state; it fails when the global store lists no keys.
+func (s *Store) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
+	kl, ok := s.g.(sluice.KeyLister)
+	if !ok {
+		return nil, false, fmt.Errorf("hybrid: keys: the global store (%T) does not list keys", s.g)
+	}
+	return kl.Keys(ctx, prefix, max)
 }
 
 // lock locks the shards of plans in index order (so that batches cannot
