@@ -18,7 +18,8 @@ type Entry struct {
 const ExactRetryUnits = 64
 
 // SlidingLog is the exact sliding window: it keeps the admitted entries of
-// the last Window (at most Quota units, so at most Quota entries) and admits a
+// the last Window (at most Quota units, so at most Quota entries; up to
+// 2 × Quota after charges, see ChargeSlidingLog) and admits a
 // cost while the units admitted in (now − Window, now] plus the cost stay
 // within Quota. RetryAfter is exact within ExactRetryUnits (see there).
 //
