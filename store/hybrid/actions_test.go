@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
-	"github.com/sluice-rl/sluice/store/memory"
-	"github.com/sluice-rl/sluice/store/storetest"
 )
 
 // Charges, refunds and resets are decided by the global store: a charge
@@ -91,11 +89,7 @@ type allotterOnly struct{ sluice.Allotter }
 // The denied cache passes charges, refunds and resets through, and a
 // refund or reset forgets the key's denial.
 func TestDeniedCacheActions(t *testing.T) {
-	clock := storetest.NewClock()
-	mem := memory.New(memory.Options{Now: clock.Now})
-	defer mem.Close()
-	next := &countingStore{Store: mem}
-	d := NewDenied(next, DeniedOptions{Now: clock.Now})
+	d, next, _ := deniedOverMemory(t)
 	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Minute}
 	do := func(cost int64, a sluice.Action) (sluice.Result, bool) {
 		t.Helper()

@@ -25,12 +25,19 @@ func (c *countingStore) Take(ctx context.Context, ops []sluice.Op, res []sluice.
 	return c.Store.Take(ctx, ops, res)
 }
 
-func TestDeniedCache(t *testing.T) {
+// deniedOverMemory is a Denied cache over a counted memory store, both on
+// one fake clock.
+func deniedOverMemory(t *testing.T) (*Denied, *countingStore, *storetest.Clock) {
+	t.Helper()
 	clock := storetest.NewClock()
 	mem := memory.New(memory.Options{Now: clock.Now})
-	defer mem.Close()
+	t.Cleanup(func() { mem.Close() })
 	next := &countingStore{Store: mem}
-	d := NewDenied(next, DeniedOptions{Now: clock.Now})
+	return NewDenied(next, DeniedOptions{Now: clock.Now}), next, clock
+}
+
+func TestDeniedCache(t *testing.T) {
+	d, next, clock := deniedOverMemory(t)
 	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Second}
 	take := func(key string, cost int64) sluice.Result {
 		t.Helper()
