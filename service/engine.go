@@ -158,7 +158,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	resp := e.plan(sc, &req)
+	resp := e.plan(sc, &req, nil)
 	if len(sc.ops) > 0 {
 		if err := e.decide(ctx, sc, &resp); err != nil {
 			return Response{}, err

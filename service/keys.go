@@ -2,6 +2,8 @@ package service
 
 import (
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -116,4 +118,117 @@ func appendKey(b []byte, domain string, entries []rules.Entry, path []rules.Step
 		b = appendEscaped(b, value(i))
 	}
 	return b
+}
+
+// storedKey is a store key taken apart: what ResetTenant and TenantEntries
+// read from the keys a sluice.KeyLister lists. Strings stay escaped as in the
+// key, except in entries.
+type storedKey struct {
+	key   string
+	first string // the first entry, "<key>=<value>" as escaped in the tag
+	sub   bool   // the tag ends with a sub-counter's "|s<i>"
+	rule  string // the escaped rule ID; "" for a limit given in a request
+	limit sluice.Limit
+	rest  []string // the entries after the limit, escaped "<key>=<value>"
+}
+
+// parseKey takes apart a key of the layout above (with or without a
+// placement byte); ok is false for a key of any other shape, which the
+// engine did not make.
+func parseKey(key string) (k storedKey, ok bool) {
+	k.key = key
+	s := key
+	if s != "" && (s[0] == 'h' || s[0] == 'l') {
+		s = s[1:]
+	}
+	end := strings.IndexByte(s, '}')
+	if len(s) == 0 || s[0] != '{' || end < 0 {
+		return k, false
+	}
+	tag := strings.Split(s[1:end], "|")
+	switch {
+	case len(tag) == 3 && len(tag[2]) > 1 && tag[2][0] == 's':
+		k.sub = true
+	case len(tag) != 2:
+		return k, false
+	}
+	k.first = tag[1]
+	var segs []string
+	switch after := s[end+1:]; {
+	case strings.HasPrefix(after, "|r:"):
+		segs = strings.Split(after[3:], "|")
+		if len(segs) < 2 || segs[0] == "" {
+			return k, false
+		}
+		k.rule, segs = segs[0], segs[1:]
+	case strings.HasPrefix(after, "|o|"):
+		segs = strings.Split(after[3:], "|")
+	default:
+		return k, false
+	}
+	k.limit, ok = parseLimit(segs[0])
+	k.rest = segs[1:]
+	return k, ok
+}
+
+// parseLimit reads the <limit> part of a key (appendLimit's output); ok is
+// false unless it is a valid limit.
+func parseLimit(s string) (sluice.Limit, bool) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 && len(parts) != 4 {
+		return sluice.Limit{}, false
+	}
+	var l sluice.Limit
+	var err error
+	if l.Algorithm, err = sluice.ParseAlgorithm(parts[0]); err != nil {
+		return l, false
+	}
+	q, err1 := strconv.ParseInt(parts[1], 10, 64)
+	w, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || w <= 0 || w > int64(sluice.MaxWindow/time.Microsecond) {
+		return l, false
+	}
+	l.Quota, l.Window = q, time.Duration(w)*time.Microsecond
+	if len(parts) == 4 {
+		b, ok := strings.CutPrefix(parts[3], "b")
+		if !ok {
+			return l, false
+		}
+		if l.Burst, err = strconv.ParseInt(b, 10, 64); err != nil {
+			return l, false
+		}
+	}
+	return l, l.Validate() == nil
+}
+
+// unescape undoes appendEscaped.
+func unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(v))
+				i += 2
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+// entry reads an escaped "<key>=<value>" back into an Entry.
+func entry(kv string) (rules.Entry, bool) {
+	k, v, ok := strings.Cut(kv, "=")
+	return rules.Entry{Key: unescape(k), Value: unescape(v)}, ok && k != ""
+}
+
+// escapedEntry is an entry as keys spell it: "<key>=<value>", escaped.
+func escapedEntry(key, value string) string {
+	b := appendEscaped(nil, key)
+	b = append(b, '=')
+	return string(appendEscaped(b, value))
 }

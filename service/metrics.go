@@ -69,6 +69,11 @@ type Metrics interface {
 	// Tier records one decision of a tenant's rule by the tenant's tier
 	// ("free", "pro", "enterprise", "custom"): quota use by tier.
 	Tier(tier, outcome string)
+	// Adjusted counts after-the-fact changes in a domain (one the rule
+	// files declare): n units charged or asked back (action ActionCharge,
+	// ActionRefund; Engine.Charge), or n counters reset (ActionReset;
+	// Engine.Reset, Engine.ResetTenant).
+	Adjusted(domain, action string, n uint64)
 }
 
 // discard is the Metrics of an Engine given none.
@@ -81,3 +86,4 @@ func (discard) StoreError(string)                      {}
 func (discard) Abandoned()                             {}
 func (discard) CheckDuration(time.Duration)            {}
 func (discard) Tier(string, string)                    {}
+func (discard) Adjusted(string, string, uint64)        {}

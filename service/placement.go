@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -125,7 +126,7 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 				idx, s = append(idx, i), st
 				op := ops[i]
 				if denied && !op.Release {
-					op.Cost = 0
+					op.Cost, op.Action = 0, sluice.Take // a look: the batch is refused
 				}
 				sub = append(sub, op)
 			}
@@ -143,6 +144,41 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 		}
 	}
 	return nil
+}
+
+// Keys implements sluice.KeyLister: a prefix that starts with a placement
+// byte is listed in that placement's store, any other in the global store
+// (an empty prefix in each distinct store, up to max in all). It returns
+// an error wrapping ErrNoKeyLister when that store cannot list its keys.
+func (p *Placed) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
+	var stores []sluice.Store
+	if prefix != "" {
+		_, st := p.storeOf(prefix)
+		stores = []sluice.Store{st}
+	} else {
+		for _, st := range []sluice.Store{p.Local, p.Hybrid, p.Global} {
+			if st != nil && !slices.Contains(stores, st) {
+				stores = append(stores, st)
+			}
+		}
+	}
+	var out []string
+	more := false
+	for _, st := range stores {
+		kl, ok := st.(sluice.KeyLister)
+		if !ok {
+			return nil, false, fmt.Errorf("service: placed store %T: %w", st, ErrNoKeyLister)
+		}
+		if len(out) == max {
+			return out, true, nil
+		}
+		keys, m, err := kl.Keys(ctx, prefix, max-len(out))
+		if err != nil {
+			return nil, false, err
+		}
+		out, more = append(out, keys...), more || m
+	}
+	return out, more, nil
 }
 
 // Health implements sluice.HealthReporter with the global store's nodes

@@ -105,6 +105,35 @@ type plan struct {
 	// tenant: the rule is a tenant's and tier is the tenant's tier.
 	tenant bool
 	tier   rules.Tier
+	// lim is the limit the rule enforces, before splitting over
+	// sub-counters; own: it is not the rule's own, so keys carry it.
+	lim sluice.Limit
+	own bool
+	// subs, for Charge and Reset of a rule with sub-counters: the ops of
+	// sub-counters 1 … S−1 are ops[subs:subs+S−1] (op is sub-counter 0's).
+	subs int
+}
+
+// adjust makes plan build the ops of Engine.Charge or Engine.Reset
+// instead of Check's: on sub-counter 0 of each rule (spread adds the
+// others), with each descriptor's signed cost or a reset, and skipping
+// what those cannot adjust.
+type adjust struct {
+	costs []int64 // Charge: each descriptor's signed cost
+	reset bool    // Reset: forget every counter
+}
+
+// op returns the cost and action of descriptor i's op.
+func (a *adjust) op(i int) (int64, sluice.Action) {
+	switch c := a.costs; {
+	case a.reset:
+		return 0, sluice.Reset
+	case c[i] > 0:
+		return c[i], sluice.Charge
+	case c[i] < 0:
+		return -c[i], sluice.Refund
+	}
+	return 0, sluice.Take // a look
 }
 
 // scratch holds a check's working memory, reused through a pool.
@@ -138,8 +167,10 @@ func (s *scratch) release() {
 // one op per limit in sc (overrides as fixed windows, unlimited rules as
 // plans without an op, replaced rules dropped). It returns the response with
 // every status OK and its rule and current limit filled in; decide fills in
-// the store's answers.
-func (e *Engine) plan(sc *scratch, req *Request) Response {
+// the store's answers. adj, when not nil, makes the ops those of Charge or
+// Reset (see adjust); Check passes nil. Every counter Check, Charge and
+// Reset touch is named here, so they always agree.
+func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 	snap := e.src.Current()
 	c := e.rulesFor(snap)
 	n := len(req.Descriptors)
@@ -165,12 +196,16 @@ func (e *Engine) plan(sc *scratch, req *Request) Response {
 		if !knownDomain {
 			continue
 		}
-		cost := req.Hits
-		if cost == 0 {
-			cost = 1
+		hits := req.Hits
+		if hits == 0 {
+			hits = 1
 		}
 		if d.Hits != nil {
-			cost = *d.Hits
+			hits = *d.Hits
+		}
+		cost, act := int64(hits), sluice.Take // validated: hits ≤ sluice.MaxExact
+		if adj != nil {
+			cost, act = adj.op(i)
 		}
 		if d.Limit != nil {
 			window, _ := rules.UnitWindow(d.Limit.Unit) // validated
@@ -183,8 +218,8 @@ func (e *Engine) plan(sc *scratch, req *Request) Response {
 			ks := len(sc.key)
 			sc.key = appendKey(sc.key, req.Domain, d.Entries, nil, string(overrideMiddle(lim)))
 			sc.plans = append(sc.plans, plan{desc: i, mode: e.cfg.DefaultFailureMode, local: scaleLimit(lim, e.cfg.ExpectedReplicas),
-				op: len(sc.ops), ks: ks, ke: len(sc.key)})
-			sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: int64(cost)})
+				op: len(sc.ops), ks: ks, ke: len(sc.key), lim: lim})
+			sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: cost, Action: act})
 			continue
 		}
 		r := snap.Match(req.Domain, d.Entries)
@@ -210,17 +245,27 @@ func (e *Engine) plan(sc *scratch, req *Request) Response {
 		}
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
+		if adj != nil && !adj.reset && r.Limit.Algorithm == sluice.Concurrency {
+			st.Skipped = SkipConcurrency
+			sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, op: -1})
+			continue
+		}
 		ks := len(sc.key)
 		lim, excess := e.limitFor(r, &ov, &currents[i])
 		local, own := info.local, (*sluice.Limit)(nil)
 		if lim != r.Limit {
 			local, own = scaleLimit(lim, e.cfg.ExpectedReplicas), &lim
 		}
-		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, subCounter(r), own)
+		sub := 0 // Charge and Reset spread over every sub-counter
+		if adj == nil {
+			sub = subCounter(r)
+		}
+		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, sub, own)
 		sc.calendar = sc.calendar || excess != 0
 		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow, local: local,
-			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier})
-		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: int64(cost)})
+			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier,
+			lim: lim, own: own != nil})
+		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act})
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)

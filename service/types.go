@@ -97,9 +97,55 @@ type Status struct {
 	// the request was denied (a denied request charges nothing).
 	Lease uint64
 
+	// Skipped, in an answer of Engine.Charge, says why the descriptor's cost
+	// was not applied; empty when it was (and always in Check's answers).
+	Skipped Skip
+
 	// key is the store key the check used, for Engine.Release (which finds
 	// the limit in Rule, and the store in Degraded: see Engine.leaseStore).
 	key string
+}
+
+// Skip says why Engine.Charge left a descriptor's cost unapplied. It is a
+// string so it reads as itself in JSON and logs.
+type Skip string
+
+// The reasons a charge skips a descriptor.
+const (
+	// SkipNoLimit: no limit applies to the descriptor (no rule matches, its
+	// rule is switched off, or another matched rule replaces it), so Check
+	// charged nothing either.
+	SkipNoLimit Skip = "no_limit"
+	// SkipUnlimited: the rule is unlimited; it has no counter.
+	SkipUnlimited Skip = "unlimited"
+	// SkipConcurrency: the rule is a concurrency limit, which counts
+	// requests in flight; give its lease back instead (Engine.Release).
+	SkipConcurrency Skip = "concurrency"
+)
+
+// ChargeRequest settles costs known only after the fact (a response's real
+// size, a query's points) on the counters a Check of the same descriptors
+// uses: see Engine.Charge.
+type ChargeRequest struct {
+	// Domain selects the rule file. Required.
+	Domain string
+	// Descriptors name the counters, as in the Check whose cost is settled.
+	// At least one.
+	Descriptors []ChargeDescriptor
+}
+
+// ChargeDescriptor is one descriptor of a ChargeRequest.
+type ChargeDescriptor struct {
+	// Entries are matched against the rules as Check matches them; at least
+	// one, each with a key.
+	Entries []rules.Entry
+	// Limit, when set, names the counter of a limit given in the request
+	// (as Descriptor.Limit does in Check).
+	Limit *LimitOverride
+	// Cost is the units to settle: positive charges them (whether or not
+	// they fit: they were spent), negative refunds them, zero only reads the
+	// state. |Cost| is at most sluice.MaxExact.
+	Cost int64
 }
 
 // Response is the decision for a whole request.

@@ -36,6 +36,8 @@ func outcomeIndex(o string) int {
 //	sluice_store_errors_total{reason}               counter  error, timeout, breaker_open
 //	sluice_checks_abandoned_total                   counter  checks whose caller gave up before the store answered
 //	sluice_tier_decisions_total{tier, outcome}      counter  decisions of tenants' rules by tier (quota use by tier)
+//	sluice_charged_units_total{domain, action}      counter  units charged or asked back after the fact (charge, refund)
+//	sluice_counters_reset_total{domain}             counter  counters reset (admin reset)
 //	sluice_rule_reloads_total{result}               counter  success, failure
 //	sluice_rules_last_reload_success                gauge    1 if the last reload succeeded
 //	sluice_rules_last_reload_timestamp_seconds      gauge    time of the last successful load
@@ -46,6 +48,8 @@ type Metrics struct {
 	StoreErrors *prometheus.CounterVec
 	Abandons    prometheus.Counter
 	Tiers       *prometheus.CounterVec
+	Charged     *prometheus.CounterVec
+	Resets      *prometheus.CounterVec
 	Reloads     *prometheus.CounterVec
 	ReloadTime  prometheus.Gauge
 	ReloadOK    prometheus.Gauge
@@ -73,6 +77,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Checks whose caller's context ended before the store answered (backpressure, not a store failure)."}),
 		Tiers: counterVec("sluice_tier_decisions_total",
 			"Decisions of tenants' rules by the tenant's tier (free, pro, enterprise, custom) and outcome.", "tier", "outcome"),
+		Charged: counterVec("sluice_charged_units_total",
+			"Units charged (action charge) or asked back (action refund) after the fact, by domain (POST /v1/charge, the middleware's cost hook).", "domain", "action"),
+		Resets: counterVec("sluice_counters_reset_total",
+			"Counters reset by domain (POST /admin/v1/reset).", "domain"),
 		Reloads: counterVec("sluice_rule_reloads_total", "Rule directory reloads by result (success, failure).", "result"),
 		ReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_last_reload_success",
 			Help: "1 if the last rule reload succeeded (the rules in force are the files on disk), 0 if it failed."}),
@@ -87,7 +95,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.ReloadOK.Set(1)
 	m.ReloadTime.SetToCurrentTime()
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.NearLimit, m.Duration, m.StoreErrors, m.Abandons, m.Tiers, m.Reloads, m.ReloadOK, m.ReloadTime)
+		reg.MustRegister(m.Decisions, m.NearLimit, m.Duration, m.StoreErrors, m.Abandons, m.Tiers, m.Charged, m.Resets, m.Reloads, m.ReloadOK, m.ReloadTime)
 	}
 	return m
 }
@@ -141,6 +149,16 @@ func (m *Metrics) Abandoned() { m.Abandons.Inc() }
 // Tier implements service.Metrics. Its labels are bounded: 4 tiers, 7
 // outcomes.
 func (m *Metrics) Tier(tier, outcome string) { m.Tiers.WithLabelValues(tier, outcome).Inc() }
+
+// Adjusted implements service.Metrics. Its labels are bounded: domains the
+// rule files declare, and 2 actions.
+func (m *Metrics) Adjusted(domain, action string, n uint64) {
+	if action == "reset" {
+		m.Resets.WithLabelValues(domain).Add(float64(n))
+		return
+	}
+	m.Charged.WithLabelValues(domain, action).Add(float64(n))
+}
 
 // CheckDuration implements service.Metrics.
 func (m *Metrics) CheckDuration(d time.Duration) { m.Duration.Observe(d.Seconds()) }
