@@ -144,6 +144,37 @@ func (t *Tokens) check(header string) (name string, write, ok bool) {
 	return name, write, ok
 }
 
+// authorize admits a request carrying a valid token (a read-write one when
+// write), answering 401 or 403 itself otherwise; it returns the token's
+// name, the actor of audit rows.
+func (t *Tokens) authorize(w http.ResponseWriter, r *http.Request, write bool) (name string, ok bool) {
+	name, canWrite, ok := t.check(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+		problem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer <token>)", nil)
+		return "", false
+	}
+	if write && !canWrite {
+		problem(w, http.StatusForbidden, fmt.Sprintf("token %q is read-only", name), nil)
+		return "", false
+	}
+	return name, true
+}
+
+// Write returns middleware that admits requests carrying a read-write
+// bearer token, and answers 401 without a valid token and 403 for a
+// read-only one. `sluice serve` guards POST /v1/charge with it: a charge
+// can refund quota.
+func (t *Tokens) Write() func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, ok := t.authorize(w, r, true); ok {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
 // Read returns middleware that admits requests carrying any valid token
 // (read-only or read-write), as a bearer token or as the password of HTTP
 // Basic credentials, and answers 401 otherwise with a Basic challenge, so

@@ -1,5 +1,5 @@
-// Package api is Sluice's HTTP interface: POST /v1/check and POST
-// /v1/release (Sluice's own JSON), POST /json (envoyproxy/ratelimit's protojson endpoint), /healthz, /readyz
+// Package api is Sluice's HTTP interface: POST /v1/check, POST
+// /v1/release and POST /v1/charge (Sluice's own JSON), POST /json (envoyproxy/ratelimit's protojson endpoint), /healthz, /readyz
 // (and envoy's /healthcheck), /metrics and /debug/rules; and, on a separate
 // debug listener only, pprof. Decisions come from the engine (package
 // service); this package decodes, validates and encodes.
@@ -21,6 +21,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/headers/edge"
 	"github.com/sluice-rl/sluice/internal/rlsproto"
@@ -38,6 +39,12 @@ type Checker interface {
 // POST /v1/release is served.
 type Releaser interface {
 	ReleaseLeases(ctx context.Context, req service.Request, leases []uint64) error
+}
+
+// Charger settles costs known only after the fact (see
+// service.Engine.Charge): POST /v1/charge. *service.Engine implements it.
+type Charger interface {
+	Charge(ctx context.Context, req service.ChargeRequest) (service.Response, error)
 }
 
 // RuleSource is where /debug/rules reads the rules in force. *watch.Watcher
@@ -86,6 +93,15 @@ type Options struct {
 	// RuleSwitch, if set, gives the kill-switch state ("off", "shadow"; ""
 	// or "on" when on) of a rule for /debug/rules.
 	RuleSwitch func(domain, id string) string
+	// Charger, if set, serves POST /v1/charge; without it the endpoint
+	// answers 404 saying charges are off. A charge can refund quota, so it
+	// needs ChargeAuth.
+	Charger Charger
+	// ChargeAuth wraps POST /v1/charge: it answers the requests it refuses
+	// itself (401, 403) and passes the others on. Required with Charger;
+	// `sluice serve` uses the read-write admin tokens
+	// (admin.Tokens.Write).
+	ChargeAuth func(http.Handler) http.Handler
 }
 
 // handler holds the options every endpoint shares.
@@ -99,6 +115,9 @@ func newHandler(opts Options) (*handler, error) {
 	if opts.Checker == nil {
 		return nil, errors.New("api: Options.Checker is required")
 	}
+	if opts.Charger != nil && opts.ChargeAuth == nil {
+		return nil, errors.New("api: Options.Charger needs Options.ChargeAuth: a charge can refund quota, so it must be authenticated")
+	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -110,7 +129,7 @@ func newHandler(opts Options) (*handler, error) {
 }
 
 // New returns the public HTTP handler: /v1/check, /v1/release (when the
-// Checker is a Releaser), /json, /healthz, /readyz,
+// Checker is a Releaser), /v1/charge (with Options.Charger), /json, /healthz, /readyz,
 // /healthcheck, and /metrics and /debug/rules when configured. It is safe
 // for concurrent use.
 func New(opts Options) (http.Handler, error) {
@@ -122,6 +141,14 @@ func New(opts Options) (http.Handler, error) {
 	h.handle(mux, "POST /v1/check", h.check)
 	if rel, ok := opts.Checker.(Releaser); ok {
 		h.handle(mux, "POST /v1/release", h.release(rel))
+	}
+	if opts.Charger != nil {
+		mux.Handle("POST /v1/charge", opts.ChargeAuth(http.HandlerFunc(h.charge)))
+		h.served["/v1/charge"] = true
+	} else {
+		h.handle(mux, "POST /v1/charge", func(w http.ResponseWriter, _ *http.Request) {
+			problem(w, http.StatusNotFound, "POST /v1/charge is off on this server: a charge can refund quota, so it needs admin tokens (sluice serve --admin-token-file or SLUICE_ADMIN_TOKEN)")
+		})
 	}
 	h.handle(mux, "POST /json", h.json)
 	h.handle(mux, "GET /healthz", h.healthz)
@@ -188,7 +215,7 @@ func problem(w http.ResponseWriter, status int, detail string) {
 
 // methods names the method of each endpoint, for 405 answers.
 var methods = map[string]string{
-	"/v1/check": http.MethodPost, "/v1/release": http.MethodPost, "/json": http.MethodPost,
+	"/v1/check": http.MethodPost, "/v1/release": http.MethodPost, "/v1/charge": http.MethodPost, "/json": http.MethodPost,
 	"/healthz": http.MethodGet, "/readyz": http.MethodGet, "/healthcheck": http.MethodGet,
 	"/metrics": http.MethodGet, "/debug/rules": http.MethodGet,
 }
@@ -302,6 +329,43 @@ func (h *handler) release(rel Releaser) http.HandlerFunc {
 			problem(w, http.StatusServiceUnavailable, err.Error()+" (the leases are freed when their window passes)")
 		}
 	}
+}
+
+// charge serves POST /v1/charge: 200 with a ChargeResponse (the counters
+// after the charge), 400 with problem+json for a malformed request, 503
+// when the store could not charge (nothing may be assumed charged: the
+// store's outcome is unknown).
+func (h *handler) charge(w http.ResponseWriter, r *http.Request) {
+	b, ok := h.body(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeCharge(bytes.NewReader(b), h.opts.Limits)
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	resp, err := h.opts.Charger.Charge(r.Context(), req)
+	switch {
+	case err == nil:
+	case errors.Is(err, service.ErrInvalidRequest):
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	default:
+		if r.Context().Err() == nil {
+			h.log.WarnContext(r.Context(), "charge failed", "err", err)
+		}
+		note := " (the charge may or may not have been applied)"
+		if errors.Is(err, sluice.ErrStoreUnavailable) {
+			w.Header().Set("Retry-After", "1")
+			note = " (nothing was charged)"
+		}
+		problem(w, http.StatusServiceUnavailable, err.Error()+note)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(marshal(EncodeChargeResponse(resp)))
 }
 
 // DecodeEnvoyJSON decodes the body of POST /json, a protojson

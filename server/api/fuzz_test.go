@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -126,6 +127,51 @@ func FuzzDecodeReleaseRequest(f *testing.F) {
 		checkDecoded(t, e, req)
 		if err := e.ReleaseLeases(context.Background(), req, leases); err != nil && !errors.Is(err, service.ErrInvalidRequest) {
 			t.Fatalf("ReleaseLeases: %v, want nil or ErrInvalidRequest", err)
+		}
+	})
+}
+
+// FuzzDecodeChargeRequest: any /v1/charge body decodes to a valid request
+// with bounded signed costs, or a clear error, never a panic; the engine
+// charges it or rejects it as invalid.
+func FuzzDecodeChargeRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"domain":"edge","hits":3,"descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":-4},{"entries":[{"key":"b"}],"hits":0}]}`,
+		`{"domain":"edge","hits":1,"descriptors":[{"entries":[{"key":"a"}],"limit":{"requests_per_unit":1,"unit":"second"}}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":-9223372036854775808}]}`,
+		`{"domain":"edge","hits":9007199254740991,"descriptors":[{"entries":[{"key":"bucket","value":"x"}]}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}]}`,
+		`{"domain":"edge","hits":1.5}`, `{"hits":[]}`, `[]`, ``,
+	} {
+		f.Add(s)
+	}
+	e := newEngine(f, nil)
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := DecodeChargeRequest(strings.NewReader(body))
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("empty error message for %q", body)
+			}
+			return
+		}
+		if req.Domain == "" || len(req.Descriptors) == 0 {
+			t.Fatalf("decoded a request without domain or descriptors: %+v", req)
+		}
+		for i, d := range req.Descriptors {
+			if len(d.Entries) == 0 || d.Cost > sluice.MaxExact || d.Cost < -sluice.MaxExact {
+				t.Fatalf("descriptor %d decoded without entries or with cost %d", i, d.Cost)
+			}
+		}
+		resp, err := e.Charge(context.Background(), req)
+		if err != nil {
+			if !errors.Is(err, service.ErrInvalidRequest) {
+				t.Fatalf("Charge: %v, want nil or ErrInvalidRequest", err)
+			}
+			return
+		}
+		if len(resp.Statuses) != len(req.Descriptors) {
+			t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(req.Descriptors))
 		}
 	})
 }

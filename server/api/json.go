@@ -159,16 +159,26 @@ func DecodeCheckRequest(r io.Reader) (service.Request, error) {
 }
 
 func decodeCheck(r io.Reader, lim service.Limits) (service.Request, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
 	var req CheckRequest
-	if err := dec.Decode(&req); err != nil {
-		return service.Request{}, jsonError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return service.Request{}, errors.New("body: want exactly one JSON object, found more after it")
+	if err := decodeOne(r, &req); err != nil {
+		return service.Request{}, err
 	}
 	return req.toService(lim)
+}
+
+// decodeOne decodes exactly one JSON value from r into v, strictly:
+// unknown fields, trailing data and wrong types are errors naming the
+// field.
+func decodeOne(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("body: want exactly one JSON object, found more after it")
+	}
+	return nil
 }
 
 // DecodeReleaseRequest reads one ReleaseRequest from r, as strictly as
@@ -179,14 +189,9 @@ func DecodeReleaseRequest(r io.Reader) (service.Request, []uint64, error) {
 }
 
 func decodeRelease(r io.Reader, lim service.Limits) (service.Request, []uint64, error) {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
 	var req ReleaseRequest
-	if err := dec.Decode(&req); err != nil {
-		return service.Request{}, nil, jsonError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return service.Request{}, nil, errors.New("body: want exactly one JSON object, found more after it")
+	if err := decodeOne(r, &req); err != nil {
+		return service.Request{}, nil, err
 	}
 	out, err := req.toService(lim)
 	if err != nil {
@@ -201,24 +206,12 @@ func decodeRelease(r io.Reader, lim service.Limits) (service.Request, []uint64, 
 // toService converts and validates r, refusing it (with an error wrapping
 // a *service.LimitError) if it is over one of lim before converting it.
 func (r *CheckRequest) toService(lim service.Limits) (service.Request, error) {
-	if r.Domain == "" {
-		return service.Request{}, errors.New("domain: empty")
-	}
-	if err := lim.CheckDomain(r.Domain); err != nil {
+	out, err := convert(r.Domain, len(r.Descriptors), func(i int) ([]Entry, *LimitOverride) {
+		return r.Descriptors[i].Entries, r.Descriptors[i].Limit
+	}, lim)
+	if err != nil {
 		return service.Request{}, err
 	}
-	if len(r.Descriptors) == 0 {
-		return service.Request{}, errors.New("descriptors: none given")
-	}
-	if err := lim.CheckCount(len(r.Descriptors)); err != nil {
-		return service.Request{}, err
-	}
-	for i, d := range r.Descriptors {
-		if err := lim.CheckEntries(i, len(d.Entries), func(j int) (string, string) { return d.Entries[j].Key, d.Entries[j].Value }); err != nil {
-			return service.Request{}, err
-		}
-	}
-	out := service.Request{Domain: r.Domain, Descriptors: make([]service.Descriptor, len(r.Descriptors))}
 	if r.Hits != nil {
 		// service.Request.Hits 0 means 1 (envoy's hits_addend); an explicit
 		// 0 here means look, so it goes to each descriptor that has no
@@ -226,28 +219,187 @@ func (r *CheckRequest) toService(lim service.Limits) (service.Request, error) {
 		out.Hits = *r.Hits
 	}
 	for i, d := range r.Descriptors {
-		if len(d.Entries) == 0 {
-			return service.Request{}, fmt.Errorf("descriptors[%d].entries: none given", i)
-		}
-		sd := service.Descriptor{Entries: make([]rules.Entry, len(d.Entries)), Hits: d.Hits}
+		sd := &out.Descriptors[i]
+		sd.Hits = d.Hits
 		if sd.Hits == nil && r.Hits != nil && *r.Hits == 0 {
 			sd.Hits = r.Hits
 		}
-		for j, e := range d.Entries {
+	}
+	return out, nil
+}
+
+// convert checks a request's domain and n descriptors (at(i) gives
+// descriptor i's entries and limit) against lim and what the endpoints
+// require, and converts them; the caller adds the hits.
+func convert(domain string, n int, at func(i int) ([]Entry, *LimitOverride), lim service.Limits) (service.Request, error) {
+	if domain == "" {
+		return service.Request{}, errors.New("domain: empty")
+	}
+	if err := lim.CheckDomain(domain); err != nil {
+		return service.Request{}, err
+	}
+	if n == 0 {
+		return service.Request{}, errors.New("descriptors: none given")
+	}
+	if err := lim.CheckCount(n); err != nil {
+		return service.Request{}, err
+	}
+	for i := range n {
+		entries, _ := at(i)
+		if err := lim.CheckEntries(i, len(entries), func(j int) (string, string) { return entries[j].Key, entries[j].Value }); err != nil {
+			return service.Request{}, err
+		}
+	}
+	out := service.Request{Domain: domain, Descriptors: make([]service.Descriptor, n)}
+	for i := range n {
+		entries, limit := at(i)
+		if len(entries) == 0 {
+			return service.Request{}, fmt.Errorf("descriptors[%d].entries: none given", i)
+		}
+		sd := service.Descriptor{Entries: make([]rules.Entry, len(entries))}
+		for j, e := range entries {
 			if e.Key == "" {
 				return service.Request{}, fmt.Errorf("descriptors[%d].entries[%d].key: empty", i, j)
 			}
 			sd.Entries[j] = rules.Entry{Key: e.Key, Value: e.Value}
 		}
-		if d.Limit != nil {
-			if _, ok := rules.UnitWindow(d.Limit.Unit); !ok {
-				return service.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %q is not one of second, minute, hour, day, week, month, year", i, d.Limit.Unit)
+		if limit != nil {
+			if _, ok := rules.UnitWindow(limit.Unit); !ok {
+				return service.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %q is not one of second, minute, hour, day, week, month, year", i, limit.Unit)
 			}
-			sd.Limit = &service.LimitOverride{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: strings.ToLower(d.Limit.Unit)}
+			sd.Limit = &service.LimitOverride{RequestsPerUnit: limit.RequestsPerUnit, Unit: strings.ToLower(limit.Unit)}
 		}
 		out.Descriptors[i] = sd
 	}
 	return out, nil
+}
+
+// ChargeRequest is the body of POST /v1/charge: the descriptors of a check
+// whose real cost is known only now, with signed hits.
+//
+//	{"domain": "api",
+//	 "descriptors": [{"entries": [{"key": "api_key", "value": "acme"}], "hits": -3}],
+//	 "hits": 5}
+type ChargeRequest struct {
+	// Domain selects the rule file. Required.
+	Domain string `json:"domain"`
+	// Descriptors name the counters, as the check named them. At least
+	// one.
+	Descriptors []ChargeDescriptor `json:"descriptors"`
+	// Hits is what each descriptor without hits of its own settles:
+	// positive charges, negative refunds, 0 reads. Required unless every
+	// descriptor has hits.
+	Hits *int64 `json:"hits,omitempty"`
+}
+
+// ChargeDescriptor is one descriptor of a ChargeRequest.
+type ChargeDescriptor struct {
+	// Entries, at least one, each with a non-empty key.
+	Entries []Entry `json:"entries"`
+	// Hits, when present, overrides ChargeRequest.Hits.
+	Hits *int64 `json:"hits,omitempty"`
+	// Limit names the counter of a limit the check gave in its request.
+	Limit *LimitOverride `json:"limit,omitempty"`
+}
+
+// ChargeResponse is the body of a 200 answer to POST /v1/charge.
+type ChargeResponse struct {
+	// Statuses has one entry per request descriptor, in request order.
+	Statuses []ChargeStatus `json:"statuses"`
+}
+
+// ChargeStatus is one descriptor's counter after the charge. Durations are
+// whole milliseconds, rounded up.
+type ChargeStatus struct {
+	// Rule is the ID of the rule whose counter was charged; absent for a
+	// limit given in the request, or when none applies.
+	Rule string `json:"rule,omitempty"`
+	// Limit is the limit in force; absent when skipped.
+	Limit *LimitJSON `json:"limit,omitempty"`
+	// Remaining is what the limit admits now (0 in debt). Present exactly
+	// when Limit is.
+	Remaining int64 `json:"remaining,omitempty"`
+	// ResetAfterMs is the time until the full quota is back. Present
+	// exactly when Limit is.
+	ResetAfterMs int64 `json:"reset_after_ms,omitempty"`
+	// Skipped says why nothing was charged: "no_limit" (no rule matches),
+	// "unlimited", or "concurrency" (release the lease instead).
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// MarshalJSON writes remaining and reset_after_ms, zero or not, exactly
+// when a limit applied, as CheckStatus does.
+func (s ChargeStatus) MarshalJSON() ([]byte, error) {
+	type plain ChargeStatus // without this method
+	if s.Limit == nil {
+		return json.Marshal(plain(s))
+	}
+	return json.Marshal(struct {
+		plain
+		Remaining    int64 `json:"remaining"`
+		ResetAfterMs int64 `json:"reset_after_ms"`
+	}{plain(s), s.Remaining, s.ResetAfterMs})
+}
+
+// DecodeChargeRequest reads one ChargeRequest from r, as strictly as
+// DecodeCheckRequest, with the default service.Limits. Each descriptor's
+// hits must be given (its own, or the top level's) and within ±(2^53−1).
+// It never panics.
+func DecodeChargeRequest(r io.Reader) (service.ChargeRequest, error) {
+	return decodeCharge(r, service.Limits{})
+}
+
+func decodeCharge(r io.Reader, lim service.Limits) (service.ChargeRequest, error) {
+	var req ChargeRequest
+	if err := decodeOne(r, &req); err != nil {
+		return service.ChargeRequest{}, err
+	}
+	conv, err := convert(req.Domain, len(req.Descriptors), func(i int) ([]Entry, *LimitOverride) {
+		return req.Descriptors[i].Entries, req.Descriptors[i].Limit
+	}, lim)
+	if err != nil {
+		return service.ChargeRequest{}, err
+	}
+	if req.Hits != nil && !exact(*req.Hits) {
+		return service.ChargeRequest{}, fmt.Errorf("hits: %d is beyond ±%d", *req.Hits, int64(sluice.MaxExact))
+	}
+	out := service.ChargeRequest{Domain: conv.Domain, Descriptors: make([]service.ChargeDescriptor, len(conv.Descriptors))}
+	for i, d := range req.Descriptors {
+		hits := d.Hits
+		if hits == nil {
+			hits = req.Hits
+		}
+		switch {
+		case hits == nil:
+			return service.ChargeRequest{}, fmt.Errorf("descriptors[%d].hits: missing, and no top-level hits (positive charges, negative refunds)", i)
+		case !exact(*hits):
+			return service.ChargeRequest{}, fmt.Errorf("descriptors[%d].hits: %d is beyond ±%d", i, *hits, int64(sluice.MaxExact))
+		}
+		out.Descriptors[i] = service.ChargeDescriptor{Entries: conv.Descriptors[i].Entries, Limit: conv.Descriptors[i].Limit, Cost: *hits}
+	}
+	return out, nil
+}
+
+// exact reports whether n is a cost every store represents: |n| ≤ 2^53−1.
+func exact(n int64) bool { return n <= sluice.MaxExact && n >= -sluice.MaxExact }
+
+// EncodeChargeResponse renders Engine.Charge's answer as a ChargeResponse.
+func EncodeChargeResponse(resp service.Response) ChargeResponse {
+	out := ChargeResponse{Statuses: make([]ChargeStatus, len(resp.Statuses))}
+	for i := range resp.Statuses {
+		s := &resp.Statuses[i]
+		cs := ChargeStatus{Skipped: string(s.Skipped)}
+		if s.Rule != nil {
+			cs.Rule = s.Rule.ID
+		}
+		if s.Skipped == "" && s.CurrentLimit != nil {
+			cs.Limit = limitJSON(s)
+			cs.Remaining = max(s.Result.Remaining, 0)
+			cs.ResetAfterMs = ms(s.Result.ResetAfter)
+		}
+		out.Statuses[i] = cs
+	}
+	return out
 }
 
 // jsonError turns encoding/json's errors into messages that name the field
@@ -278,6 +430,8 @@ func typeName(goType string) string {
 	switch {
 	case strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "*uint"):
 		return "a non-negative integer in range"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "*int"):
+		return "an integer in range"
 	case goType == "string":
 		return "a string"
 	case strings.HasPrefix(goType, "[]"):
@@ -310,12 +464,8 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 		if s.Rule != nil {
 			cs.Rule = s.Rule.ID
 		}
-		if cl := s.CurrentLimit; cl != nil && !s.Unlimited {
-			lj := &LimitJSON{Name: cl.Name, RequestsPerUnit: cl.RequestsPerUnit, Unit: cl.Unit, WindowMs: ms(cl.Window)}
-			if s.Rule != nil && s.Rule.Limit.Algorithm.Valid() {
-				lj.Algorithm = s.Rule.Limit.Algorithm.String()
-			}
-			cs.Limit = lj
+		if s.CurrentLimit != nil && !s.Unlimited {
+			cs.Limit = limitJSON(s)
 			cs.Remaining = max(s.Result.Remaining, 0)
 			cs.ResetAfterMs = ms(s.Result.ResetAfter)
 			cs.RetryAfterMs = ms(s.Result.RetryAfter)
@@ -330,6 +480,16 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 		}
 	}
 	return out
+}
+
+// limitJSON describes the limit of a status that has one.
+func limitJSON(s *service.Status) *LimitJSON {
+	cl := s.CurrentLimit
+	lj := &LimitJSON{Name: cl.Name, RequestsPerUnit: cl.RequestsPerUnit, Unit: cl.Unit, WindowMs: ms(cl.Window)}
+	if s.Rule != nil && s.Rule.Limit.Algorithm.Valid() {
+		lj.Algorithm = s.Rule.Limit.Algorithm.String()
+	}
+	return lj
 }
 
 // reason is the reason of a refused request, as edge.Decision gives it

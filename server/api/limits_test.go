@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -26,7 +27,7 @@ func TestLimitsHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Checker: eng, Limits: lim, MaxBodyBytes: 4096})
+	h, err := New(Options{Checker: eng, Limits: lim, MaxBodyBytes: 4096, Charger: eng, ChargeAuth: func(next http.Handler) http.Handler { return next }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +52,9 @@ func TestLimitsHTTP(t *testing.T) {
 		check := fmt.Sprintf(`{"domain":%q,"descriptors":[%s]}`, tt.domain, tt.descriptors)
 		n := strings.Count(tt.descriptors, `"entries"`)
 		release := fmt.Sprintf(`{"domain":%q,"descriptors":[%s],"leases":[%s]}`, tt.domain, tt.descriptors, strings.TrimSuffix(strings.Repeat("0,", n), ","))
+		charge := fmt.Sprintf(`{"domain":%q,"descriptors":[%s],"hits":-1}`, tt.domain, tt.descriptors)
 		// protojson reads the same shape.
-		for _, c := range []struct{ path, body string }{{"/v1/check", check}, {"/v1/release", release}, {"/json", check}} {
+		for _, c := range []struct{ path, body string }{{"/v1/check", check}, {"/v1/release", release}, {"/v1/charge", charge}, {"/json", check}} {
 			code, _, out := do(t, h, "POST", c.path, c.body)
 			if code != 400 || !strings.Contains(out, tt.want) {
 				t.Errorf("%s: POST %s = %d %s, want 400 containing %q", tt.name, c.path, code, out, tt.want)
