@@ -113,15 +113,16 @@ func TestDashboardFleetOnRedis(t *testing.T) {
 
 func TestPrintUsage(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	u := admin.UsageJSON{Tenant: "acme", Skipped: 1, Limits: []admin.LimitJSON{
+	u := admin.UsageJSON{Tenant: "acme", Skipped: 1, Truncated: []string{"api/api_key.user"}, Limits: []admin.LimitJSON{
 		{Domain: "api", Rule: "api_key.endpoint", Descriptor: "endpoint:POST /orders", Unit: "minute", Limit: 500, Used: 120, Remaining: 380, Reset: now.Add(42 * time.Second)},
 		{Domain: "api", Rule: "api_key", Window: "720h0m0s", Limit: 1000000, Used: 0, Remaining: 1000000, Reset: now, Degraded: "failed_open"},
+		{Domain: "api", Rule: "api_key.user", Descriptor: "user", Counter: "user:alice", Unit: "minute", Limit: 5, Used: 2, Remaining: 3, Reset: now.Add(time.Minute)},
 	}}
 	var b bytes.Buffer
 	if err := printUsage(&b, u, now); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"tenant acme", "500/minute", "120", "380", "42s", "1000000/720h0m0s", "now (failed_open)", "1 rule(s) counted per value"} {
+	for _, want := range []string{"tenant acme", "500/minute", "120", "380", "42s", "1000000/720h0m0s", "now (failed_open)", "1 rule(s) counted per value", "user:alice", "api/api_key.user has more counters than listed (100)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("printUsage output lacks %q:\n%s", want, b.String())
 		}

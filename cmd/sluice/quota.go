@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register("quota", "manage tenant quotas through the admin API: sluice quota set|get|rm|list", runQuota)
+	register("quota", "manage tenant quotas through the admin API: sluice quota set|get|rm|list|reset", runQuota)
 }
 
 // quotaOverrides collects --override DESCRIPTOR=N/UNIT flags.
@@ -115,6 +115,7 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fmt.Fprintln(w, "       sluice quota get TENANT")
 		fmt.Fprintln(w, "       sluice quota rm TENANT")
 		fmt.Fprintln(w, "       sluice quota list [--tier T] [--limit N] [--after TENANT]")
+		fmt.Fprintln(w, "       sluice quota reset TENANT       (forget every counter of the tenant: quota back in full)")
 		fmt.Fprintln(w, "\nTalks to a server's admin API (--admin-url, SLUICE_ADMIN_URL) with the bearer token in")
 		fmt.Fprintln(w, "SLUICE_ADMIN_TOKEN or --token-file, and prints its JSON answer.")
 	}
@@ -143,10 +144,10 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		fs.StringVar(&tier, "tier", "", "only tenants on this tier")
 		fs.IntVar(&limit, "limit", 100, "page size (1–1000)")
 		fs.StringVar(&after, "after", "", "start after this tenant (the next of the previous page)")
-	case "get", "rm":
+	case "get", "rm", "reset":
 	default:
 		usage(stderr)
-		return fmt.Errorf("quota: unknown action %q (want set, get, rm or list): %w", action, errUsage)
+		return fmt.Errorf("quota: unknown action %q (want set, get, rm, list or reset): %w", action, errUsage)
 	}
 	fs.Usage = func() { usage(stderr); fmt.Fprintln(stderr, "\nFlags:"); fs.PrintDefaults() }
 	// Flags may come before or after the tenant.
@@ -191,6 +192,9 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		method, path = http.MethodGet, "quotas/"+url.PathEscape(pos[0])
 	case "rm":
 		method, path = http.MethodDelete, "quotas/"+url.PathEscape(pos[0])
+	case "reset":
+		body, _ = json.Marshal(admin.ResetRequest{Tenant: pos[0]})
+		method, path = http.MethodPost, "reset"
 	case "list":
 		q := url.Values{}
 		if tier != "" {
@@ -208,6 +212,21 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	if status == http.StatusNoContent {
 		fmt.Fprintf(stdout, "removed %s\n", pos[0])
+		return nil
+	}
+	if action == "reset" {
+		var res admin.ResetJSON
+		if err := json.Unmarshal(out, &res); err != nil {
+			return fmt.Errorf("quota reset: the answer is not what this version expects: %w", err)
+		}
+		fmt.Fprintf(stdout, "reset %d counters of %s", res.KeysReset, pos[0])
+		if !res.Audited {
+			fmt.Fprint(stdout, " (no audit row: the server runs without PostgreSQL, or there was nothing to reset)")
+		}
+		fmt.Fprintln(stdout)
+		if res.More {
+			fmt.Fprintln(stdout, "more counters remain: run sluice quota reset again")
+		}
 		return nil
 	}
 	_, err = stdout.Write(out)

@@ -239,6 +239,11 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		ReadyNotes:      s.readyNotes,
 		RuleSwitch:      s.ruleSwitch,
 	}
+	if toks.Len() > 0 {
+		// A charge can refund quota: like the admin API's writes, it
+		// needs a read-write admin token, and is off without tokens.
+		aopts.Charger, aopts.ChargeAuth = s.engine, toks.Write()
+	}
 	h, err := api.New(aopts)
 	if err != nil {
 		return nil, fmt.Errorf("serve: http: %w", err)

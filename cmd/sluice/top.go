@@ -164,13 +164,20 @@ func printUsage(w io.Writer, u admin.UsageJSON, now time.Time) error {
 		if l.Degraded != "" {
 			reset += " (" + l.Degraded + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%s\t%d\t%d\t%s\t\n", l.Domain, l.Rule, l.Descriptor, l.Limit, per, l.Used, l.Remaining, reset)
+		desc := l.Descriptor
+		if l.Counter != "" {
+			desc = l.Counter
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%s\t%d\t%d\t%s\t\n", l.Domain, l.Rule, desc, l.Limit, per, l.Used, l.Remaining, reset)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if u.Skipped > 0 {
-		fmt.Fprintf(w, "%d rule(s) counted per value below the tenant key are not listed\n", u.Skipped)
+		fmt.Fprintf(w, "%d rule(s) counted per value below the tenant key are not listed (the store cannot list its keys)\n", u.Skipped)
+	}
+	for _, r := range u.Truncated {
+		fmt.Fprintf(w, "%s has more counters than listed (%d)\n", r, admin.MaxUsageCounters)
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
 // Package admin is Sluice's admin HTTP API under /admin/v1/: tenants'
 // quotas (tier and overrides; read, replace, delete, list by tier), a
-// tenant's usage read from the store without charging, and the rules' kill
-// switches. Every endpoint but the OpenAPI document needs a bearer token;
-// read-only tokens may only read. Changes go to PostgreSQL (package
-// tenant/pg, behind the Store interface) with an audit row naming the
-// token, and reach every instance through the tenant registry.
+// tenant's usage read from the store without charging, resets of a
+// tenant's counters or of one key, and the rules' kill switches. Every
+// endpoint but the OpenAPI document needs a bearer token; read-only tokens
+// may only read. Changes go to PostgreSQL (package tenant/pg, behind the
+// Store interface) with an audit row naming the token, and reach every
+// instance through the tenant registry; a reset's audit row is written
+// before the counters are reset.
 package admin
 
 import (
@@ -18,6 +20,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -41,12 +44,24 @@ type Store interface {
 	List(ctx context.Context, tier *rules.Tier, after string, limit int) ([]tenant.Record, error)
 	SetSwitch(ctx context.Context, actor, domain, rule string, state rules.Switch) error
 	Switches(ctx context.Context) ([]tenant.RuleSwitch, error)
+	// Audit writes one audit row on its own, for changes made outside the
+	// database (resetting counters); detail is marshalled to JSON.
+	Audit(ctx context.Context, actor, action, subject string, detail any) error
 }
 
 // Checker decides checks; usage asks it with zero hits. *service.Engine
 // implements it.
 type Checker interface {
 	Check(ctx context.Context, req service.Request) (service.Response, error)
+}
+
+// Counters finds, reads and resets counters in the rate-limit store: POST
+// /admin/v1/reset, and the per-value counters of GET /admin/v1/usage.
+// *service.Engine implements it.
+type Counters interface {
+	Reset(ctx context.Context, req service.Request, opts service.ResetOptions) (service.ResetResult, error)
+	ResetTenant(ctx context.Context, tenant string, opts service.ResetOptions) (service.ResetResult, error)
+	TenantEntries(ctx context.Context, r *rules.Rule, tenant string, max int) ([][]rules.Entry, bool, error)
 }
 
 // Options configure the admin API. Tokens and Rules are required.
@@ -62,6 +77,9 @@ type Options struct {
 	Rules func() *rules.Snapshot
 	// Checker reads usage; nil answers 503 on /usage.
 	Checker Checker
+	// Counters resets counters and lists the per-value ones; nil answers
+	// 503 on /reset, and /usage leaves per-value rules out (skipped).
+	Counters Counters
 	// Logger receives failures of the store. Nil discards.
 	Logger *slog.Logger
 	// Timeout bounds each database call; zero means 5s.
@@ -100,38 +118,47 @@ func New(opts Options) (http.Handler, error) {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /admin/v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/yaml")
-		_, _ = w.Write(openAPI)
-	})
-	mux.Handle("GET /admin/v1/quotas", h.auth(false, h.withStore(h.list)))
-	mux.Handle("GET /admin/v1/quotas/{tenant}", h.auth(false, h.withTenant(h.get)))
-	mux.Handle("PUT /admin/v1/quotas/{tenant}", h.auth(true, h.withTenant(h.put)))
-	mux.Handle("DELETE /admin/v1/quotas/{tenant}", h.auth(true, h.withTenant(h.delete)))
-	mux.Handle("GET /admin/v1/usage/{tenant}", h.auth(false, h.usage))
-	mux.Handle("GET /admin/v1/switches", h.auth(false, h.withStore(h.switches)))
-	mux.Handle("PUT /admin/v1/switches", h.auth(true, h.withStore(h.setSwitch)))
+	for _, rt := range h.routes() {
+		mux.Handle(rt.pattern, rt.h)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s %s", r.Method, r.URL.Path), nil)
 	})
 	return mux, nil
 }
 
+// route is one endpoint: "METHOD /path" and its handler.
+type route struct {
+	pattern string
+	h       http.Handler
+}
+
+// routes are the endpoints, each of which openapi.yaml describes (a test
+// checks it).
+func (h *handler) routes() []route {
+	return []route{
+		{"GET /admin/v1/openapi.yaml", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/yaml")
+			_, _ = w.Write(openAPI)
+		})},
+		{"GET /admin/v1/quotas", h.auth(false, h.withStore(h.list))},
+		{"GET /admin/v1/quotas/{tenant}", h.auth(false, h.withTenant(h.get))},
+		{"PUT /admin/v1/quotas/{tenant}", h.auth(true, h.withTenant(h.put))},
+		{"DELETE /admin/v1/quotas/{tenant}", h.auth(true, h.withTenant(h.delete))},
+		{"GET /admin/v1/usage/{tenant}", h.auth(false, h.usage)},
+		{"POST /admin/v1/reset", h.auth(true, h.reset)},
+		{"GET /admin/v1/switches", h.auth(false, h.withStore(h.switches))},
+		{"PUT /admin/v1/switches", h.auth(true, h.withStore(h.setSwitch))},
+	}
+}
+
 // auth admits a request with a valid token: 401 without one, 403 for a
 // read-only token on an endpoint that writes.
 func (h *handler) auth(write bool, f func(w http.ResponseWriter, r *http.Request, actor string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, canWrite, ok := h.opts.Tokens.check(r.Header.Get("Authorization"))
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-			problem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer <token>)", nil)
-			return
+		if name, ok := h.opts.Tokens.authorize(w, r, write); ok {
+			f(w, r, name)
 		}
-		if write && !canWrite {
-			problem(w, http.StatusForbidden, fmt.Sprintf("token %q is read-only", name), nil)
-			return
-		}
-		f(w, r, name)
 	})
 }
 
@@ -377,16 +404,23 @@ func (h *handler) resolve(rec *tenant.Record) []ResolvedJSON {
 type UsageJSON struct {
 	Tenant string      `json:"tenant"`
 	Limits []LimitJSON `json:"limits"`
-	// Skipped counts the tenant rules not listed because a step below the
-	// tenant key matches any value (their counters are per value).
+	// Skipped counts the tenant rules not listed: rules that count per
+	// value below the tenant key (a wildcard or a bare key) when the
+	// store cannot list its keys.
 	Skipped int `json:"skipped,omitempty"`
+	// Truncated names the rules ("<domain>/<rule ID>") that have more
+	// per-value counters than MaxUsageCounters listed.
+	Truncated []string `json:"truncated,omitempty"`
 }
 
 // LimitJSON is one limit's state in a usage answer.
 type LimitJSON struct {
-	Domain          string `json:"domain"`
-	Rule            string `json:"rule"`
-	Descriptor      string `json:"descriptor"`
+	Domain     string `json:"domain"`
+	Rule       string `json:"rule"`
+	Descriptor string `json:"descriptor"`
+	// Counter, for a rule that counts per value, names this counter: the
+	// entries other than the tenant, "key:value" joined by "|".
+	Counter         string `json:"counter,omitempty"`
 	RequestsPerUnit uint32 `json:"requests_per_unit"`
 	Unit            string `json:"unit,omitempty"`
 	Window          string `json:"window"`
@@ -400,6 +434,21 @@ type LimitJSON struct {
 	Degraded string `json:"degraded,omitempty"`
 }
 
+// MaxUsageCounters bounds the per-value counters usage lists per rule.
+const MaxUsageCounters = 100
+
+// usageBatch bounds the descriptors of one usage check (below the
+// engine's default max-descriptors).
+const usageBatch = 16
+
+// usageItem is one counter usage reads: its descriptor, its rule, and
+// what names it (Counter) when the rule counts per value.
+type usageItem struct {
+	rule    *rules.Rule
+	entries []rules.Entry
+	counter string
+}
+
 func (h *handler) usage(w http.ResponseWriter, r *http.Request, _ string) {
 	if h.opts.Checker == nil {
 		problem(w, http.StatusServiceUnavailable, "usage is not available on this server", nil)
@@ -410,8 +459,7 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request, _ string) {
 		return
 	}
 	out := UsageJSON{Tenant: name, Limits: []LimitJSON{}}
-	zero := uint64(0)
-	byDomain := map[string]*service.Request{}
+	byDomain := map[string][]usageItem{}
 	for _, rule := range h.opts.Rules().Rules() {
 		if rule.TenantDepth == 0 || rule.Unlimited {
 			continue
@@ -424,17 +472,31 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request, _ string) {
 				exact = false
 			}
 		}
-		if !exact {
+		if exact {
+			entries[rule.TenantDepth-1].Value = name
+			byDomain[rule.Domain] = append(byDomain[rule.Domain], usageItem{rule: rule, entries: entries})
+			continue
+		}
+		if h.opts.Counters == nil {
 			out.Skipped++
 			continue
 		}
-		entries[rule.TenantDepth-1].Value = name
-		req := byDomain[rule.Domain]
-		if req == nil {
-			req = &service.Request{Domain: rule.Domain}
-			byDomain[rule.Domain] = req
+		list, more, err := h.opts.Counters.TenantEntries(r.Context(), rule, name, MaxUsageCounters)
+		switch {
+		case errors.Is(err, service.ErrNoKeyLister):
+			out.Skipped++
+			continue
+		case err != nil:
+			h.log.WarnContext(r.Context(), "admin: usage: listing counters failed", "err", err)
+			problem(w, http.StatusServiceUnavailable, "usage: listing the tenant's counters: "+err.Error(), nil)
+			return
 		}
-		req.Descriptors = append(req.Descriptors, service.Descriptor{Entries: entries, Hits: &zero})
+		if more {
+			out.Truncated = append(out.Truncated, rule.Domain+"/"+rule.ID)
+		}
+		for _, es := range list {
+			byDomain[rule.Domain] = append(byDomain[rule.Domain], usageItem{rule: rule, entries: es, counter: counterName(es, rule.TenantDepth-1)})
+		}
 	}
 	now := h.opts.Now()
 	domains := make([]string, 0, len(byDomain))
@@ -442,25 +504,49 @@ func (h *handler) usage(w http.ResponseWriter, r *http.Request, _ string) {
 		domains = append(domains, d)
 	}
 	slices.Sort(domains)
+	zero := uint64(0)
 	for _, d := range domains {
-		req := byDomain[d]
-		resp, err := h.opts.Checker.Check(r.Context(), *req)
-		if err != nil {
-			problem(w, http.StatusInternalServerError, "usage: "+err.Error(), nil)
-			return
-		}
-		for _, st := range resp.Statuses {
-			if st.Rule == nil || st.CurrentLimit == nil { // switched off, or no longer matching
-				continue
+		items := byDomain[d]
+		for start := 0; start < len(items); start += usageBatch {
+			batch := items[start:min(start+usageBatch, len(items))]
+			req := service.Request{Domain: d, Descriptors: make([]service.Descriptor, len(batch))}
+			for i, it := range batch {
+				req.Descriptors[i] = service.Descriptor{Entries: it.entries, Hits: &zero}
 			}
-			l := LimitJSON{Domain: d, Rule: st.Rule.ID, Descriptor: st.Rule.TenantPath,
-				RequestsPerUnit: st.CurrentLimit.RequestsPerUnit, Unit: st.CurrentLimit.Unit, Window: st.CurrentLimit.Window.String(),
-				Limit: st.Result.Limit, Remaining: st.Result.Remaining, Used: max(0, st.Result.Limit-st.Result.Remaining),
-				Reset: now.Add(st.Result.ResetAfter).UTC().Truncate(time.Millisecond), Degraded: string(st.Degraded)}
-			out.Limits = append(out.Limits, l)
+			resp, err := h.opts.Checker.Check(r.Context(), req)
+			if err != nil {
+				problem(w, http.StatusInternalServerError, "usage: "+err.Error(), nil)
+				return
+			}
+			for i, st := range resp.Statuses {
+				if st.Rule == nil || st.CurrentLimit == nil || st.Rule.ID != batch[i].rule.ID { // switched off, or no longer matching
+					continue
+				}
+				l := LimitJSON{Domain: d, Rule: st.Rule.ID, Descriptor: st.Rule.TenantPath, Counter: batch[i].counter,
+					RequestsPerUnit: st.CurrentLimit.RequestsPerUnit, Unit: st.CurrentLimit.Unit, Window: st.CurrentLimit.Window.String(),
+					Limit: st.Result.Limit, Remaining: st.Result.Remaining, Used: max(0, st.Result.Limit-st.Result.Remaining),
+					Reset: now.Add(st.Result.ResetAfter).UTC().Truncate(time.Millisecond), Degraded: string(st.Degraded)}
+				out.Limits = append(out.Limits, l)
+			}
 		}
 	}
 	reply(w, http.StatusOK, out)
+}
+
+// counterName names a per-value counter by its entries other than the
+// tenant's (at index tenant): "key:value" joined by "|".
+func counterName(entries []rules.Entry, tenant int) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i == tenant {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(e.Key + ":" + e.Value)
+	}
+	return b.String()
 }
 
 func (h *handler) switches(w http.ResponseWriter, r *http.Request, _ string, st Store) {

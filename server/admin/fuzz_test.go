@@ -52,3 +52,33 @@ func FuzzDecodeSwitch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeReset: never a panic; errors are field errors; a decoded body
+// names a valid tenant or one bounded descriptor, never both.
+func FuzzDecodeReset(f *testing.F) {
+	for _, s := range []string{
+		`{"tenant":"acme"}`,
+		`{"domain":"api","descriptor":[{"key":"api_key","value":"acme"},{"key":"endpoint","value":"POST /api/v1/orders"}]}`,
+		`{"tenant":"acme","domain":"api"}`, `{"domain":"api","descriptor":[{"key":""}]}`, `{"descriptor":[]}`, `{}`, `null`, `{"tenant":"\u0000"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rr, req, err := DecodeReset(body)
+		if err != nil {
+			var fe fieldErrors
+			if !errors.As(err, &fe) || len(fe) == 0 {
+				t.Fatalf("error %T %v, want field errors", err, err)
+			}
+			return
+		}
+		switch {
+		case req == nil:
+			if tenant.ValidTenant(rr.Tenant) != nil {
+				t.Fatalf("decoded an invalid tenant %q", rr.Tenant)
+			}
+		case rr.Tenant != "" || req.Domain == "" || len(req.Descriptors) != 1 || len(req.Descriptors[0].Entries) == 0:
+			t.Fatalf("decoded %+v into %+v", rr, req)
+		}
+	})
+}
