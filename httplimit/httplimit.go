@@ -53,6 +53,16 @@ type Releaser interface {
 	Release(ctx context.Context, resp service.Response) error
 }
 
+// Charger is a Checker that can settle costs after the fact
+// (service.Engine.Charge). *service.Engine is one; the remote Checker is not
+// (Envoy's protocol cannot charge). The middleware charges through it the
+// cost a request turns out to have (Config.ActualCost, ReportCost), and
+// refunds a request it admitted but then refused or lost before the handler
+// ran (a leaky_bucket delay over MaxDelay, a client gone while delayed).
+type Charger interface {
+	Charge(ctx context.Context, req service.ChargeRequest) (service.Response, error)
+}
+
 // Concurrency is a limit on requests in flight, held from before the handler
 // runs until it returns — also when it panics or the client goes away.
 type Concurrency struct {
@@ -82,8 +92,24 @@ type Config struct {
 	// Route("path")}}). A descriptor for which any KeyFunc reports false is
 	// left out.
 	Descriptors [][]KeyFunc
-	// Cost returns what a request costs (Request.Hits); nil means 1.
+	// Cost returns what a request costs (Request.Hits); nil means 1, and so
+	// does 0. When the real cost is known only after the response, this is
+	// the estimate the check charges, and ActualCost or ReportCost settle
+	// the difference.
 	Cost func(*http.Request) uint64
+	// ActualCost, if set, is what a request really cost, computed once the
+	// handler has returned from what it wrote (status code, body bytes):
+	// the middleware then charges the difference from what the check
+	// charged (Cost), or refunds it when the estimate was too high (never
+	// below a fresh counter). ok false keeps the estimate. A cost the
+	// handler reported with ReportCost takes precedence. It needs a
+	// Checker that is a Charger. The settlement is one store call made
+	// before the response is finished; its errors go to OnError.
+	ActualCost func(r *http.Request, w Written) (cost uint64, ok bool)
+	// CostReports lets handlers report the real cost of their request with
+	// ReportCost, settled as ActualCost's is. It needs a Checker that is a
+	// Charger, and costs a context value per request.
+	CostReports bool
 	// Concurrency limits requests in flight; see Concurrency. Rule-file
 	// limits with algorithm concurrency work too when the Checker is a
 	// Releaser (the in-process engine); with a remote Checker their leases
@@ -110,12 +136,23 @@ type Config struct {
 // DefaultMaxDelay is Config.MaxDelay's default.
 const DefaultMaxDelay = 5 * time.Second
 
+// Written is what a handler wrote, for Config.ActualCost.
+type Written struct {
+	// Status is the response's status code (200 when the handler wrote
+	// nothing or did not call WriteHeader, as net/http then answers).
+	Status int
+	// Bytes counts the body bytes the handler wrote.
+	Bytes int64
+}
+
 // Handler is the middleware. It is safe for concurrent use.
 type Handler struct {
 	next     http.Handler
 	cfg      Config
 	nEntries int
 	releaser Releaser // cfg.Checker, when it can release leases
+	charger  Charger  // cfg.Checker, when it can charge
+	settles  bool     // the real cost is settled after the handler
 
 	byRule   cow.Map[*rules.Rule, string] // rendered RateLimit-Policy members of rules
 	policies cow.Map[policyKey, string]   // … of other limits (Config.Concurrency, remote ones)
@@ -167,6 +204,10 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 	if cfg.MaxDelay < 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxDelay %v is negative", cfg.MaxDelay))
 	}
+	charger, canCharge := cfg.Checker.(Charger)
+	if (cfg.ActualCost != nil || cfg.CostReports) && cfg.Checker != nil && !canCharge {
+		errs = append(errs, fmt.Errorf("Config.ActualCost and Config.CostReports need a Checker that can charge (a Charger, such as *service.Engine); %T cannot", cfg.Checker))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("httplimit: New: %w", errors.Join(errs...))
 	}
@@ -176,7 +217,7 @@ func New(next http.Handler, cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	h := &Handler{next: next, cfg: cfg, nEntries: n}
+	h := &Handler{next: next, cfg: cfg, nEntries: n, charger: charger, settles: cfg.ActualCost != nil || cfg.CostReports}
 	h.releaser, _ = cfg.Checker.(Releaser)
 	return h, nil
 }
@@ -191,6 +232,13 @@ type scratch struct {
 	policy  []byte
 	buf     []byte
 	leases  []func(context.Context) error
+	// resp is the Checker's answer and hits what it charged each of its
+	// descriptors, when it admitted the request (charged: for
+	// settleCharge and refundCheck).
+	resp    service.Response
+	hits    uint64
+	charged bool
+	costs   []service.ChargeDescriptor
 }
 
 // slot is one Config.Concurrency entry's acquisition.
@@ -206,9 +254,11 @@ func (s *scratch) reset() {
 	clear(s.entries)
 	clear(s.slots)
 	clear(s.leases)
+	clear(s.costs)
 	s.d.Reset()
-	s.descs, s.entries, s.slots, s.leases = s.descs[:0], s.entries[:0], s.slots[:0], s.leases[:0]
+	s.descs, s.entries, s.slots, s.leases, s.costs = s.descs[:0], s.entries[:0], s.slots[:0], s.leases[:0], s.costs[:0]
 	s.policy, s.buf, s.detail = s.policy[:0], s.buf[:0], ""
+	s.resp, s.hits, s.charged = service.Response{}, 0, false
 }
 
 // ServeHTTP implements http.Handler.
@@ -221,9 +271,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if sc.d.Status != 0 {
 		h.refuse(w, sc)
+		h.refundCheck(r, sc)
 		h.releaseAll(r, sc.leases)
 		sc.reset()
 		scratchPool.Put(sc)
+		return
+	}
+	if h.settles && sc.charged {
+		h.serveSettled(w, r, sc)
 		return
 	}
 	if len(sc.leases) == 0 {
@@ -268,6 +323,7 @@ func (h *Handler) check(w http.ResponseWriter, r *http.Request, sc *scratch) boo
 		return true
 	case <-ctx.Done():
 		t.Stop()
+		h.refundCheck(r, sc)
 		h.releaseAll(r, sc.leases)
 		return false
 	}
@@ -301,6 +357,9 @@ func (h *Handler) checkRates(r *http.Request, sc *scratch) {
 		hits = h.cfg.Cost(r)
 	}
 	resp, err := h.cfg.Checker.Check(r.Context(), service.Request{Domain: h.cfg.Domain, Descriptors: sc.descs, Hits: hits})
+	if err == nil && resp.OverallCode == service.CodeOK && h.charger != nil {
+		sc.resp, sc.hits, sc.charged = resp, max(hits, 1), true // Request.Hits 0 means 1
+	}
 	if err != nil {
 		if h.cfg.OnError != nil {
 			h.cfg.OnError(r, fmt.Errorf("httplimit: check: %w", err))
