@@ -81,8 +81,8 @@ func TestChargeEndpoint(t *testing.T) {
 		{"5", 0},  // into debt
 	} {
 		st := charge(step.hits)
-		if st.Rule != "remote_address" || st.Limit == nil || st.Remaining != step.want || st.Skipped != "" {
-			t.Errorf("charge %s: %+v, want rule remote_address with %d remaining", step.hits, st, step.want)
+		if st.Rule != "remote_address" || st.Limit == nil || st.Remaining == nil || *st.Remaining != step.want || st.ResetAfterMs == nil || st.Skipped != "" {
+			t.Errorf("charge %s: %s, want rule remote_address with %d remaining", step.hits, marshal(st), step.want)
 		}
 		if got := look().Remaining; got != step.want {
 			t.Errorf("check after charge %s: remaining %d, want %d", step.hits, got, step.want)

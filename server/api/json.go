@@ -316,29 +316,15 @@ type ChargeStatus struct {
 	Rule string `json:"rule,omitempty"`
 	// Limit is the limit in force; absent when skipped.
 	Limit *LimitJSON `json:"limit,omitempty"`
-	// Remaining is what the limit admits now (0 in debt). Present exactly
-	// when Limit is.
-	Remaining int64 `json:"remaining,omitempty"`
+	// Remaining is what the limit admits now (0 in debt). Present, zero or
+	// not, exactly when Limit is.
+	Remaining *int64 `json:"remaining,omitempty"`
 	// ResetAfterMs is the time until the full quota is back. Present
 	// exactly when Limit is.
-	ResetAfterMs int64 `json:"reset_after_ms,omitempty"`
+	ResetAfterMs *int64 `json:"reset_after_ms,omitempty"`
 	// Skipped says why nothing was charged: "no_limit" (no rule matches),
 	// "unlimited", or "concurrency" (release the lease instead).
 	Skipped string `json:"skipped,omitempty"`
-}
-
-// MarshalJSON writes remaining and reset_after_ms, zero or not, exactly
-// when a limit applied, as CheckStatus does.
-func (s ChargeStatus) MarshalJSON() ([]byte, error) {
-	type plain ChargeStatus // without this method
-	if s.Limit == nil {
-		return json.Marshal(plain(s))
-	}
-	return json.Marshal(struct {
-		plain
-		Remaining    int64 `json:"remaining"`
-		ResetAfterMs int64 `json:"reset_after_ms"`
-	}{plain(s), s.Remaining, s.ResetAfterMs})
 }
 
 // DecodeChargeRequest reads one ChargeRequest from r, as strictly as
@@ -393,9 +379,8 @@ func EncodeChargeResponse(resp service.Response) ChargeResponse {
 			cs.Rule = s.Rule.ID
 		}
 		if s.Skipped == "" && s.CurrentLimit != nil {
-			cs.Limit = limitJSON(s)
-			cs.Remaining = max(s.Result.Remaining, 0)
-			cs.ResetAfterMs = ms(s.Result.ResetAfter)
+			remaining, reset := max(s.Result.Remaining, 0), ms(s.Result.ResetAfter)
+			cs.Limit, cs.Remaining, cs.ResetAfterMs = limitJSON(s), &remaining, &reset
 		}
 		out.Statuses[i] = cs
 	}
