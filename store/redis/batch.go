@@ -115,7 +115,7 @@ const (
 
 // newRefund builds the group that takes back what r (a modeUndo group that
 // was allowed) charged, at the same instant.
-func (s *Store) newRefund(ops []sluice.Op, r *request) *request {
+func (s *Store) newRefund(r *request) *request {
 	f := &request{mode: modeRefund, now: strconv.FormatInt(r.nowOut, 10), idx: r.idx,
 		keys: r.keys, algs: r.algs, done: make(chan struct{}), sticky: true}
 	f.args = make([]string, 0, len(r.args)+2+len(r.undo))

@@ -29,10 +29,13 @@
 // Ops in different slots (only possible with Redis Cluster) are decided per
 // slot, in parallel, each slot atomically; if any slot denies, the charges
 // made in the other slots are refunded by a second script call and their ops
-// report looks, so the Results are those of an all-or-nothing batch. Between
-// the charge and the refund (one round trip) another request may see those
-// slots' keys charged and be denied although the batch that charged them is
-// finally refused: a race that can only deny too much, never admit too much.
+// report looks, so the Results are those of an all-or-nothing batch. If a
+// slot fails instead (an error, or the caller's context ends), the slots
+// that answered are refunded the same way and the Take returns the failure
+// (see Failure). Between the charge and the refund (one round trip) another
+// request may see those slots' keys charged and be denied although the
+// batch that charged them is finally refused: a race that can only deny too
+// much, never admit too much.
 // A refund puts a key's old state back when nothing else touched it since
 // the charge; otherwise it subtracts the charge from the current state, but
 // only the part of it not yet drained (buckets) or still in the same window,
@@ -51,8 +54,8 @@
 // slots there is no refund for actions, so a batch that spans slots and
 // mixes a Take of cost > 0 with an action is refused (ErrCrossSlotAction);
 // a batch of actions, looks and releases across slots is decided per slot,
-// since none of its ops can be denied. A Take alone on a bucket or window
-// key keeps its fast path.
+// since none of its ops can be denied (if a slot fails, the others stay
+// applied). A Take alone on a bucket or window key keeps its fast path.
 //
 // # Time
 //
@@ -77,6 +80,16 @@
 // node's keys fail at once with an error wrapping sluice.ErrStoreUnavailable.
 // Health reports the breakers. The client reconnects by itself when Redis
 // is back.
+//
+// A Take across cluster slots that fails in one slot first takes back what
+// the other slots charged: slots still queued are dropped unsent, slots in
+// flight are waited for (each call ends within Options.Timeout), and those
+// that were allowed are refunded. The refunds are sent even when the
+// caller's context has ended; the Take waits for them only while that
+// context lasts, and returns the slot's error (with the refunds' errors
+// appended, if they failed, without changing what it wraps). A refund that
+// fails counts in Stats.RefundFailures. The failed slot's own charge, if
+// its script ran after all, stays.
 package redis
 
 import (
@@ -270,6 +283,8 @@ type Store struct {
 	groups      atomic.Uint64
 	opsDecided  atomic.Uint64
 	allots      atomic.Uint64 // allotment requests (allot.go)
+	// refundFailures counts cross-slot refund groups that failed.
+	refundFailures atomic.Uint64
 
 	one   batcher // single node, Sentinel
 	slots []atomic.Pointer[batcher]
@@ -370,12 +385,17 @@ type Stats struct {
 	Groups uint64
 	// Ops is the number of ops they decided.
 	Ops uint64
+	// RefundFailures is the number of refund groups that failed: groups of
+	// a cross-slot Take that was denied or failed in another slot, whose
+	// charges could not be taken back and may remain until they drain.
+	RefundFailures uint64
 }
 
 // Stats returns the store's counters. Groups/Calls is the mean number of
 // Takes coalesced into one call.
 func (s *Store) Stats() Stats {
-	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load()}
+	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load(),
+		RefundFailures: s.refundFailures.Load()}
 }
 
 // Cluster reports whether the store talks to a Redis Cluster.
@@ -476,9 +496,11 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 }
 
 // takeSlots decides a Take whose ops span hash slots: one group per slot,
-// all in parallel, then refunds if any slot denied. A batch that no op can
-// deny (actions, looks and releases) needs no refund: each slot decides
-// its group alone.
+// all in parallel. If any slot denies, or fails (an error, or the caller
+// gives up waiting), the groups that answered and charged are refunded
+// (undo), so that a batch that is not admitted keeps no charge. A batch that
+// no op can deny (actions, looks and releases) needs no refund: each slot
+// decides its group alone, and a slot that fails leaves the others applied.
 func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
 	mode := modeUndo
 	if action, deniable := kinds(ops); action >= 0 {
@@ -500,44 +522,124 @@ func (s *Store) takeSlots(ctx context.Context, ops []sluice.Op, results []sluice
 		}
 		bySlot[sl] = append(bySlot[sl], i)
 	}
+	// Take checked ctx: every group is queued, so that none is sent without
+	// the others being known to undo.
 	reqs := make([]*request, len(order))
+	undoable := make([]bool, len(order))
 	for k, sl := range order {
 		reqs[k] = s.newRequest(ops, bySlot[sl], now, mode)
-		if err := s.submit(ctx, s.slotBatcher(sl), reqs[k]); err != nil {
-			return err
-		}
+		undoable[k] = mode == modeUndo && reqs[k].charged(ops)
+		s.slotBatcher(sl).submit(reqs[k])
 	}
+	var failed error
 	for _, r := range reqs {
-		if err := r.wait(ctx); err != nil {
-			return err
+		if failed = r.wait(ctx); failed != nil {
+			break
 		}
 	}
 	denied := false
 	for _, r := range reqs {
-		denied = denied || r.denied()
+		denied = denied || (failed == nil && r.denied())
 	}
-	var refunds []*request
-	for k, r := range reqs {
-		if denied && !r.denied() && r.charged(ops) {
-			f := s.newRefund(ops, r)
-			if err := s.submit(ctx, s.slotBatcher(order[k]), f); err != nil {
-				return err
-			}
-			refunds = append(refunds, f)
+	if failed == nil && !denied {
+		for _, r := range reqs {
+			r.results(ops, results, true)
 		}
+		return nil
 	}
-	for _, f := range refunds {
-		if err := f.wait(ctx); err != nil {
-			return fmt.Errorf("redis: refund after a denied cross-slot batch (charges may remain): %w", err)
+	u := s.undo(reqs, undoable, order)
+	select {
+	case <-u.done:
+	case <-ctx.Done():
+		// The refunds go on without the caller (see undo).
+		if failed != nil {
+			return failed
 		}
+		return fmt.Errorf("redis: gave up waiting for the refund after a denied cross-slot batch (it is still sent): %w", ctx.Err())
+	}
+	if failed != nil {
+		if u.err != nil {
+			return fmt.Errorf("%w; then refunding the slots that answered failed too (charges may remain): %v", failed, u.err)
+		}
+		return failed
+	}
+	if u.err != nil {
+		return fmt.Errorf("redis: refund after a denied cross-slot batch (charges may remain): %w", u.err)
 	}
 	for _, r := range reqs {
-		r.results(ops, results, !denied)
+		r.results(ops, results, false)
 	}
-	for _, f := range refunds {
-		f.results(ops, results, false)
+	for _, f := range u.refunds {
+		if f != nil {
+			f.results(ops, results, false)
+		}
 	}
 	return nil
+}
+
+// undoing is the refund of a cross-slot batch that was not admitted.
+type undoing struct {
+	refunds []*request // by group, nil where there was nothing to refund
+	err     error      // the refunds that failed, joined
+	done    chan struct{}
+}
+
+// undo takes back, in a goroutine of its own, what the groups reqs of a
+// cross-slot batch charged (undoable[k] says group k may have charged, and
+// order[k] is its slot), once the batch is denied or failed: a group still
+// queued is dropped unsent; one sent is waited for (its call ends within the
+// store timeout), and if it answered and was allowed it is refunded. The
+// refunds are sticky, so they are sent even when the caller has given up;
+// their outcome is in the returned undoing once done is closed, and a refund
+// that fails counts in Stats.RefundFailures. A group that failed itself is
+// not refunded: whether it ran is unknown (see the README on unknown
+// outcomes). The goroutine reads only the requests, never the caller's ops
+// or results, which the caller may reuse once it returns.
+func (s *Store) undo(reqs []*request, undoable []bool, order []int) *undoing {
+	u := &undoing{refunds: make([]*request, len(reqs)), done: make(chan struct{})}
+	pending := make([]bool, len(reqs))
+	for k, r := range reqs {
+		pending[k] = undoable[k] && !r.state.CompareAndSwap(reqQueued, reqAbandoned) && r.state.Load() != reqAbandoned
+	}
+	refund := func(k int) {
+		pending[k] = false
+		if r := reqs[k]; r.err == nil && !r.denied() {
+			u.refunds[k] = s.newRefund(r)
+			s.slotBatcher(order[k]).submit(u.refunds[k])
+		}
+	}
+	go func() {
+		defer close(u.done)
+		// The groups that answered first, then the others as they answer:
+		// the sooner a charge is taken back, the fewer requests it denies.
+		for k, r := range reqs {
+			if pending[k] {
+				select {
+				case <-r.done:
+					refund(k)
+				default:
+				}
+			}
+		}
+		for k, r := range reqs {
+			if pending[k] {
+				<-r.done
+				refund(k)
+			}
+		}
+		var errs []error
+		for _, f := range u.refunds {
+			if f == nil {
+				continue
+			}
+			if <-f.done; f.err != nil {
+				s.refundFailures.Add(1)
+				errs = append(errs, f.err)
+			}
+		}
+		u.err = errors.Join(errs...)
+	}()
+	return u
 }
 
 // kinds returns the index of the first op of ops that is a Charge, Refund

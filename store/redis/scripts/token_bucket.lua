@@ -28,9 +28,12 @@ A[TOKEN_BUCKET] = {
   fresh = function(s, now, p)
     return s.l + s.m * p.interval - now
   end,
+  -- unstep is bucket.lua's on the TAT the state implies (what the charge
+  -- still holds is time, not whole tokens: a token half drained gives back
+  -- its half), kept in the canonical form at rnow.
   unstep = function(s, ours, cost, p, rnow)
-    local held = fdiv(max(ours.l + ours.m * p.interval - rnow, 0), p.interval)
-    s.m = max(s.m - min(cost, held), 0)
+    local held = max(ours.l + ours.m * p.interval - rnow, 0)
+    tokens_at(s, max(s.l + s.m * p.interval - min(cost * p.interval, held), 0), rnow, p)
   end,
   -- charge and refund are algorithm.ChargeTokens and RefundTokens.
   charge = function(s, now, cost, p)
