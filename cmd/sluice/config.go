@@ -138,7 +138,7 @@ type tenantsConfig struct {
 	Resync time.Duration
 	// AdminTokenFile lists the admin API's bearer tokens; with no tokens
 	// (file or SLUICE_ADMIN_TOKEN / SLUICE_ADMIN_READONLY_TOKEN) the admin
-	// API is off, and so is POST /v1/charge (it needs a read-write token).
+	// API is off, and so is POST /v1/charge (it needs a read-write or charge token).
 	AdminTokenFile string
 }
 
@@ -202,7 +202,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tenants.PostgresURL, "postgres-url", c.Tenants.PostgresURL, "PostgreSQL URL of tenant quotas (prefer SLUICE_POSTGRES_URL); empty: tenants off")
 	fs.BoolVar(&c.Tenants.Migrate, "migrate", c.Tenants.Migrate, "apply the PostgreSQL schema migrations at start (as sluice migrate does)")
 	fs.DurationVar(&c.Tenants.Resync, "tenants-resync", c.Tenants.Resync, "period of the full reload of tenant records (backs up LISTEN/NOTIFY)")
-	fs.StringVar(&c.Tenants.AdminTokenFile, "admin-token-file", c.Tenants.AdminTokenFile, "file of admin API bearer tokens, lines of: <name> <rw|ro> <token>; none: admin API and POST /v1/charge off")
+	fs.StringVar(&c.Tenants.AdminTokenFile, "admin-token-file", c.Tenants.AdminTokenFile, "file of admin API bearer tokens, lines of: <name> <rw|ro|charge> <token> (charge: only POST /v1/charge); none: admin API and POST /v1/charge off")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")

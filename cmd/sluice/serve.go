@@ -240,9 +240,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		RuleSwitch:      s.ruleSwitch,
 	}
 	if toks.Len() > 0 {
-		// A charge can refund quota: like the admin API's writes, it
-		// needs a read-write admin token, and is off without tokens.
-		aopts.Charger, aopts.ChargeAuth = s.engine, toks.Write()
+		// A charge can refund quota: it needs a read-write or a
+		// charge-only admin token, and is off without tokens.
+		aopts.Charger, aopts.ChargeAuth = s.engine, toks.Charge()
 	}
 	h, err := api.New(aopts)
 	if err != nil {

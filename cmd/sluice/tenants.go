@@ -36,12 +36,12 @@ func adminTokens(file string, getenv env) (*admin.Tokens, error) {
 		toks = t
 	}
 	if v := getenv(envAdminToken); v != "" {
-		if err := toks.Add("env", true, v); err != nil {
+		if err := toks.Add("env", admin.ReadWrite, v); err != nil {
 			return nil, fmt.Errorf("%s: %w", envAdminToken, err)
 		}
 	}
 	if v := getenv(envAdminReadonlyToken); v != "" {
-		if err := toks.Add("env-readonly", false, v); err != nil {
+		if err := toks.Add("env-readonly", admin.ReadOnly, v); err != nil {
 			return nil, fmt.Errorf("%s: %w", envAdminReadonlyToken, err)
 		}
 	}

@@ -153,10 +153,15 @@ func (h *handler) routes() []route {
 }
 
 // auth admits a request with a valid token: 401 without one, 403 for a
-// read-only token on an endpoint that writes.
+// read-only token on an endpoint that writes and for a charge-only token
+// on any admin endpoint.
 func (h *handler) auth(write bool, f func(w http.ResponseWriter, r *http.Request, actor string)) http.Handler {
+	n := needRead
+	if write {
+		n = needWrite
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if name, ok := h.opts.Tokens.authorize(w, r, write); ok {
+		if name, ok := h.opts.Tokens.authorize(w, r, n); ok {
 			f(w, r, name)
 		}
 	})

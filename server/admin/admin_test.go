@@ -22,8 +22,9 @@ import (
 )
 
 const (
-	rwToken = "rw-token-0123456789abcdef"
-	roToken = "ro-token-0123456789abcdef"
+	rwToken     = "rw-token-0123456789abcdef"
+	roToken     = "ro-token-0123456789abcdef"
+	chargeToken = "charge-token-0123456789abcdef"
 )
 
 const testRules = `
@@ -84,8 +85,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	toks := &Tokens{}
-	_ = toks.Add("alice", true, rwToken)
-	_ = toks.Add("reader", false, roToken)
+	_ = toks.Add("alice", ReadWrite, rwToken)
+	_ = toks.Add("reader", ReadOnly, roToken)
 	h, err := New(Options{Tokens: toks, Store: e.store, Rules: func() *rules.Snapshot { return snap }, Checker: e.eng, Counters: e.eng})
 	if err != nil {
 		t.Fatal(err)
@@ -295,32 +296,78 @@ func TestAdmin(t *testing.T) {
 }
 
 func TestTokens(t *testing.T) {
-	toks, err := ParseTokens([]byte("# admins\nalice rw " + rwToken + "\n\nreader ro " + roToken + "\n"))
-	if err != nil || toks.Len() != 2 {
+	toks, err := ParseTokens([]byte("# admins\nalice rw " + rwToken + "\n\nreader ro " + roToken + "\nbilling charge " + chargeToken + "\n"))
+	if err != nil || toks.Len() != 3 {
 		t.Fatalf("ParseTokens = %d tokens, %v", toks.Len(), err)
 	}
 	for _, tc := range []struct {
-		header      string
-		name        string
-		write, want bool
+		header string
+		name   string
+		access Access
+		want   bool
 	}{
-		{"Bearer " + rwToken, "alice", true, true},
-		{"Bearer " + roToken, "reader", false, true},
-		{"Bearer " + rwToken + "x", "", false, false},
-		{rwToken, "", false, false},
-		{"", "", false, false},
-		{"Basic " + base64.StdEncoding.EncodeToString([]byte("anyone:"+roToken)), "reader", false, true},
-		{"Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+roToken+"x")), "", false, false},
-		{"Basic !!!", "", false, false},
+		{"Bearer " + rwToken, "alice", ReadWrite, true},
+		{"Bearer " + roToken, "reader", ReadOnly, true},
+		{"Bearer " + chargeToken, "billing", ChargeOnly, true},
+		{"Bearer " + rwToken + "x", "", 0, false},
+		{rwToken, "", 0, false},
+		{"", "", 0, false},
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("anyone:"+roToken)), "reader", ReadOnly, true},
+		{"Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+roToken+"x")), "", 0, false},
+		{"Basic !!!", "", 0, false},
 	} {
-		name, write, ok := toks.check(tc.header)
-		if name != tc.name || write != tc.write || ok != tc.want {
-			t.Errorf("check(%q) = %q, %v, %v; want %q, %v, %v", tc.header, name, write, ok, tc.name, tc.write, tc.want)
+		name, access, ok := toks.check(tc.header)
+		if name != tc.name || access != tc.access || ok != tc.want {
+			t.Errorf("check(%q) = %q, %v, %v; want %q, %v, %v", tc.header, name, access, ok, tc.name, tc.access, tc.want)
 		}
 	}
 	_, err = ParseTokens([]byte("bob admin supersecretvalue0123456789\ncarol rw short\n"))
 	if err == nil || strings.Contains(err.Error(), "supersecret") || !strings.Contains(err.Error(), "line 1") || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("ParseTokens errors = %v; want lines 1 and 2 named, no token", err)
+	}
+}
+
+// TestAccessMatrix: what each kind of token may do, through the three
+// guards that use tokens (the admin API's reads and writes, POST
+// /v1/charge's Charge, the dashboard's Read).
+func TestAccessMatrix(t *testing.T) {
+	toks, err := ParseTokens([]byte("alice rw " + rwToken + "\nreader ro " + roToken + "\nbilling charge " + chargeToken + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h := &handler{opts: Options{Tokens: toks}}
+	reach := func(w http.ResponseWriter, _ *http.Request, _ string) { w.WriteHeader(http.StatusTeapot) }
+	guards := []struct {
+		name string
+		h    http.Handler
+	}{
+		{"admin read", h.auth(false, reach)},
+		{"admin write", h.auth(true, reach)},
+		{"charge", toks.Charge()(ok)},
+		{"dashboard", toks.Read()(ok)},
+	}
+	want := map[string][4]int{ // per guard, in the order above
+		rwToken:     {http.StatusTeapot, http.StatusTeapot, http.StatusTeapot, http.StatusTeapot},
+		roToken:     {http.StatusTeapot, http.StatusForbidden, http.StatusForbidden, http.StatusTeapot},
+		chargeToken: {http.StatusForbidden, http.StatusForbidden, http.StatusTeapot, http.StatusForbidden},
+		"":          {http.StatusUnauthorized, http.StatusUnauthorized, http.StatusUnauthorized, http.StatusUnauthorized},
+	}
+	for tok, codes := range want {
+		for i, g := range guards {
+			req := httptest.NewRequest(http.MethodPost, "/x", nil)
+			if tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			rec := httptest.NewRecorder()
+			g.h.ServeHTTP(rec, req)
+			if rec.Code != codes[i] {
+				t.Errorf("%s with token %.6s…: status %d, want %d", g.name, tok, rec.Code, codes[i])
+			}
+			if strings.Contains(rec.Body.String(), tok) && tok != "" {
+				t.Errorf("%s: the answer contains the token", g.name)
+			}
+		}
 	}
 }
 

@@ -28,7 +28,45 @@ type Tokens struct {
 type token struct {
 	name   string
 	digest [sha256.Size]byte
-	write  bool
+	access Access
+}
+
+// Access is what a token may do.
+type Access uint8
+
+const (
+	// ReadOnly reads the admin API and the dashboard ("ro" in a token file).
+	ReadOnly Access = iota
+	// ReadWrite also changes things: quotas, switches, resets, and POST
+	// /v1/charge ("rw").
+	ReadWrite
+	// ChargeOnly may only settle costs through POST /v1/charge, and read or
+	// change nothing else ("charge"): the token to give a service that
+	// reports its real costs, so it cannot rewrite anybody's quota.
+	ChargeOnly
+)
+
+// String returns the access's token-file spelling: "ro", "rw" or "charge".
+func (a Access) String() string {
+	switch a {
+	case ReadOnly:
+		return "ro"
+	case ReadWrite:
+		return "rw"
+	case ChargeOnly:
+		return "charge"
+	}
+	return "unknown"
+}
+
+// parseAccess reads a token file's access field.
+func parseAccess(s string) (Access, bool) {
+	for _, a := range []Access{ReadOnly, ReadWrite, ChargeOnly} {
+		if s == a.String() {
+			return a, true
+		}
+	}
+	return 0, false
 }
 
 // Len returns the number of tokens.
@@ -39,10 +77,10 @@ func (t *Tokens) Len() int {
 	return len(t.entries)
 }
 
-// Add adds a token named name (the actor in audit rows); write allows
-// changes, otherwise the token only reads. The token must be at least
-// MinTokenLen bytes of printable ASCII without spaces.
-func (t *Tokens) Add(name string, write bool, tok string) error {
+// Add adds a token named name (the actor in audit rows) with the given
+// access. The token must be at least MinTokenLen bytes of printable ASCII
+// without spaces.
+func (t *Tokens) Add(name string, access Access, tok string) error {
 	if name == "" || strings.ContainsAny(name, " \t\r\n") {
 		return fmt.Errorf("token name %q: want one word", name)
 	}
@@ -54,16 +92,20 @@ func (t *Tokens) Add(name string, write bool, tok string) error {
 			return fmt.Errorf("token %q: want printable ASCII without spaces", name)
 		}
 	}
-	t.entries = append(t.entries, token{name: name, digest: sha256.Sum256([]byte(tok)), write: write})
+	if access.String() == "unknown" {
+		return fmt.Errorf("token %q: unknown access %d", name, access)
+	}
+	t.entries = append(t.entries, token{name: name, digest: sha256.Sum256([]byte(tok)), access: access})
 	return nil
 }
 
 // ParseTokens reads a token file: one token per line as
 //
-//	<name> <rw|ro> <token>
+//	<name> <rw|ro|charge> <token>
 //
-// where rw may change things and ro only read; blank lines and lines
-// starting with # are ignored. Errors name the line, never the token.
+// where rw may change things, ro only read, and charge only settle costs
+// (POST /v1/charge; see Access); blank lines and lines starting with # are
+// ignored. Errors name the line, never the token.
 func ParseTokens(data []byte) (*Tokens, error) {
 	if len(data) > maxTokenFile {
 		return nil, fmt.Errorf("token file larger than %d bytes", maxTokenFile)
@@ -79,19 +121,15 @@ func ParseTokens(data []byte) (*Tokens, error) {
 		}
 		f := strings.Fields(s)
 		if len(f) != 3 {
-			errs = append(errs, fmt.Errorf("line %d: want <name> <rw|ro> <token>, got %d fields", line, len(f)))
+			errs = append(errs, fmt.Errorf("line %d: want <name> <rw|ro|charge> <token>, got %d fields", line, len(f)))
 			continue
 		}
-		var write bool
-		switch f[1] {
-		case "rw":
-			write = true
-		case "ro":
-		default:
-			errs = append(errs, fmt.Errorf("line %d: access %q, want rw or ro", line, f[1]))
+		access, ok := parseAccess(f[1])
+		if !ok {
+			errs = append(errs, fmt.Errorf("line %d: access %q, want rw, ro or charge", line, f[1]))
 			continue
 		}
-		if err := t.Add(f[0], write, f[2]); err != nil {
+		if err := t.Add(f[0], access, f[2]); err != nil {
 			errs = append(errs, fmt.Errorf("line %d: %w", line, err))
 		}
 	}
@@ -121,16 +159,16 @@ func LoadTokens(path string) (*Tokens, error) {
 // Besides "Bearer <token>" it takes HTTP Basic credentials whose password
 // is the token (the user name is ignored), which is what a browser sends
 // for the dashboard.
-func (t *Tokens) check(header string) (name string, write, ok bool) {
+func (t *Tokens) check(header string) (name string, access Access, ok bool) {
 	if t == nil {
-		return "", false, false
+		return "", 0, false
 	}
 	tok, found := strings.CutPrefix(header, "Bearer ")
 	if !found {
 		r := http.Request{Header: http.Header{"Authorization": {header}}}
 		_, pass, basic := r.BasicAuth()
 		if !basic {
-			return "", false, false
+			return "", 0, false
 		}
 		tok = pass
 	}
@@ -138,53 +176,92 @@ func (t *Tokens) check(header string) (name string, write, ok bool) {
 	for i := range t.entries {
 		e := &t.entries[i]
 		if subtle.ConstantTimeCompare(d[:], e.digest[:]) == 1 {
-			name, write, ok = e.name, e.write, true
+			name, access, ok = e.name, e.access, true
 		}
 	}
-	return name, write, ok
+	return name, access, ok
 }
 
-// authorize admits a request carrying a valid token (a read-write one when
-// write), answering 401 or 403 itself otherwise; it returns the token's
-// name, the actor of audit rows.
-func (t *Tokens) authorize(w http.ResponseWriter, r *http.Request, write bool) (name string, ok bool) {
-	name, canWrite, ok := t.check(r.Header.Get("Authorization"))
+// need is what an endpoint asks of a token.
+type need uint8
+
+const (
+	needRead   need = iota // ReadOnly or ReadWrite
+	needWrite              // ReadWrite
+	needCharge             // ReadWrite or ChargeOnly
+)
+
+// allows reports whether access a satisfies n.
+func (a Access) allows(n need) bool {
+	switch n {
+	case needRead:
+		return a == ReadOnly || a == ReadWrite
+	case needWrite:
+		return a == ReadWrite
+	case needCharge:
+		return a == ReadWrite || a == ChargeOnly
+	}
+	return false
+}
+
+// authorize admits a request carrying a valid token whose access allows n,
+// answering 401 or 403 itself otherwise; it returns the token's name, the
+// actor of audit rows.
+func (t *Tokens) authorize(w http.ResponseWriter, r *http.Request, n need) (name string, ok bool) {
+	name, access, ok := t.check(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 		problem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer <token>)", nil)
 		return "", false
 	}
-	if write && !canWrite {
-		problem(w, http.StatusForbidden, fmt.Sprintf("token %q is read-only", name), nil)
+	if !access.allows(n) {
+		problem(w, http.StatusForbidden, forbidden(name, access), nil)
 		return "", false
 	}
 	return name, true
 }
 
-// Write returns middleware that admits requests carrying a read-write
-// bearer token, and answers 401 without a valid token and 403 for a
-// read-only one. `sluice serve` guards POST /v1/charge with it: a charge
-// can refund quota.
-func (t *Tokens) Write() func(http.Handler) http.Handler {
+// forbidden says why a valid token was refused.
+func forbidden(name string, a Access) string {
+	switch a {
+	case ReadOnly:
+		return fmt.Sprintf("token %q is read-only", name)
+	case ChargeOnly:
+		return fmt.Sprintf("token %q may only charge (POST /v1/charge)", name)
+	}
+	return fmt.Sprintf("token %q may not do this", name)
+}
+
+// Charge returns middleware that admits requests carrying a read-write or
+// a charge-only bearer token, and answers 401 without a valid token and 403
+// for a read-only one. `sluice serve` guards POST /v1/charge with it: a
+// charge can refund quota.
+func (t *Tokens) Charge() func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, ok := t.authorize(w, r, true); ok {
+			if _, ok := t.authorize(w, r, needCharge); ok {
 				next.ServeHTTP(w, r)
 			}
 		})
 	}
 }
 
-// Read returns middleware that admits requests carrying any valid token
-// (read-only or read-write), as a bearer token or as the password of HTTP
-// Basic credentials, and answers 401 otherwise with a Basic challenge, so
-// that a browser asks for the token. The dashboard uses it.
+// Read returns middleware that admits requests carrying a token that may
+// read (read-only or read-write), as a bearer token or as the password of
+// HTTP Basic credentials, and answers 401 otherwise with a Basic challenge,
+// so that a browser asks for the token (403 for a charge-only token). The
+// dashboard uses it.
 func (t *Tokens) Read() func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, _, ok := t.check(r.Header.Get("Authorization")); !ok {
+			name, access, ok := t.check(r.Header.Get("Authorization"))
+			if !ok {
 				w.Header().Set("WWW-Authenticate", `Basic realm="sluice admin", charset="UTF-8"`)
 				problem(w, http.StatusUnauthorized, "a valid admin token is required (Authorization: Bearer <token>, or as the Basic password)", nil)
+				return
+			}
+			if !access.allows(needRead) {
+				problem(w, http.StatusForbidden, forbidden(name, access), nil)
 				return
 			}
 			next.ServeHTTP(w, r)

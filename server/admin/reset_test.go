@@ -171,8 +171,8 @@ func TestReset(t *testing.T) {
 func noStoreHandler(t *testing.T, eng *service.Engine, snap *rules.Snapshot) http.Handler {
 	t.Helper()
 	toks := &Tokens{}
-	_ = toks.Add("alice", true, rwToken)
-	_ = toks.Add("reader", false, roToken)
+	_ = toks.Add("alice", ReadWrite, rwToken)
+	_ = toks.Add("reader", ReadOnly, roToken)
 	h, err := New(Options{Tokens: toks, Rules: func() *rules.Snapshot { return snap }, Checker: eng, Counters: eng})
 	if err != nil {
 		t.Fatal(err)

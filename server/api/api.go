@@ -99,8 +99,8 @@ type Options struct {
 	Charger Charger
 	// ChargeAuth wraps POST /v1/charge: it answers the requests it refuses
 	// itself (401, 403) and passes the others on. Required with Charger;
-	// `sluice serve` uses the read-write admin tokens
-	// (admin.Tokens.Write).
+	// `sluice serve` uses the read-write and charge-only admin tokens
+	// (admin.Tokens.Charge).
 	ChargeAuth func(http.Handler) http.Handler
 }
 

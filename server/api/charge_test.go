@@ -13,8 +13,9 @@ import (
 )
 
 const (
-	rwToken = "rw-token-0123456789abcdef"
-	roToken = "ro-token-0123456789abcdef"
+	rwToken     = "rw-token-0123456789abcdef"
+	roToken     = "ro-token-0123456789abcdef"
+	chargeToken = "charge-token-0123456789abcdef"
 )
 
 // chargeHandler serves the API with charges behind admin tokens, as sluice
@@ -22,13 +23,16 @@ const (
 func chargeHandler(t *testing.T, e *service.Engine) http.Handler {
 	t.Helper()
 	toks := &admin.Tokens{}
-	if err := toks.Add("ops", true, rwToken); err != nil {
+	if err := toks.Add("ops", admin.ReadWrite, rwToken); err != nil {
 		t.Fatal(err)
 	}
-	if err := toks.Add("viewer", false, roToken); err != nil {
+	if err := toks.Add("viewer", admin.ReadOnly, roToken); err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Checker: e, Charger: e, ChargeAuth: toks.Write(), MaxBodyBytes: 1024})
+	if err := toks.Add("billing", admin.ChargeOnly, chargeToken); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Options{Checker: e, Charger: e, ChargeAuth: toks.Charge(), MaxBodyBytes: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +110,7 @@ func TestChargeEndpoint(t *testing.T) {
 		{"no token", "", `{"domain":"edge","hits":1,"descriptors":[` + ip + `]}`, 401, "bearer token is required"},
 		{"wrong token", "nope-nope-nope-nope-nope", `{"domain":"edge","hits":1,"descriptors":[` + ip + `]}`, 401, "bearer token is required"},
 		{"read-only token", roToken, `{"domain":"edge","hits":1,"descriptors":[` + ip + `]}`, 403, "read-only"},
+		{"charge-only token", chargeToken, `{"domain":"edge","hits":0,"descriptors":[` + ip + `]}`, 200, `"statuses"`},
 		{"no hits", rwToken, `{"domain":"edge","descriptors":[` + ip + `]}`, 400, "descriptors[0].hits: missing"},
 		{"hits beyond 2^53", rwToken, `{"domain":"edge","hits":-9007199254740992,"descriptors":[` + ip + `]}`, 400, "hits: -9007199254740992 is beyond"},
 		{"descriptor hits beyond 2^53", rwToken, `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":9007199254740992}]}`, 400, "descriptors[0].hits: 9007199254740992 is beyond"},
