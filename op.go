@@ -28,6 +28,19 @@ type Op struct {
 	// Action says what the op does to its key; the zero value, Take, admits
 	// Cost only if it fits. Charge, Refund and Reset are never denied.
 	Action Action
+	// UndoIfUnknown asks, for a Take of cost > 0, that a charge the caller
+	// could not learn of be taken back: when the store fails the Take with
+	// ErrStoreTimeout (the outcome is unknown) and learns later that the op
+	// was charged after all (a reply that came back late), it refunds the
+	// charge, in the background, as soon as it can. Set it when a Take that
+	// times out is treated as not admitted (denied, or decided elsewhere),
+	// so that the refused request uses no quota; leave it unset when such a
+	// Take is treated as admitted (it paid once). It is a best effort, never
+	// a promise: a store that cannot do it ignores it (store/memory never
+	// times out), and a charge whose outcome the store never learns stays.
+	// It changes nothing in a Take that answers in time. Ignored on
+	// releases, actions and looks.
+	UndoIfUnknown bool
 }
 
 // Action is what an Op does to its key. The zero value is Take.

@@ -43,6 +43,11 @@ type request struct {
 	state atomic.Int32
 	// sticky requests (refunds) are sent even when their caller gives up.
 	sticky bool
+	// unknown[k] says op k has sluice.Op.UndoIfUnknown (a Take of cost > 0):
+	// if its call times out and a late reply says it was charged, it is
+	// refunded (see settleLate). Nil when no op has it; such a group is sent
+	// in modeUndo, so that the refund is exact.
+	unknown []bool
 
 	// Filled in by the batcher before done is closed.
 	nowOut int64
@@ -55,6 +60,7 @@ type request struct {
 	key1 [1]string
 	arg1 [3 + opFields]string
 	res1 [5]int64
+	unk1 [1]bool
 }
 
 func (r *request) n() int { return len(r.keys) }
@@ -79,8 +85,19 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 		r.keys, r.args = make([]string, n), make([]string, 3, 3+n*opFields)
 	}
 	r.args[0], r.args[1], r.args[2] = strconv.Itoa(n), mode, now
+	actions := false
 	for k := range n {
 		op := &ops[r.op(k)]
+		actions = actions || op.Action != sluice.Take
+		if op.UndoIfUnknown && op.Action == sluice.Take && !op.Release && op.Cost > 0 {
+			if r.unknown == nil {
+				r.unknown = r.unk1[:]
+				if n > 1 {
+					r.unknown = make([]bool, n)
+				}
+			}
+			r.unknown[k] = true
+		}
 		r.algs |= 1 << op.Limit.Algorithm
 		r.keys[k] = redisKey(s.prefix, op.Limit.Algorithm, op.Key)
 		cost := strconv.FormatInt(op.Cost, 10)
@@ -103,6 +120,14 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 		}
 		r.args = append(r.args, limitSpec(op.Limit), cost, lease)
 	}
+	switch {
+	case actions:
+		// modeUndo cannot carry actions, so such a group cannot be undone:
+		// its UndoIfUnknown is ignored (the service never mixes them).
+		r.unknown = nil
+	case r.unknown != nil && mode == modeDecide:
+		r.mode, r.args[1] = modeUndo, modeUndo
+	}
 	return r
 }
 
@@ -114,15 +139,35 @@ const (
 )
 
 // newRefund builds the group that takes back what r (a modeUndo group that
-// was allowed) charged, at the same instant.
-func (s *Store) newRefund(r *request) *request {
+// was allowed) charged, at the same instant. With only nil it takes back
+// every charge of r; else only those of the ops k with only[k] (the others
+// look, and the keys only they touched are left as they are).
+func (s *Store) newRefund(r *request, only []bool) *request {
 	f := &request{mode: modeRefund, now: strconv.FormatInt(r.nowOut, 10), idx: r.idx,
 		keys: r.keys, algs: r.algs, done: make(chan struct{}), sticky: true}
 	f.args = make([]string, 0, len(r.args)+2+len(r.undo))
 	f.args = append(f.args, r.args...)
 	f.args[1], f.args[2] = modeRefund, f.now
-	f.args = append(f.args, strconv.Itoa(len(r.undo)/3))
-	f.args = append(f.args, r.undo...)
+	undo := r.undo
+	if only != nil {
+		undo = nil
+		mine := make(map[string]bool, r.n())
+		for k := range r.n() {
+			if only[k] {
+				mine[r.keys[k]] = true
+			} else if c := &f.args[3+k*opFields+1]; *c != "r" {
+				*c = "0" // a look
+			}
+		}
+		for t := 0; t+2 < len(r.undo); t += 3 {
+			// Triples name an op by its 1-based place in the group.
+			if j, err := strconv.Atoi(r.undo[t]); err == nil && j >= 1 && j <= r.n() && mine[r.keys[j-1]] {
+				undo = append(undo, r.undo[t:t+3]...)
+			}
+		}
+	}
+	f.args = append(f.args, strconv.Itoa(len(undo)/3))
+	f.args = append(f.args, undo...)
 	clock := "" // the charge used the given now: so does the refund
 	if r.now == "" {
 		clock = "t" // the charge read Redis TIME: the refund reads it again
@@ -291,11 +336,12 @@ func (s *Store) exec(slot int, batch []*request) {
 	keys := make([]string, 0, nkeys)
 	args := make([]string, 0, nargs+1)
 	args = append(args, s.minTTL, strconv.Itoa(len(batch)))
-	sticky := false
+	sticky, unknown := false, false
 	for _, r := range batch {
 		keys = append(keys, r.keys...)
 		args = append(args, r.args...)
 		sticky = sticky || r.sticky
+		unknown = unknown || r.unknown != nil
 	}
 	s.calls.Add(1)
 	s.groups.Add(uint64(len(batch)))
@@ -313,16 +359,18 @@ func (s *Store) exec(slot int, batch []*request) {
 		}
 	}
 	args = append(args, guard)
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	reply := s.script(algs).Exec(ctx, s.client, keys, args)
-	cancel()
-	took := time.Since(start)
-	vals, err := reply.ToArray()
-	if err != nil {
-		if str, serr := reply.ToString(); serr == nil && str == expiredReply {
-			err = errExpired
-		}
+	var (
+		vals []rueidis.RedisMessage
+		late <-chan rueidis.RedisResult
+	)
+	if unknown && s.lateWait > 0 {
+		vals, late, err = s.execLingering(algs, keys, args)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		vals, err = replyValues(s.script(algs).Exec(ctx, s.client, keys, args))
+		cancel()
 	}
+	took := time.Since(start)
 	if err == nil {
 		if perr := parseReply(vals, batch); perr != nil {
 			err = &replyError{perr}
@@ -345,6 +393,91 @@ func (s *Store) exec(slot int, batch []*request) {
 	}
 	for _, r := range batch {
 		close(r.done)
+	}
+	if late != nil {
+		go s.settleLate(slot, batch, late)
+	}
+}
+
+// replyValues reads a script call's reply: its values, or its error
+// (errExpired when scripts/guard.lua refused to run it).
+func replyValues(reply rueidis.RedisResult) ([]rueidis.RedisMessage, error) {
+	vals, err := reply.ToArray()
+	if err != nil {
+		if str, serr := reply.ToString(); serr == nil && str == expiredReply {
+			err = errExpired
+		}
+	}
+	return vals, err
+}
+
+// execLingering sends a script call that carries groups to undo if unknown.
+// Its Takes wait for the reply s.timeout, exactly as for any call; but when
+// none comes in time, the call is not given up: it goes on waiting, up to
+// s.lateWait more, and the returned channel gets its reply (or its error).
+func (s *Store) execLingering(algs algMask, keys, args []string) ([]rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
+	ch := make(chan rueidis.RedisResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout+s.lateWait)
+		defer cancel()
+		ch <- s.script(algs).Exec(ctx, s.client, keys, args)
+	}()
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case reply := <-ch:
+		vals, err := replyValues(reply)
+		return vals, nil, err
+	case <-t.C:
+		// As a call under a context that timed out would fail.
+		return nil, ch, context.DeadlineExceeded
+	}
+}
+
+// settleLate waits for the late reply of a call whose Takes already failed
+// with sluice.ErrStoreTimeout. For each group the reply says was allowed
+// (charged) and that has ops to undo if unknown, it sends a sticky refund of
+// those ops to the same batch target (slot) and waits for it, within the
+// store timeout. It never touches the requests it was given, which their
+// callers may still read: it decodes the reply into copies. It counts in
+// Stats: LateCharged, LateRefunded, RefundFailures, LateUnknown.
+func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.RedisResult) {
+	vals, err := replyValues(<-late)
+	if errors.Is(err, errExpired) {
+		return // it reached Redis too late and did nothing
+	}
+	if err != nil {
+		s.lateUnknown.Add(1) // no reply even now: the outcome stays unknown
+		return
+	}
+	groups := make([]*request, len(batch))
+	for k, r := range batch {
+		groups[k] = &request{mode: r.mode, now: r.now, idx: r.idx, keys: r.keys, args: r.args,
+			leases: r.leases, algs: r.algs, unknown: r.unknown}
+	}
+	if parseReply(vals, groups) != nil {
+		s.lateUnknown.Add(1)
+		return
+	}
+	b := &s.one
+	if slot >= 0 {
+		b = s.slotBatcher(slot)
+	}
+	var refunds []*request
+	for _, g := range groups {
+		if g.unknown != nil && g.mode == modeUndo && !g.denied() {
+			s.lateCharged.Add(1)
+			f := s.newRefund(g, g.unknown)
+			refunds = append(refunds, f)
+			b.submit(f)
+		}
+	}
+	for _, f := range refunds {
+		if <-f.done; f.err != nil {
+			s.refundFailures.Add(1)
+		} else {
+			s.lateRefunded.Add(1)
+		}
 	}
 }
 

@@ -214,7 +214,19 @@ type Options struct {
 	// Breaker configures the circuit breaker of each node. The zero value
 	// means every default.
 	Breaker BreakerOptions
+	// LateReplyWait is how much longer than Timeout a script call that
+	// carries ops with sluice.Op.UndoIfUnknown goes on waiting for its reply
+	// after its Takes failed with sluice.ErrStoreTimeout, so that a charge
+	// the reply reveals can be refunded (see the README on unknown
+	// outcomes). Calls without such ops are given up at Timeout. Default
+	// DefaultLateReplyWait × Timeout.
+	LateReplyWait time.Duration
 }
+
+// DefaultLateReplyWait is the default Options.LateReplyWait, in multiples
+// of Options.Timeout: as long as the client waits on a hung connection
+// before it closes it.
+const DefaultLateReplyWait = 10
 
 // Validate reports every invalid option (zero values are valid: they mean
 // the defaults). New calls it.
@@ -237,6 +249,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("max in flight %d, want ≥ 1 (0 for the default)", o.MaxInFlight))
+	}
+	if o.LateReplyWait < 0 || o.LateReplyWait > time.Hour {
+		errs = append(errs, fmt.Errorf("late reply wait %v, want between 0 (the default) and 1h", o.LateReplyWait))
 	}
 	errs = append(errs, o.Breaker.validate()...)
 	for i, e := range errs {
@@ -262,6 +277,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
+	if o.LateReplyWait == 0 {
+		o.LateReplyWait = DefaultLateReplyWait * o.Timeout
+	}
 	o.Breaker = o.Breaker.withDefaults()
 	return o
 }
@@ -283,8 +301,14 @@ type Store struct {
 	groups      atomic.Uint64
 	opsDecided  atomic.Uint64
 	allots      atomic.Uint64 // allotment requests (allot.go)
-	// refundFailures counts cross-slot refund groups that failed.
+	// refundFailures counts refund groups that failed (cross-slot and late).
 	refundFailures atomic.Uint64
+	// Late replies (settleLate): groups found charged, refunded, and calls
+	// with no reply even then.
+	lateWait     time.Duration
+	lateCharged  atomic.Uint64
+	lateRefunded atomic.Uint64
+	lateUnknown  atomic.Uint64
 
 	one   batcher // single node, Sentinel
 	slots []atomic.Pointer[batcher]
@@ -346,6 +370,7 @@ func New(opts Options) (*Store, error) {
 		minTTL:      strconv.FormatInt(opts.MinTTL.Milliseconds(), 10),
 		maxBatch:    opts.MaxBatch,
 		maxInFlight: opts.MaxInFlight,
+		lateWait:    opts.LateReplyWait,
 		leases:      mrand.NewChaCha8(seed),
 		stop:        make(chan struct{}),
 	}
@@ -386,16 +411,30 @@ type Stats struct {
 	// Ops is the number of ops they decided.
 	Ops uint64
 	// RefundFailures is the number of refund groups that failed: groups of
-	// a cross-slot Take that was denied or failed in another slot, whose
-	// charges could not be taken back and may remain until they drain.
+	// a cross-slot Take that was denied or failed in another slot, and
+	// late refunds (LateCharged), whose charges could not be taken back
+	// and may remain until they drain.
 	RefundFailures uint64
+	// LateCharged is the number of groups with ops to undo if unknown
+	// (sluice.Op.UndoIfUnknown) whose Take failed with
+	// sluice.ErrStoreTimeout and whose late reply said they were charged.
+	// Each is then refunded: LateRefunded counts those that were, and
+	// RefundFailures those that failed.
+	LateCharged uint64
+	// LateRefunded is the number of late refunds that succeeded.
+	LateRefunded uint64
+	// LateUnknown is the number of script calls carrying ops to undo if
+	// unknown that got no reply within Options.LateReplyWait either (or
+	// one the store could not read): whether they charged stays unknown.
+	LateUnknown uint64
 }
 
 // Stats returns the store's counters. Groups/Calls is the mean number of
 // Takes coalesced into one call.
 func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load(),
-		RefundFailures: s.refundFailures.Load()}
+		RefundFailures: s.refundFailures.Load(), LateCharged: s.lateCharged.Load(),
+		LateRefunded: s.lateRefunded.Load(), LateUnknown: s.lateUnknown.Load()}
 }
 
 // Cluster reports whether the store talks to a Redis Cluster.
@@ -604,7 +643,7 @@ func (s *Store) undo(reqs []*request, undoable []bool, order []int) *undoing {
 	refund := func(k int) {
 		pending[k] = false
 		if r := reqs[k]; r.err == nil && !r.denied() {
-			u.refunds[k] = s.newRefund(r)
+			u.refunds[k] = s.newRefund(r, nil)
 			s.slotBatcher(order[k]).submit(u.refunds[k])
 		}
 	}
