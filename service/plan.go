@@ -270,6 +270,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 	if replacing {
 		e.applyReplaces(sc, &resp)
 	}
+	markUndo(sc, e.cfg.Fallback != nil)
 	if len(sc.ops) > 0 {
 		// One allocation for every key of the request.
 		keys := string(sc.key)
@@ -280,6 +281,29 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		}
 	}
 	return resp
+}
+
+// markUndo sets sluice.Op.UndoIfUnknown on the Takes (of cost > 0) that a
+// store timeout would not leave admitted in the store (see fail): every
+// Take of the request when a limit failing closed (not in shadow mode)
+// would deny it, else those of limits failing to the local fallback, which
+// decides them instead. A Take that fails open keeps the charge the store
+// may have made: the request was admitted and pays once.
+func markUndo(sc *scratch, fallback bool) {
+	denies := false
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		denies = denies || (p.op >= 0 && !p.dropped && !p.shadow && p.mode == rules.FailureClosed)
+	}
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.op < 0 || p.dropped {
+			continue
+		}
+		if op := &sc.ops[p.op]; op.Action == sluice.Take && !op.Release && op.Cost > 0 {
+			op.UndoIfUnknown = denies || (fallback && p.mode == rules.FailureLocal)
+		}
+	}
 }
 
 // applyReplaces drops the limits whose names other matched rules replace.

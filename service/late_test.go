@@ -1,0 +1,169 @@
+package service
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis"
+)
+
+const lateRules = `
+domain: test
+descriptors:
+  - {key: dflt, rate_limit: {unit: hour, requests_per_unit: 4}}
+  - {key: open, rate_limit: {unit: hour, requests_per_unit: 4, failure_mode: open}}
+  - {key: closed, rate_limit: {unit: hour, requests_per_unit: 4, failure_mode: closed}}
+  - {key: local, rate_limit: {unit: hour, requests_per_unit: 4, failure_mode: local}}
+  - {key: shadowclosed, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 4, failure_mode: closed}}
+`
+
+// TestUndoIfUnknownPlanned: the Takes a store timeout would not leave
+// admitted ask the store to undo a charge it learns of late; the others
+// (failing open, looks) do not.
+func TestUndoIfUnknownPlanned(t *testing.T) {
+	over := func(d Descriptor) Descriptor {
+		d.Limit = &LimitOverride{RequestsPerUnit: 9, Unit: "second"}
+		return d
+	}
+	look := func(d Descriptor) Descriptor {
+		d.Hits = u64(0)
+		return d
+	}
+	tests := []struct {
+		name     string
+		dflt     rules.FailureMode
+		fallback bool
+		req      Request
+		want     []bool // per op, in descriptor order
+	}{
+		{"open", rules.FailureOpen, true, req(desc("open", "a")), []bool{false}},
+		{"closed", rules.FailureOpen, true, req(desc("closed", "a")), []bool{true}},
+		{"closed look", rules.FailureOpen, true, req(look(desc("closed", "a"))), []bool{false}},
+		{"local", rules.FailureOpen, true, req(desc("local", "a")), []bool{true}},
+		{"local without a fallback fails open", rules.FailureOpen, false, req(desc("local", "a")), []bool{false}},
+		{"shadow closed does not deny", rules.FailureOpen, true, req(desc("shadowclosed", "a")), []bool{false}},
+		{"a closed limit denies the whole request", rules.FailureOpen, true,
+			req(desc("open", "a"), desc("closed", "a"), desc("local", "a")), []bool{true, true, true}},
+		{"open and local", rules.FailureOpen, true, req(desc("open", "a"), desc("local", "a")), []bool{false, true}},
+		{"default mode closed", rules.FailureClosed, true, req(desc("dflt", "a")), []bool{true}},
+		{"default mode open", rules.FailureOpen, true, req(desc("dflt", "a")), []bool{false}},
+		{"override under default closed", rules.FailureClosed, true, req(over(desc("dflt", "a"))), []bool{true}},
+	}
+	snap, err := rules.Parse("test.yaml", []byte(lateRules), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := &countingStore{}
+			cfg := DefaultConfig()
+			cfg.DefaultFailureMode = tt.dflt
+			h := newHarnessSnap(t, snap, cfg, cs)
+			cs.next = h.store
+			if tt.fallback {
+				h.eng.cfg.Fallback = memory.New(memory.Options{})
+			}
+			h.check(t, tt.req)
+			if len(cs.ops) != 1 || len(cs.ops[0]) != len(tt.want) {
+				t.Fatalf("store saw %v, want one Take of %d ops", cs.ops, len(tt.want))
+			}
+			for i, op := range cs.ops[0] {
+				if op.UndoIfUnknown != tt.want[i] {
+					t.Errorf("op %d (%s): UndoIfUnknown %v, want %v", i, op.Key, op.UndoIfUnknown, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestLateReplyRedis: a request whose store call runs in Redis but answers
+// after the store timeout (a proxy holds the reply) is decided by its
+// failure mode, and the charge made anyway is taken back for closed and
+// local limits, kept for open ones: the quota left afterwards says so.
+func TestLateReplyRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	const timeout = 200 * time.Millisecond
+	patient := redis.BreakerOptions{ConsecutiveTimeouts: 1 << 20, FailureRatio: 1, MinCalls: 1 << 20}
+	st, err := redis.New(redis.Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	snap, err := rules.Parse("test.yaml", []byte(lateRules), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fallback := memory.New(memory.Options{})
+	t.Cleanup(func() { fallback.Close() })
+	cfg := DefaultConfig()
+	cfg.Fallback = fallback
+	eng, err := New(cfg, StaticRules{snap}, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 5 { // load the script, teach the store the node's clock
+		if _, err := eng.Check(ctx, req(desc("open", "warm"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tests := []struct {
+		key      string
+		degraded Degraded
+		code     Code
+		refunded uint64
+		left     int // requests the store admits afterwards
+	}{
+		{"closed", FailedClosed, CodeOverLimit, 1, 4},
+		{"local", Local, CodeOK, 1, 4},
+		{"open", FailedOpen, CodeOK, 0, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			before := st.Stats()
+			proxy.SetReplyDelay(3 * timeout)
+			start := time.Now()
+			resp, err := eng.Check(ctx, req(desc(tt.key, "late")))
+			proxy.SetReplyDelay(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := resp.Statuses[0]; s.Degraded != tt.degraded || resp.OverallCode != tt.code {
+				t.Fatalf("with the reply held: %v, degraded %q; want %v, %q", resp.OverallCode, s.Degraded, tt.code, tt.degraded)
+			}
+			for time.Since(start) < 4*timeout ||
+				st.Stats().LateRefunded-before.LateRefunded < tt.refunded && time.Since(start) < 15*timeout {
+				time.Sleep(10 * time.Millisecond)
+			}
+			got := st.Stats()
+			if d := got.LateRefunded - before.LateRefunded; d != tt.refunded {
+				t.Errorf("LateRefunded +%d, want +%d", d, tt.refunded)
+			}
+			if d := got.RefundFailures - before.RefundFailures; d != 0 {
+				t.Errorf("RefundFailures +%d, want +0", d)
+			}
+			admitted := 0
+			for range 5 {
+				resp, err := eng.Check(ctx, req(desc(tt.key, "late")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := resp.Statuses[0].Degraded; d != NotDegraded {
+					t.Fatalf("the store did not answer: %q", d)
+				}
+				if resp.OverallCode == CodeOK {
+					admitted++
+				}
+			}
+			if admitted != tt.left {
+				t.Errorf("%d of 5 requests admitted after the late reply, want %d (quota 4)", admitted, tt.left)
+			}
+		})
+	}
+}
