@@ -89,7 +89,17 @@
 // context lasts, and returns the slot's error (with the refunds' errors
 // appended, if they failed, without changing what it wraps). A refund that
 // fails counts in Stats.RefundFailures. The failed slot's own charge, if
-// its script ran after all, stays.
+// its script ran after all, is settled like any late reply (below).
+//
+// A call that carries ops with sluice.Op.UndoIfUnknown (their groups are
+// sent in the undo mode of cross-slot batches) is not given up at the
+// timeout: its Takes fail with sluice.ErrStoreTimeout then, as any, but the
+// call goes on waiting up to Options.LateReplyWait for its reply, in the
+// background. If the reply says a group was charged, the charges of its
+// marked ops are refunded by a sticky refund, as a cross-slot batch's are
+// (Stats.LateCharged, LateRefunded, RefundFailures). A call with no reply
+// by then stays unknown (Stats.LateUnknown), and so does a call without
+// such ops: its charge, if it ran, stays until it drains.
 package redis
 
 import (
