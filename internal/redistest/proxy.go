@@ -12,8 +12,10 @@ import (
 // and holds replies for a delay the test sets (SetReplyDelay): with a delay
 // longer than a client's timeout, a command runs in Redis in time but its
 // reply comes back late. Replies keep their order (a reply read after the
-// delay changed waits behind those held before). Safe for concurrent use;
-// it stops when the test ends.
+// delay changed waits behind those held before). The first reply of a
+// connection (the client's handshake) is never held, so that a client
+// dialing while replies are held connects and sends its command. Safe for
+// concurrent use; it stops when the test ends.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -105,11 +107,16 @@ func (p *Proxy) replies(client, server net.Conn) {
 	q := make(chan chunk, 1024)
 	go func() {
 		defer close(q)
-		for {
+		for first := true; ; {
 			buf := make([]byte, 32<<10)
 			n, err := server.Read(buf)
 			if n > 0 {
-				q <- chunk{buf[:n], time.Now().Add(time.Duration(p.delay.Load()))}
+				due := time.Now()
+				if !first {
+					due = due.Add(time.Duration(p.delay.Load()))
+				}
+				first = false
+				q <- chunk{buf[:n], due}
 			}
 			if err != nil {
 				return
