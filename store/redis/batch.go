@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,8 @@ type request struct {
 	sticky bool
 	// unknown[k] says op k has sluice.Op.UndoIfUnknown (a Take of cost > 0):
 	// if its call times out and a late reply says it was charged, it is
-	// refunded (see settleLate). Nil when no op has it; such a group is sent
-	// in modeUndo, so that the refund is exact.
+	// refunded (see settleLate, newLateRefund). Nil when no op has it, and
+	// when the store has no late wait.
 	unknown []bool
 
 	// Filled in by the batcher before done is closed.
@@ -120,15 +121,39 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 		}
 		r.args = append(r.args, limitSpec(op.Limit), cost, lease)
 	}
-	switch {
-	case actions:
-		// modeUndo cannot carry actions, so such a group cannot be undone:
-		// its UndoIfUnknown is ignored (the service never mixes them).
+	if actions || s.lateWait <= 0 {
+		// A group with actions is not settled late (the service never
+		// mixes them with Takes); without a late wait nothing is.
 		r.unknown = nil
-	case r.unknown != nil && mode == modeDecide:
-		r.mode, r.args[1] = modeUndo, modeUndo
 	}
 	return r
+}
+
+// newLateRefund builds the group that gives back what the flagged ops
+// (r.unknown) of r, a group a late reply said was allowed, charged: a
+// Refund of the same cost (never more than the key still holds, see
+// sluice.Refund), or for a concurrency acquire the release of its lease;
+// the other ops look. It carries no Take, so nothing in it can be denied,
+// and it reads the clock the charge read (Redis TIME, or the given now).
+func newLateRefund(r *request) *request {
+	f := &request{mode: modeDecide, now: r.now, idx: r.idx, keys: r.keys, algs: r.algs,
+		done: make(chan struct{}), sticky: true}
+	f.args = append([]string(nil), r.args...)
+	f.args[1] = modeDecide
+	for k := range r.n() {
+		spec, cost := 3+k*opFields, 3+k*opFields+1
+		switch {
+		case !r.unknown[k]:
+			if f.args[cost] != "r" {
+				f.args[cost] = "0" // a look
+			}
+		case strings.HasPrefix(f.args[spec], strconv.Itoa(int(sluice.Concurrency))+":"):
+			f.args[cost] = "r" // release the lease the acquire took
+		default:
+			f.args[cost] = "-" + f.args[cost]
+		}
+	}
+	return f
 }
 
 // Request states.
@@ -139,35 +164,15 @@ const (
 )
 
 // newRefund builds the group that takes back what r (a modeUndo group that
-// was allowed) charged, at the same instant. With only nil it takes back
-// every charge of r; else only those of the ops k with only[k] (the others
-// look, and the keys only they touched are left as they are).
-func (s *Store) newRefund(r *request, only []bool) *request {
+// was allowed) charged, at the same instant.
+func (s *Store) newRefund(r *request) *request {
 	f := &request{mode: modeRefund, now: strconv.FormatInt(r.nowOut, 10), idx: r.idx,
 		keys: r.keys, algs: r.algs, done: make(chan struct{}), sticky: true}
 	f.args = make([]string, 0, len(r.args)+2+len(r.undo))
 	f.args = append(f.args, r.args...)
 	f.args[1], f.args[2] = modeRefund, f.now
-	undo := r.undo
-	if only != nil {
-		undo = nil
-		mine := make(map[string]bool, r.n())
-		for k := range r.n() {
-			if only[k] {
-				mine[r.keys[k]] = true
-			} else if c := &f.args[3+k*opFields+1]; *c != "r" {
-				*c = "0" // a look
-			}
-		}
-		for t := 0; t+2 < len(r.undo); t += 3 {
-			// Triples name an op by its 1-based place in the group.
-			if j, err := strconv.Atoi(r.undo[t]); err == nil && j >= 1 && j <= r.n() && mine[r.keys[j-1]] {
-				undo = append(undo, r.undo[t:t+3]...)
-			}
-		}
-	}
-	f.args = append(f.args, strconv.Itoa(len(undo)/3))
-	f.args = append(f.args, undo...)
+	f.args = append(f.args, strconv.Itoa(len(r.undo)/3))
+	f.args = append(f.args, r.undo...)
 	clock := "" // the charge used the given now: so does the refund
 	if r.now == "" {
 		clock = "t" // the charge read Redis TIME: the refund reads it again
@@ -465,9 +470,9 @@ func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.Redis
 	}
 	var refunds []*request
 	for _, g := range groups {
-		if g.unknown != nil && g.mode == modeUndo && !g.denied() {
+		if g.unknown != nil && !g.denied() {
 			s.lateCharged.Add(1)
-			f := s.newRefund(g, g.unknown)
+			f := newLateRefund(g)
 			refunds = append(refunds, f)
 			b.submit(f)
 		}

@@ -124,7 +124,14 @@ func testingProcs() int { return runtime.GOMAXPROCS(0) }
 
 // BenchmarkStore: decisions through the Store (coalesced into multi-group
 // script calls).
-func BenchmarkStore(b *testing.B) {
+func BenchmarkStore(b *testing.B) { benchStore(b, false) }
+
+// BenchmarkStoreUndoIfUnknown: BenchmarkStore with every op marked
+// UndoIfUnknown, as the engine marks the Takes of closed and local limits:
+// they skip the script's one-op fast path and carry undo triples.
+func BenchmarkStoreUndoIfUnknown(b *testing.B) { benchStore(b, true) }
+
+func benchStore(b *testing.B, undo bool) {
 	addr := benchAddr(b)
 	inflight, _ := strconv.Atoi(os.Getenv("SLUICE_BENCH_INFLIGHT"))
 	batch, _ := strconv.Atoi(os.Getenv("SLUICE_BENCH_BATCH"))
@@ -134,7 +141,7 @@ func BenchmarkStore(b *testing.B) {
 	}
 	defer st.Close()
 	runDecisions(b, addr, func(ctx context.Context, key string) error {
-		ops := [1]sluice.Op{{Key: key, Limit: benchLimit, Cost: 1}}
+		ops := [1]sluice.Op{{Key: key, Limit: benchLimit, Cost: 1, UndoIfUnknown: undo}}
 		var res [1]sluice.Result
 		return st.Take(ctx, ops[:], res[:])
 	})

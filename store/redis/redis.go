@@ -91,13 +91,13 @@
 // fails counts in Stats.RefundFailures. The failed slot's own charge, if
 // its script ran after all, is settled like any late reply (below).
 //
-// A call that carries ops with sluice.Op.UndoIfUnknown (their groups are
-// sent in the undo mode of cross-slot batches) is not given up at the
-// timeout: its Takes fail with sluice.ErrStoreTimeout then, as any, but the
-// call goes on waiting up to Options.LateReplyWait for its reply, in the
-// background. If the reply says a group was charged, the charges of its
-// marked ops are refunded by a sticky refund, as a cross-slot batch's are
-// (Stats.LateCharged, LateRefunded, RefundFailures). A call with no reply
+// A call that carries ops with sluice.Op.UndoIfUnknown is not given up at
+// the timeout: its Takes fail with sluice.ErrStoreTimeout then, as any, but
+// the call goes on waiting up to Options.LateReplyWait for its reply, in the
+// background. If the reply says a group was charged, its marked ops are
+// given back by a sticky group of sluice.Refund actions of the same costs
+// (releases for concurrency acquires) (Stats.LateCharged, LateRefunded,
+// RefundFailures). A call with no reply
 // by then stays unknown (Stats.LateUnknown), and so does a call without
 // such ops: its charge, if it ran, stays until it drains.
 package redis
@@ -653,7 +653,7 @@ func (s *Store) undo(reqs []*request, undoable []bool, order []int) *undoing {
 	refund := func(k int) {
 		pending[k] = false
 		if r := reqs[k]; r.err == nil && !r.denied() {
-			u.refunds[k] = s.newRefund(r, nil)
+			u.refunds[k] = s.newRefund(r)
 			s.slotBatcher(order[k]).submit(u.refunds[k])
 		}
 	}
