@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
@@ -72,28 +73,32 @@ func DecodeReset(body []byte) (rr ResetRequest, req *service.Request, err error)
 	case !one:
 		bad("tenant", "required (or domain and descriptor, for one key)")
 	default:
-		lim := service.DefaultLimits()
-		switch {
-		case rr.Domain == "":
-			bad("domain", "required with descriptor")
-		case len(rr.Domain) > lim.MaxKeyBytes:
-			bad("domain", "longer than %d bytes", lim.MaxKeyBytes)
+		// The sizes a check may have (service.Limits' defaults), named in
+		// this body's spelling.
+		var lim service.Limits
+		overLimit := func(err error) {
+			var le *service.LimitError
+			if errors.As(err, &le) {
+				field := strings.Replace(le.Field, "descriptors[0].entries", "descriptor", 1)
+				bad(field, "%s", strings.TrimPrefix(le.Error(), le.Field+": "))
+			}
 		}
-		switch {
-		case len(rr.Descriptor) == 0:
+		if rr.Domain == "" {
+			bad("domain", "required with descriptor")
+		} else {
+			overLimit(lim.CheckDomain(rr.Domain))
+		}
+		if len(rr.Descriptor) == 0 {
 			bad("descriptor", "required with domain: at least one entry")
-		case len(rr.Descriptor) > lim.MaxEntries:
-			bad("descriptor", "%d entries; at most %d", len(rr.Descriptor), lim.MaxEntries)
+		} else {
+			overLimit(lim.CheckEntries(0, len(rr.Descriptor), func(j int) (string, string) {
+				return rr.Descriptor[j].Key, rr.Descriptor[j].Value
+			}))
 		}
 		d := service.Descriptor{Hits: new(uint64)}
 		for i, e := range rr.Descriptor {
-			switch {
-			case e.Key == "":
+			if e.Key == "" {
 				bad(fmt.Sprintf("descriptor[%d].key", i), "empty")
-			case len(e.Key) > lim.MaxKeyBytes:
-				bad(fmt.Sprintf("descriptor[%d].key", i), "longer than %d bytes", lim.MaxKeyBytes)
-			case len(e.Value) > lim.MaxValueBytes:
-				bad(fmt.Sprintf("descriptor[%d].value", i), "longer than %d bytes", lim.MaxValueBytes)
 			}
 			d.Entries = append(d.Entries, rules.Entry{Key: e.Key, Value: e.Value})
 		}
