@@ -257,3 +257,37 @@ func TestDecodeInvalidation(t *testing.T) {
 		}
 	}
 }
+
+// An ACL user allowed every key and command but no Pub/Sub channel (Redis
+// 7's default for new users) still resets and refunds: the announcement
+// is skipped, the write is not refused.
+func TestInvalidationsWithoutChannelPermission(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := srv.Do("ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels"); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	s, err := New(Options{URL: "redis://nochan:pw@" + srv.Addr() + "/0", Prefix: fmt.Sprintf("t%x:", rand.Uint64()), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("New as nochan: %v", err)
+	}
+	defer s.Close()
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 2, Window: time.Hour}
+	ctx := context.Background()
+	res := make([]sluice.Result, 1)
+	for range 2 {
+		if err := s.Take(ctx, []sluice.Op{{Key: "k", Limit: lim, Cost: 1}}, res); err != nil || !res[0].Allowed {
+			t.Fatalf("take: %+v, %v", res[0], err)
+		}
+	}
+	for _, op := range []sluice.Op{
+		{Key: "k", Limit: lim, Cost: 1, Action: sluice.Refund},
+		{Key: "k", Limit: lim, Action: sluice.Reset},
+	} {
+		if err := s.Take(ctx, []sluice.Op{op}, res); err != nil {
+			t.Fatalf("%v without channel permission: %v, want applied", op.Action, err)
+		}
+		if res[0].Remaining < 1 {
+			t.Errorf("%v: Remaining %d, want ≥ 1 (applied)", op.Action, res[0].Remaining)
+		}
+	}
+}

@@ -22,7 +22,8 @@
 -- ops of cost > 0 and Reset ops of groups that were not denied changed,
 -- each once, as one message of "<length>:<key>" items (Redis keys, in no
 -- particular order), so that every instance's cache of denials forgets them
--- (invalidate.go). Nothing is published for a call that changed none.
+-- (invalidate.go). Nothing is published for a call that changed none, and
+-- a PUBLISH that fails (an ACL without the channel) fails nothing else.
 --
 -- Reply, per group: one string of packed little-endian doubles, now and
 -- then reason, remaining, resetAfter, retryAfter, delay for each op (cheaper
@@ -462,6 +463,8 @@ for _ = 1, tonumber(ARGV[3]) do
   kbase = kbase + n
 end
 if #gave > 0 and channel ~= '' then
-  call('PUBLISH', channel, table.concat(gave))
+  -- pcall: an ACL user without the channel's permission still resets and
+  -- refunds (unannounced) rather than failing them.
+  redis.pcall('PUBLISH', channel, table.concat(gave))
 end
 return out
