@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/hybrid"
+	"github.com/sluice-rl/sluice/store/redis"
 )
 
 // globalStore is what the Redis side of `sluice serve` offers: decisions,
@@ -21,18 +24,27 @@ type globalStore interface {
 // placedRedis builds the store of `sluice serve --store redis`: rules placed
 // global go to Redis, hybrid ones to a hybrid store over it, local ones to
 // the in-process store local; both Redis paths pass through the denied-key
-// cache when cfg enables it. It registers the metrics of the cache and the
-// hybrid store on reg and returns what must be closed (the hybrid store
-// gives back its allotments).
+// cache when cfg enables it, following g's announcements of refunds and
+// resets (sluice.Invalidator) so that one done through any instance frees
+// the key on every instance. It registers the metrics of the cache and the
+// hybrid store on reg and returns what must be closed (the caches stop
+// following, the hybrid store gives back its allotments).
 func placedRedis(g globalStore, local sluice.Store, cfg redisConfig, reg prometheus.Registerer) (sluice.Store, io.Closer, error) {
 	h, err := hybrid.New(g, hybrid.Options{Horizon: cfg.HybridHorizon})
 	if err != nil {
 		return nil, nil, err
 	}
 	var global, hyb sluice.Store = g, h
+	var closer io.Closer = h
 	if cfg.DeniedCache != "off" {
-		dg := hybrid.NewDenied(g, hybrid.DeniedOptions{})
-		dh := hybrid.NewDenied(h, hybrid.DeniedOptions{})
+		inv, _ := g.(sluice.Invalidator)
+		dg := hybrid.NewDenied(g, hybrid.DeniedOptions{Invalidator: inv})
+		dh := hybrid.NewDenied(h, hybrid.DeniedOptions{Invalidator: inv})
+		closer = closerFunc(func() error {
+			dg.Close()
+			dh.Close()
+			return h.Close()
+		})
 		global = &clusterGate{on: dg, off: g, g: g, always: cfg.DeniedCache == "on"}
 		hyb = &clusterGate{on: dh, off: h, g: g, always: cfg.DeniedCache == "on"}
 		hits := func() float64 { return float64(dg.Stats().Hits + dh.Stats().Hits) }
@@ -57,7 +69,7 @@ func placedRedis(g globalStore, local sluice.Store, cfg redisConfig, reg prometh
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hybrid_units_voided_total",
 			Help: "Allotted units that expired unspent."}, st(func(s hybrid.Stats) uint64 { return s.Voided })),
 	)
-	return &service.Placed{Global: global, Hybrid: hyb, Local: local}, h, nil
+	return &service.Placed{Global: global, Hybrid: hyb, Local: local}, closer, nil
 }
 
 // clusterGate uses the denied-key cache unless the global store is a Redis
@@ -74,6 +86,36 @@ func (c *clusterGate) Take(ctx context.Context, ops []sluice.Op, results []sluic
 		return c.on.Take(ctx, ops, results)
 	}
 	return c.off.Take(ctx, ops, results)
+}
+
+// Keys lists the keys of the store behind the cache (sluice.KeyLister), so
+// that tenant resets and usage work through it.
+func (c *clusterGate) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
+	kl, ok := c.off.(sluice.KeyLister)
+	if !ok {
+		return nil, false, fmt.Errorf("store %T: %w", c.off, service.ErrNoKeyLister)
+	}
+	return kl.Keys(ctx, prefix, max)
+}
+
+// Invalidations follows the real store's announcements once connected
+// (sluice.Invalidator); until then there is nothing to hear, and the first
+// thing heard once connected is to drop everything.
+func (c *connectingStore) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s := c.current(); s != nil {
+			return s.Invalidations(ctx, fn)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return redis.ErrClosed
+		case <-t.C:
+		}
+	}
 }
 
 // Allot passes to the real store once connected, else fails.
