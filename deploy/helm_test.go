@@ -381,8 +381,9 @@ func TestChartBadValues(t *testing.T) {
 		vals map[string]any
 		want string
 	}{
-		{map[string]any{"store": "etcd"}, `store: "etcd" is not memory or redis`},
-		{map[string]any{"defaultFailureMode": "maybe"}, `defaultFailureMode: "maybe"`},
+		{map[string]any{"store": "etcd"}, `at '/store': value must be one of 'memory', 'redis'`},
+		{map[string]any{"defaultFailureMode": "maybe"}, `at '/defaultFailureMode'`},
+		{map[string]any{"replicaCount": "three"}, `at '/replicaCount'`},
 		{map[string]any{"secrets": map[string]any{"redisURL": ""}}, "store redis needs secrets.redisURL"},
 		{map[string]any{"replicas": 3}, "replicas"},
 	} {
