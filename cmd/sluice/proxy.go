@@ -48,7 +48,7 @@ func (s *specList) Set(v string) error {
 func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	var (
 		configFile, upstream, rulesDir, rlsAddr, listen, domain, trusted, algo, logLevel string
-		metricsAddr, shedRedis                                                           string
+		metricsAddr, shedRedis, failureMode                                              string
 		descriptors                                                                      specList
 		legacy, failClosed                                                               bool
 		maxDelay                                                                         time.Duration
@@ -65,7 +65,8 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.StringVar(&trusted, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/Forwarded are believed (default: none)")
 	fs.Var(&descriptors, "descriptor", "descriptor spec, repeatable: key=ip|ipnet:V4:V6|route|method|header:NAME|static:VALUE[, …] (default remote_address=ip)")
 	fs.BoolVar(&legacy, "legacy-headers", false, "also send X-RateLimit-Limit/-Remaining/-Reset/-Used")
-	fs.BoolVar(&failClosed, "fail-closed", false, "answer 503 when the limiter cannot decide (default: let requests through)")
+	fs.BoolVar(&failClosed, "fail-closed", false, "same as --failure-mode closed")
+	fs.StringVar(&failureMode, "failure-mode", "", "when the limiter cannot decide (--rls unreachable): open lets requests through, closed answers 503 (default open)")
 	fs.DurationVar(&maxDelay, "max-delay", 0, "longest leaky_bucket queueing delay before answering 503 (default 5s)")
 	fs.Int64Var(&inflight, "max-inflight", 0, "shed (503) requests beyond this many in flight through the proxy; 0: no limit")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the load shedder's) at /metrics on this address; default off")
@@ -122,6 +123,14 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if set["fail-closed"] {
 		cfg.FailClosed = failClosed
 	}
+	if set["failure-mode"] {
+		switch failureMode {
+		case "open", "closed":
+			cfg.FailClosed = failureMode == "closed"
+		default:
+			return fmt.Errorf("proxy: --failure-mode: %q, want open or closed: %w", failureMode, errUsage)
+		}
+	}
 	if set["max-delay"] {
 		cfg.MaxDelay = maxDelay
 	}
@@ -159,6 +168,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	var checker httplimit.Checker
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	var rls *rlsState
 	if cfg.RLS != "" {
 		conn, err := grpc.NewClient(cfg.RLS, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -166,6 +176,10 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		}
 		defer conn.Close()
 		checker = remote.New(conn, remote.Options{})
+		// Say at start whether the service answers, and then on each change.
+		rls = &rlsState{addr: cfg.RLS, failClosed: cfg.FailClosed, log: log.With("component", "rls")}
+		rls.probe(ctx, conn, 2*time.Second)
+		go rls.watch(wctx, conn)
 	} else {
 		watcher, err := watch.New(cfg.Rules, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
 		if err != nil {
@@ -195,13 +209,18 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		defer rs.Close()
 		sopts.Store = rs
 	}
+	failed := &sampledWarn{log: glog, period: 10 * time.Second}
 	handler, shedder, err := gateway.NewHandler(cfg, checker, store, sopts, func(r *http.Request, err error) {
-		glog.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		failed.warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	})
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
-	stopShed, err := startShed(wctx, cfg, shedder, glog)
+	var readyz http.Handler
+	if rls != nil {
+		readyz = rls
+	}
+	stopShed, err := startShed(wctx, cfg, shedder, glog, readyz)
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}

@@ -121,6 +121,12 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		usage(stderr)
+		// The flags every action takes; `sluice quota ACTION -h` lists the action's own too.
+		common := flag.NewFlagSet("quota", flag.ContinueOnError)
+		new(adminClient).flags(common)
+		common.SetOutput(stderr)
+		fmt.Fprintln(stderr, "\nFlags of every action (sluice quota ACTION -h for the action's own):")
+		common.PrintDefaults()
 		if len(args) == 0 {
 			return fmt.Errorf("quota: no action given: %w", errUsage)
 		}

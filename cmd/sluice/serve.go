@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -144,6 +146,10 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
 	if err != nil {
+		if _, statErr := os.Stat(cfg.Rules.Dir); errors.Is(statErr, fs.ErrNotExist) && cfg.Rules.Dir == defaultServeConfig().Rules.Dir {
+			// The default names the repository's examples: say what to pass elsewhere.
+			return nil, fmt.Errorf("serve: no rule directory %s here (the default works in a checkout of Sluice): pass --rules DIR or set SLUICE_RULES: %w", cfg.Rules.Dir, errUsage)
+		}
 		return nil, fmt.Errorf("serve: rules: %w", err)
 	}
 
