@@ -36,7 +36,7 @@ const DefaultDeniedKeys = 1 << 16
 // operator's reset of a key done elsewhere (Forget it). Charges, refunds
 // and resets (sluice.Action) that go through the cache always reach the
 // next store; a refund or reset forgets the key's denial, and no denial
-// decided while one was under way is remembered. The README states where
+// decided while one was under way is remembered. docs/stores.md states where
 // the cache is on by default.
 //
 // A cached denial's Result is the store's, with RetryAfter and ResetAfter
