@@ -184,7 +184,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen.TLS.Key, "tls-key", c.Listen.TLS.Key, "PEM private key of --tls-cert")
 	fs.StringVar(&c.Listen.TLS.ClientCA, "tls-client-ca", c.Listen.TLS.ClientCA, "PEM CA certificates: require client certificates signed by them (mutual TLS)")
 	fs.StringVar(&c.Store.Kind, "store", c.Store.Kind, "where counters live: memory or redis")
-	fs.IntVar(&c.Store.Memory.MaxKeys, "memory-max-keys", c.Store.Memory.MaxKeys, "most keys the memory store holds (see the README for the memory this takes)")
+	fs.IntVar(&c.Store.Memory.MaxKeys, "memory-max-keys", c.Store.Memory.MaxKeys, "most keys the memory store holds (docs/service.md gives the memory this takes)")
 	fs.StringVar(&c.Store.Redis.URL, "redis-url", c.Store.Redis.URL, "Redis URL: redis://host:port/db, redis-sentinel://h:p,h:p/master, redis-cluster://h:p,h:p (with a password, prefer SLUICE_REDIS_URL or --redis-url-file)")
 	fs.StringVar(&c.Store.Redis.URLFile, "redis-url-file", c.Store.Redis.URLFile, "file holding the Redis URL (wins over --redis-url; keeps a password off the command line)")
 	fs.StringVar(&c.Store.Redis.Prefix, "redis-prefix", c.Store.Redis.Prefix, "prefix of every Redis key (default: the store's, sluice:)")

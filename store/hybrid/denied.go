@@ -48,7 +48,7 @@ const DefaultDeniedKeys = 1 << 16
 // instance reach every cache). Charges, refunds and resets (sluice.Action)
 // that go through the cache always reach the next store; a refund or reset
 // forgets the key's denial, and no denial decided while one was under way
-// (here, or announced by the Invalidator) is remembered. The README states
+// (here, or announced by the Invalidator) is remembered. docs/stores.md states
 // where the cache is on by default.
 //
 // A cached denial's Result is the store's, with RetryAfter and ResetAfter

@@ -14,7 +14,7 @@
 // the reserve, no allotment is granted and every hit of the key is decided
 // by the global store itself, one by one, exactly as with placement global.
 //
-// # Bounds (see also README, "Hybrid placement")
+// # Bounds (see also docs/stores.md, "Placement")
 //
 //   - fixed_window: never admits more than the quota in any window. An
 //     allotment is a reservation inside the current window, taken before it

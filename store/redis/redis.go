@@ -68,7 +68,7 @@
 // Options.Timeout bounds each script call from when it is handed to the
 // client (written to Redis) to its reply; a call with no reply in time fails
 // every Take it carried with an error wrapping sluice.ErrStoreTimeout (the
-// script may still have run: see the README on unknown outcomes). Time a
+// script may still have run: see docs/operations.md on unknown outcomes). Time a
 // Take spends queued in the store behind calls in flight is backpressure,
 // bounded only by the caller's context: a Take whose context ends while it
 // is queued is dropped from the queue, never sent, and returns an error
@@ -200,7 +200,7 @@ type Options struct {
 	Prefix string
 	// Timeout bounds each script call, from when it is written to Redis to
 	// its reply. Time queued before that is bounded only by the Take's
-	// context. Default DefaultTimeout (see the README for why that value).
+	// context. Default DefaultTimeout (docs/operations.md says why that value).
 	Timeout time.Duration
 	// Now, if set, is the clock: its time is passed to the scripts (tests use
 	// a fake clock). Nil means the scripts read Redis TIME.
@@ -227,7 +227,7 @@ type Options struct {
 	// LateReplyWait is how much longer than Timeout a script call that
 	// carries ops with sluice.Op.UndoIfUnknown goes on waiting for its reply
 	// after its Takes failed with sluice.ErrStoreTimeout, so that a charge
-	// the reply reveals can be refunded (see the README on unknown
+	// the reply reveals can be refunded (see docs/operations.md on unknown
 	// outcomes). Calls without such ops are given up at Timeout. Default
 	// DefaultLateReplyWait × Timeout.
 	LateReplyWait time.Duration
@@ -652,7 +652,7 @@ type undoing struct {
 // refunds are sticky, so they are sent even when the caller has given up;
 // their outcome is in the returned undoing once done is closed, and a refund
 // that fails counts in Stats.RefundFailures. A group that failed itself is
-// not refunded: whether it ran is unknown (see the README on unknown
+// not refunded: whether it ran is unknown (see docs/operations.md on unknown
 // outcomes). The goroutine reads only the requests, never the caller's ops
 // or results, which the caller may reuse once it returns.
 func (s *Store) undo(reqs []*request, undoable []bool, order []int) *undoing {
