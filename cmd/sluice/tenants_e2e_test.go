@@ -129,7 +129,7 @@ func TestTenantsEndToEnd(t *testing.T) {
 	}
 
 	cmdEnv := map[string]string{"SLUICE_ADMIN_TOKEN": e2eRW, "SLUICE_ADMIN_URL": a.base}
-	out, err := sluiceCmd(t, cmdEnv, "quota", "set", "acme", "--tier", "enterprise", "--override", "endpoint:POST /api/v1/orders=500/minute")
+	out, err := sluiceCmd(t, cmdEnv, "quota", "set", "acme", "--tier", "enterprise", "--domain", "api", "--override", "endpoint:POST /api/v1/orders=500/minute")
 	if err != nil || !strings.Contains(out, `"override"`) {
 		t.Fatalf("sluice quota set: %v\n%s", err, out)
 	}
