@@ -11,7 +11,9 @@ package pg
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,6 +90,16 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pg: %w", redact(err))
 	}
 	return &Store{pool: pool, opts: opts}, nil
+}
+
+// Identity names the database the Store reads, without its secrets: 16 hex
+// digits of a SHA-256 of host, port, database and user (never the
+// password). Two Stores of one database share it; it suits a file name
+// (the snapshot file of tenant.Options.File, one per database).
+func (s *Store) Identity() string {
+	c := s.pool.Config().ConnConfig
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%s\x00%s", c.Host, c.Port, c.Database, c.User))
+	return hex.EncodeToString(sum[:8])
 }
 
 // Close closes the pool's connections.
