@@ -12,6 +12,7 @@
 package tenant
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -98,6 +99,39 @@ type RuleSwitch struct {
 	State     rules.Switch
 	UpdatedAt time.Time
 }
+
+// AuditEntry is one row of the audit log: who changed what, when, with the
+// subject's state before and after (JSON).
+type AuditEntry struct {
+	// ID orders the rows: a row written later has a larger ID.
+	ID      int64
+	At      time.Time
+	Actor   string          // the admin token's name
+	Action  string          // put, delete, switch, reset
+	Subject string          // "tenant:acme", "rule:<domain>/<rule ID>"
+	Before  json.RawMessage // nil when there was nothing before
+	After   json.RawMessage // nil when nothing is left
+}
+
+// AuditQuery selects audit rows. The zero value selects every row, newest
+// first, in pages of 100.
+type AuditQuery struct {
+	// Tenant, if set, keeps the rows about that tenant (subject
+	// "tenant:<Tenant>": its record's changes and its resets).
+	Tenant string
+	// Actor, if set, keeps the rows of that actor.
+	Actor string
+	// Since and Until, if set, keep rows with Since <= At < Until.
+	Since, Until time.Time
+	// Before, if above 0, keeps rows with an ID below it: the cursor of the
+	// next page (the ID of the last row of the previous one).
+	Before int64
+	// Limit is the page size, 1 to MaxAuditPage; zero means 100.
+	Limit int
+}
+
+// MaxAuditPage is the largest page of audit rows one query returns.
+const MaxAuditPage = 1000
 
 // FieldError is one invalid field of a record, named as in the admin API's
 // JSON ("overrides[0].unit").

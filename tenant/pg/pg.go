@@ -405,16 +405,8 @@ func (s *Store) Audit(ctx context.Context, actor, action, subject string, detail
 	return wrap("audit", err)
 }
 
-// AuditEntry is one row of the audit log.
-type AuditEntry struct {
-	ID      int64
-	At      time.Time
-	Actor   string
-	Action  string
-	Subject string
-	Before  json.RawMessage // nil when there was nothing before
-	After   json.RawMessage // nil when nothing is left
-}
+// AuditEntry is one row of the audit log (tenant.AuditEntry).
+type AuditEntry = tenant.AuditEntry
 
 // AuditLog returns the audit rows of subject ("tenant:acme",
 // "rule:domain/id"), oldest first, at most limit.
@@ -424,14 +416,64 @@ func (s *Store) AuditLog(ctx context.Context, subject string, limit int) ([]Audi
 	if err != nil {
 		return nil, wrap("audit log", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var e AuditEntry
-		var b, a []byte
-		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Subject, &b, &a)
-		e.Before, e.After = b, a
-		return e, err
-	})
+	out, err := pgx.CollectRows(rows, scanAudit)
 	return out, wrap("audit log", err)
+}
+
+// AuditQuery selects audit rows for AuditPage (tenant.AuditQuery).
+type AuditQuery = tenant.AuditQuery
+
+// AuditPage returns the audit rows q selects, newest first (by ID, the
+// order they were written in), and more: whether rows beyond the page
+// exist (the next page starts Before the last row's ID).
+func (s *Store) AuditPage(ctx context.Context, q AuditQuery) (rows []AuditEntry, more bool, err error) {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	q.Limit = min(q.Limit, tenant.MaxAuditPage)
+	where := []string{"true"}
+	var args []any
+	arg := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if q.Tenant != "" {
+		arg("subject = $%d", "tenant:"+q.Tenant)
+	}
+	if q.Actor != "" {
+		arg("actor = $%d", q.Actor)
+	}
+	if !q.Since.IsZero() {
+		arg("at >= $%d", q.Since)
+	}
+	if !q.Until.IsZero() {
+		arg("at < $%d", q.Until)
+	}
+	if q.Before > 0 {
+		arg("id < $%d", q.Before)
+	}
+	args = append(args, q.Limit+1)
+	r, err := s.pool.Query(ctx, `SELECT id, at, actor, action, subject, before, after FROM sluice_audit
+		WHERE `+strings.Join(where, " AND ")+fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args)), args...)
+	if err != nil {
+		return nil, false, wrap("audit page", err)
+	}
+	out, err := pgx.CollectRows(r, scanAudit)
+	if err != nil {
+		return nil, false, wrap("audit page", err)
+	}
+	if len(out) > q.Limit {
+		return out[:q.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+func scanAudit(r pgx.CollectableRow) (AuditEntry, error) {
+	var e AuditEntry
+	var b, a []byte
+	err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Subject, &b, &a)
+	e.Before, e.After = b, a
+	return e, err
 }
 
 func audit(ctx context.Context, tx pgx.Tx, actor, action, subject string, before, after []byte) error {
