@@ -360,8 +360,9 @@ func (g *Registry) fullLoad(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tenant: load switches: %w", err)
 	}
+	snap := b.done(sw)
 	g.setStatus(func(s *Status) {
-		g.snap.Store(b.done(sw)) // under mu: Restore must not replace it
+		g.snap.Store(snap) // under mu: a Restore running now must not replace it
 		s.Synced, s.Live, s.LastSync, s.Err = true, true, g.opts.Now(), nil
 		s.Source, s.DataAt = SourceLive, at
 	})

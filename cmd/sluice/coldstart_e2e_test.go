@@ -94,7 +94,7 @@ func TestTenantsColdStart(t *testing.T) {
 		`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "endpoint:POST /orders", "requests_per_unit": 7, "unit": "minute"}]}`); code != 200 {
 		t.Fatalf("PUT acme: %d %s", code, body)
 	}
-	waitUntil(t, "a's snapshot file holds acme's override", 20*time.Second, func() bool {
+	waitUntil(t, "a's snapshot file holds acme's override", 40*time.Second, func() bool {
 		b, err := os.ReadFile(snapFile)
 		return err == nil && strings.Contains(string(b), `"t":"acme"`) && strings.Contains(string(b), `"rpu":7`)
 	})
