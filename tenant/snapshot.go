@@ -34,6 +34,7 @@ type entry struct {
 }
 
 type ovr struct {
+	domain      string // AnyDomain: every domain
 	path        string
 	lim         rules.TierLimit
 	from, until int64
@@ -56,7 +57,11 @@ func toEntry(rec *Record) entry {
 			if o.Limit.Validate() != nil || o.Limit.Algorithm == sluice.Concurrency {
 				continue
 			}
-			e.ovs = append(e.ovs, ovr{path: o.Descriptor, from: micros(o.EffectiveAt), until: micros(o.ExpiresAt),
+			d := o.Domain
+			if d == "" {
+				d = AnyDomain
+			}
+			e.ovs = append(e.ovs, ovr{domain: d, path: o.Descriptor, from: micros(o.EffectiveAt), until: micros(o.ExpiresAt),
 				lim: rules.TierLimit{Limit: o.Limit, RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, Calendar: o.Calendar}})
 		}
 	}
@@ -207,11 +212,21 @@ func (s *Snapshot) ResolveTier(r *rules.Rule, entries []rules.Entry, now func() 
 		return r.Tiers[rules.TierFree], rules.TierFree, sw
 	}
 	tier := rules.Tier(e.tier)
+	var wild *ovr // an override of every domain: used when none names r's
 	for i := range e.ovs {
 		o := &e.ovs[i]
-		if o.path == r.TenantPath && active(o.from, o.until, s.at, now) {
+		if o.path != r.TenantPath || !active(o.from, o.until, s.at, now) {
+			continue
+		}
+		if o.domain == r.Domain {
 			return &o.lim, tier, sw
 		}
+		if o.domain == AnyDomain && wild == nil {
+			wild = o
+		}
+	}
+	if wild != nil {
+		return &wild.lim, tier, sw
 	}
 	if e.tier < rules.NumTiers {
 		return r.Tiers[e.tier], tier, sw

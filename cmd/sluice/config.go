@@ -140,6 +140,10 @@ type tenantsConfig struct {
 	// (file or SLUICE_ADMIN_TOKEN / SLUICE_ADMIN_READONLY_TOKEN) the admin
 	// API is off, and so is POST /v1/charge (it needs a read-write or charge token).
 	AdminTokenFile string
+	// Snapshot is the file that keeps the last tenant snapshot loaded, read
+	// at start (see docs/tenants.md): "" means the default,
+	// <user cache dir>/sluice/tenants-<database id>.snapshot; "off" keeps none.
+	Snapshot string
 }
 
 type logConfig struct {
@@ -202,6 +206,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tenants.PostgresURL, "postgres-url", c.Tenants.PostgresURL, "PostgreSQL URL of tenant quotas (prefer SLUICE_POSTGRES_URL); empty: tenants off")
 	fs.BoolVar(&c.Tenants.Migrate, "migrate", c.Tenants.Migrate, "apply the PostgreSQL schema migrations at start (as sluice migrate does)")
 	fs.DurationVar(&c.Tenants.Resync, "tenants-resync", c.Tenants.Resync, "period of the full reload of tenant records (backs up LISTEN/NOTIFY)")
+	fs.StringVar(&c.Tenants.Snapshot, "tenant-snapshot", c.Tenants.Snapshot, "file keeping the last tenant snapshot, used when PostgreSQL is unreachable at start (default: <user cache dir>/sluice/tenants-<database id>.snapshot; off: none)")
 	fs.StringVar(&c.Tenants.AdminTokenFile, "admin-token-file", c.Tenants.AdminTokenFile, "file of admin API bearer tokens, lines of: <name> <rw|ro|charge> <token> (charge: only POST /v1/charge); none: admin API and POST /v1/charge off")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")

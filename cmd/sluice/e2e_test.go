@@ -75,6 +75,7 @@ func startServer(t *testing.T, dir string, edit func(*serveConfig)) *testServer 
 	cfg.Rules.Dir = dir
 	cfg.Listen = listenConfig{GRPC: "127.0.0.1:0", HTTP: "127.0.0.1:0", Debug: "127.0.0.1:0"}
 	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.Tenants.Snapshot = filepath.Join(t.TempDir(), "tenants.snapshot") // not the user's cache
 	if edit != nil {
 		edit(&cfg)
 	}

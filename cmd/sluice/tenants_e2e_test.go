@@ -121,7 +121,7 @@ func TestTenantsEndToEnd(t *testing.T) {
 	for _, s := range []*testServer{a, b} {
 		waitUntil(t, "tenants live", 10*time.Second, func() bool {
 			_, body := get(t, s.base+"/readyz")
-			return strings.Contains(body, "tenants: live")
+			return strings.Contains(body, `tenants: {"source":"live","stale":false`)
 		})
 	}
 	if got := ordersLimit(t, b.base, "acme"); got != 20 {
@@ -129,7 +129,7 @@ func TestTenantsEndToEnd(t *testing.T) {
 	}
 
 	cmdEnv := map[string]string{"SLUICE_ADMIN_TOKEN": e2eRW, "SLUICE_ADMIN_URL": a.base}
-	out, err := sluiceCmd(t, cmdEnv, "quota", "set", "acme", "--tier", "enterprise", "--override", "endpoint:POST /api/v1/orders=500/minute")
+	out, err := sluiceCmd(t, cmdEnv, "quota", "set", "acme", "--tier", "enterprise", "--domain", "api", "--override", "endpoint:POST /api/v1/orders=500/minute")
 	if err != nil || !strings.Contains(out, `"override"`) {
 		t.Fatalf("sluice quota set: %v\n%s", err, out)
 	}
@@ -162,7 +162,7 @@ func TestTenantsEndToEnd(t *testing.T) {
 	waitUntil(t, "b says stale", 10*time.Second, func() bool {
 		_, body := get(t, b.base+"/readyz")
 		_, metrics := get(t, b.base+"/metrics")
-		return strings.Contains(body, "tenants: stale") && strings.Contains(metrics, "sluice_tenants_stale 1")
+		return strings.Contains(body, `"stale":true`) && strings.Contains(metrics, "sluice_tenants_stale 1")
 	})
 	if code, _ := get(t, b.base+"/readyz"); code != 200 {
 		t.Errorf("/readyz while PostgreSQL is down: %d, want 200 (checks still work)", code)

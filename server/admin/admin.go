@@ -1,7 +1,8 @@
 // Package admin is Sluice's admin HTTP API under /admin/v1/: tenants'
 // quotas (tier and overrides; read, replace, delete, list by tier), a
 // tenant's usage read from the store without charging, resets of a
-// tenant's counters or of one key, and the rules' kill switches. Every
+// tenant's counters or of one key, the rules' kill switches, and the audit
+// log of every change. Every
 // endpoint but the OpenAPI document needs a bearer token; read-only tokens
 // may only read. Changes go to PostgreSQL (package tenant/pg, behind the
 // Store interface) with an audit row naming the token, and reach every
@@ -47,6 +48,9 @@ type Store interface {
 	// Audit writes one audit row on its own, for changes made outside the
 	// database (resetting counters); detail is marshalled to JSON.
 	Audit(ctx context.Context, actor, action, subject string, detail any) error
+	// AuditPage reads the audit log, newest first; more reports rows beyond
+	// the page.
+	AuditPage(ctx context.Context, q tenant.AuditQuery) (rows []tenant.AuditEntry, more bool, err error)
 }
 
 // Checker decides checks; usage asks it with zero hits. *service.Engine
@@ -149,6 +153,7 @@ func (h *handler) routes() []route {
 		{"POST /admin/v1/reset", h.auth(true, h.reset)},
 		{"GET /admin/v1/switches", h.auth(false, h.withStore(h.switches))},
 		{"PUT /admin/v1/switches", h.auth(true, h.withStore(h.setSwitch))},
+		{"GET /admin/v1/audit", h.auth(false, h.withStore(h.audit))},
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +49,16 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 10}
 `
 
+// billingRules is a second domain whose rule at the tenant key has the
+// same path ("") as api's: an override of one must not touch the other.
+const billingRules = `
+domain: billing
+tenant_key: api_key
+descriptors:
+  - key: api_key
+    rate_limit: {calendar: month, requests_per_unit: 1000}
+`
+
 type env struct {
 	srv   *httptest.Server
 	pg    *pgtest.Server
@@ -57,7 +69,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	snap, err := rules.Parse("api.yaml", []byte(testRules), rules.Options{})
+	dir := t.TempDir()
+	for name, text := range map[string]string{"api.yaml": testRules, "billing.yaml": billingRules} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := rules.LoadDir(dir, rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +150,7 @@ func (e *env) check(t *testing.T, entries ...rules.Entry) service.Status {
 
 func TestAdmin(t *testing.T) {
 	e := newEnv(t)
-	put := `{"tier": "enterprise", "overrides": [{"descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 500, "unit": "minute"}], "expires_at": null}`
+	put := `{"tier": "enterprise", "overrides": [{"domain": "api", "descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 500, "unit": "minute"}], "expires_at": null}`
 
 	t.Run("auth", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -170,9 +188,10 @@ func TestAdmin(t *testing.T) {
 		}
 		sources := map[string]string{}
 		for _, r := range q.Quotas {
-			sources[r.Rule] = fmt.Sprintf("%s %d", r.Source, r.RequestsPerUnit)
+			sources[r.Domain+"/"+r.Rule] = fmt.Sprintf("%s %d", r.Source, r.RequestsPerUnit)
 		}
-		want := map[string]string{"api_key": "default 100", "api_key.endpoint=POST /api/v1/orders": "override 500", "api_key.endpoint": "default 5"}
+		want := map[string]string{"api/api_key": "default 100", "api/api_key.endpoint=POST /api/v1/orders": "override 500",
+			"api/api_key.endpoint": "default 5", "billing/api_key": "default 1000"}
 		for k, v := range want {
 			if sources[k] != v {
 				t.Errorf("quota of %s: %q, want %q", k, sources[k], v)
@@ -190,8 +209,8 @@ func TestAdmin(t *testing.T) {
 		if code, body := e.do(t, "GET", "/admin/v1/usage/acme", roToken, "", &u); code != 200 {
 			t.Fatalf("usage: %d %s", code, body)
 		}
-		if len(u.Limits) != 2 || u.Skipped != 0 {
-			t.Errorf("usage lists %d limits, skipped %d; want 2 (no per-value counter yet), 0: %+v", len(u.Limits), u.Skipped, u)
+		if len(u.Limits) != 3 || u.Skipped != 0 {
+			t.Errorf("usage lists %d limits, skipped %d; want 3 (no per-value counter yet), 0: %+v", len(u.Limits), u.Skipped, u)
 		}
 		for _, l := range u.Limits {
 			if l.Descriptor == "endpoint:POST /api/v1/orders" && (l.Limit != 500 || l.Used != 0) {
@@ -218,20 +237,58 @@ func TestAdmin(t *testing.T) {
 		}
 	})
 
+	t.Run("an override of one domain leaves the other alone", func(t *testing.T) {
+		body := `{"tier": "custom", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 7, "unit": "minute"}]}`
+		var q QuotaJSON
+		if code, out := e.do(t, "PUT", "/admin/v1/quotas/shared", rwToken, body, &q); code != 200 {
+			t.Fatalf("PUT: %d %s", code, out)
+		}
+		if len(q.Overrides) != 1 || q.Overrides[0].Domain != "api" {
+			t.Errorf("overrides answered %+v, want one of domain api", q.Overrides)
+		}
+		key := rules.Entry{Key: "api_key", Value: "shared"}
+		deadline := time.Now().Add(10 * time.Second)
+		for e.check(t, key).CurrentLimit.RequestsPerUnit != 7 {
+			if time.Now().After(deadline) {
+				t.Fatal("the override did not reach the engine within 10s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		admitted := map[string]int{}
+		for _, domain := range []string{"api", "billing"} {
+			for range 20 {
+				resp, err := e.eng.Check(context.Background(), service.Request{Domain: domain, Descriptors: []service.Descriptor{{Entries: []rules.Entry{key}}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode == service.CodeOK {
+					admitted[domain]++
+				}
+			}
+		}
+		if admitted["api"] != 7 || admitted["billing"] != 20 {
+			t.Errorf("admitted of 20 each: api %d, billing %d; want 7 (the override), 20 (billing's own 1000/month)", admitted["api"], admitted["billing"])
+		}
+	})
+
 	t.Run("bad input names the field and writes nothing", func(t *testing.T) {
 		for _, tc := range []struct{ body, field string }{
 			{`{"tier": "gold"}`, "tier"},
 			{`{}`, "tier"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "fortnight"}]}`, "overrides[0].unit"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "nope:x", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].descriptor"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": -1, "unit": "minute"}]}`, "overrides[0].requests_per_unit"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 5, "unit": "fortnight"}]}`, "overrides[0].unit"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "nope:x", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].descriptor"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": -1, "unit": "minute"}]}`, "overrides[0].requests_per_unit"},
 			{`{"tier": "pro", "effective_at": "2030-01-02T00:00:00Z", "expires_at": "2030-01-01T00:00:00Z"}`, "expires_at"},
 			{`{"tier": "pro", "colour": "red"}`, "colour"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5}]}`, "overrides[0].unit"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 5}]}`, "overrides[0].unit"},
 			{`{"tier": 7}`, "tier"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute"}, {"descriptor": "", "requests_per_unit": 6, "unit": "minute"}]}`, "overrides[1].descriptor"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute", "algorithm": "fixed_window", "burst": 3}]}`, "overrides[0].burst"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 5, "unit": "minute"}, {"domain": "api", "descriptor": "", "requests_per_unit": 6, "unit": "minute"}]}`, "overrides[1].descriptor"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 5, "unit": "minute", "algorithm": "fixed_window", "burst": 3}]}`, "overrides[0].burst"},
 			{`{"tier": "pro"} {}`, "body"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].domain"},
+			{`{"tier": "pro", "overrides": [{"domain": "*", "descriptor": "", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].domain"},
+			{`{"tier": "pro", "overrides": [{"domain": "nope", "descriptor": "", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].domain"},
+			{`{"tier": "pro", "overrides": [{"domain": "billing", "descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].descriptor"},
 		} {
 			code, body := e.do(t, "PUT", "/admin/v1/quotas/bad", rwToken, tc.body, nil)
 			var p struct {

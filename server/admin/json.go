@@ -29,7 +29,11 @@ type QuotaRequest struct {
 
 // OverrideJSON is one override, in requests and answers.
 type OverrideJSON struct {
-	// Descriptor names the rules by their path below the tenant key:
+	// Domain is the rule file's domain whose rule this overrides. Required
+	// in requests; "*" in answers marks an override kept from before
+	// overrides had a domain, which applies in every domain.
+	Domain string `json:"domain"`
+	// Descriptor names the domain's rule by its path below the tenant key:
 	// "endpoint:POST /api/v1/orders" ("" for the rule at the tenant key).
 	Descriptor string `json:"descriptor"`
 	// RequestsPerUnit is the quota, from 0 to 4294967295.
@@ -165,8 +169,8 @@ func decodeStrict(r io.Reader, v any) error {
 // DecodeQuota decodes the body of PUT /admin/v1/quotas/{name} into a record
 // of tenant name. It checks the body's own shape (types, unknown fields,
 // tier, units, windows, algorithms, signs and ranges), naming each bad field
-// in a *tenant.FieldError; what needs the rules (descriptors, limits) is
-// tenant.Prepare's. It never panics.
+// in a *tenant.FieldError; what needs the rules (domains, descriptors,
+// limits) is tenant.Prepare's. It never panics.
 func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	var q QuotaRequest
 	if err := decodeStrict(bytes.NewReader(body), &q); err != nil {
@@ -199,7 +203,7 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	}
 	for i, o := range q.Overrides {
 		f := fmt.Sprintf("overrides[%d]", i)
-		ov := tenant.Override{Descriptor: o.Descriptor, Limit: sluice.Limit{Burst: o.Burst}}
+		ov := tenant.Override{Domain: o.Domain, Descriptor: o.Descriptor, Limit: sluice.Limit{Burst: o.Burst}}
 		switch {
 		case o.RequestsPerUnit < 0:
 			bad(f+".requests_per_unit", "%d must not be negative", o.RequestsPerUnit)
@@ -283,7 +287,11 @@ func optTime(t time.Time) *time.Time {
 }
 
 func overrideJSON(o tenant.Override) OverrideJSON {
-	j := OverrideJSON{Descriptor: o.Descriptor, RequestsPerUnit: int64(o.RequestsPerUnit), Unit: o.Unit,
+	d := o.Domain
+	if d == "" {
+		d = tenant.AnyDomain
+	}
+	j := OverrideJSON{Domain: d, Descriptor: o.Descriptor, RequestsPerUnit: int64(o.RequestsPerUnit), Unit: o.Unit,
 		Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst, ExpiresAt: optTime(o.ExpiresAt), EffectiveAt: optTime(o.EffectiveAt)}
 	switch {
 	case o.Calendar:
