@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
@@ -77,5 +78,17 @@ func TestConformanceRedis(t *testing.T) {
 	srv := sharedRedis(t)
 	for _, c := range compositions() {
 		t.Run(c.name, func(t *testing.T) { c.run(t, srv.URL()) })
+	}
+}
+
+// Over a real 3-master Redis Cluster: the denied cache is bypassed there
+// (DeniedAuto), the keys of one batch land in different slots.
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	for _, c := range []composition{
+		{name: "global", denied: DeniedAuto, bytes: []byte{'g'}},
+		{name: "global+hybrid+local", denied: DeniedAuto, bytes: []byte{'g', sluice.KeyHybrid, sluice.KeyLocal}, skip: hybridSkips},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, cl.URL()) })
 	}
 }
