@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,5 +279,64 @@ descriptors:
 	}
 	if placed != [3]int{2, 2, 1} {
 		t.Errorf("ResetTenant reset %q: %v local, hybrid, global keys, want [2 2 1]", res.Keys, placed)
+	}
+}
+
+// Sub-counters in every placement, through the engine over the stack:
+// rules with sub_counters spread a counter over several keys (several
+// Cluster slots), each with its share of the limit; many goroutines
+// checking at four times the quota are admitted exactly the quota for
+// global and local, and never more than it for hybrid.
+func TestEngineSubCounters(t *testing.T) {
+	srv := sharedRedis(t)
+	const quota, demand, goroutines = 40, 160, 16
+	const yaml = `domain: sub
+descriptors:
+  - key: g
+    rate_limit: {unit: hour, requests_per_unit: 40, sub_counters: 4}
+  - key: h
+    rate_limit: {unit: hour, requests_per_unit: 40, sub_counters: 4, placement: hybrid}
+  - key: l
+    rate_limit: {unit: hour, requests_per_unit: 40, sub_counters: 4, placement: local}
+`
+	snap, err := rules.Parse("sub.yaml", []byte(yaml), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := storetest.NewClock()
+	s := newStack(t, stackConfig(srv.URL(), clock, DeniedAuto))
+	cfg := service.DefaultConfig()
+	cfg.Fallback = s.Fallback()
+	eng, err := service.New(cfg, service.StaticRules{Snapshot: snap}, s, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"g", "h", "l"} {
+		var admitted, failed atomic.Int64
+		var wg sync.WaitGroup
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range demand / goroutines {
+					req := service.Request{Domain: "sub", Descriptors: []service.Descriptor{{Entries: []rules.Entry{{Key: key, Value: "hot"}}}}}
+					resp, err := eng.Check(context.Background(), req)
+					switch {
+					case err != nil:
+						failed.Add(1)
+					case resp.OverallCode == service.CodeOK:
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		got := admitted.Load()
+		if failed.Load() > 0 {
+			t.Errorf("%s: %d checks failed", key, failed.Load())
+		}
+		if got > quota || got == 0 || (key != "h" && got != quota) {
+			t.Errorf("%s: %d of %d checks admitted, want %d (hybrid: at most %d)", key, got, demand, quota, quota)
+		}
 	}
 }
