@@ -10,7 +10,10 @@
 //     until a background dial succeeds;
 //   - a hybrid store (store/hybrid) over it, for counters placed hybrid;
 //   - the denied-key cache (hybrid.Denied) in front of each of the two,
-//     per Config.Denied (by default on unless Redis is a Cluster);
+//     per Config.Denied (by default on unless Redis is a Cluster),
+//     following the Redis store's announcements of refunds and resets
+//     (sluice.Invalidator), so that one done through any instance frees
+//     the key in every instance's cache;
 //   - an in-process store (store/memory) for counters placed local, which
 //     is also the fallback of limits whose failure_mode is local
 //     (Stack.Fallback);
@@ -77,7 +80,8 @@ type Config struct {
 	// DeniedOn or DeniedOff. Default DeniedAuto.
 	Denied string
 	// DeniedOptions configure the cache (each of its two instances: one
-	// before the Redis store, one before the hybrid store).
+	// before the Redis store, one before the hybrid store). A nil
+	// Invalidator means the Redis store's.
 	DeniedOptions hybrid.DeniedOptions
 	// Logger receives the Redis store's connection messages. Default:
 	// none.
@@ -198,8 +202,14 @@ func New(c Config) (*Stack, error) {
 	var g, h sluice.Store = conn, s.hyb
 	if c.Denied != DeniedOff {
 		always := c.Denied == DeniedOn
-		s.dg = newCached(conn, conn, always, c.DeniedOptions)
-		s.dh = newCached(s.hyb, conn, always, c.DeniedOptions)
+		dopts := c.DeniedOptions
+		if dopts.Invalidator == nil {
+			// Refunds and resets done through any instance of the fleet
+			// free the key in these caches too.
+			dopts.Invalidator = conn
+		}
+		s.dg = newCached(conn, conn, always, dopts)
+		s.dh = newCached(s.hyb, conn, always, dopts)
 		g, h = s.dg, s.dh
 	}
 	s.placed = &Placed{Global: g, Hybrid: h, Local: s.mem}
@@ -293,7 +303,8 @@ func (s *Stack) Stats() Stats {
 	if s.dg != nil {
 		a, b := s.dg.Stats(), s.dh.Stats()
 		st.DeniedCache = true
-		st.Denied = hybrid.DeniedStats{Hits: a.Hits + b.Hits, Stored: a.Stored + b.Stored, Keys: a.Keys + b.Keys}
+		st.Denied = hybrid.DeniedStats{Hits: a.Hits + b.Hits, Stored: a.Stored + b.Stored, Keys: a.Keys + b.Keys,
+			Invalidated: a.Invalidated + b.Invalidated, Flushes: a.Flushes + b.Flushes}
 	}
 	if s.hyb != nil {
 		st.HybridStore, st.Hybrid = true, s.hyb.Stats()
@@ -304,11 +315,15 @@ func (s *Stack) Stats() Stats {
 	return st
 }
 
-// Close gives back the hybrid store's allotments, then closes the Redis
-// and in-process stores. Later calls return the first call's error.
+// Close stops the denied caches following the Redis store, gives back the
+// hybrid store's allotments, then closes the Redis and in-process stores.
+// Later calls return the first call's error.
 func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.dg != nil {
+			errs = append(errs, s.dg.cache.Close(), s.dh.cache.Close())
+		}
 		if s.hyb != nil {
 			errs = append(errs, s.hyb.Close())
 		}

@@ -106,7 +106,9 @@ func (c *connecting) Health() []sluice.NodeHealth {
 }
 
 // Invalidations waits until connected, then passes to the real store's
-// sluice.Invalidator; it fails with ErrNoInvalidator when the Redis store
+// sluice.Invalidator (whose first call says to drop everything: nothing
+// was heard before); it returns redis.ErrClosed once closed, ctx's error
+// when ctx is done, and fails with ErrNoInvalidator when the Redis store
 // has none.
 func (c *connecting) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
 	if _, ok := any((*redis.Store)(nil)).(sluice.Invalidator); !ok {
@@ -115,7 +117,7 @@ func (c *connecting) Invalidations(ctx context.Context, fn func(keys []string, a
 	select {
 	case <-c.up:
 	case <-c.done:
-		return nil
+		return redis.ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -340,3 +340,54 @@ descriptors:
 		}
 	}
 }
+
+// The stack hands the Redis store's announcements to its denied caches: a
+// key denied (and remembered) on one instance is admitted there again soon
+// after another instance resets it, for placements global and hybrid.
+func TestDeniedFollowsFleet(t *testing.T) {
+	srv := sharedRedis(t)
+	if _, ok := any((*redis.Store)(nil)).(sluice.Invalidator); !ok {
+		t.Skip("the Redis store announces no invalidations")
+	}
+	ca := stackConfig(srv.URL(), nil, DeniedOn)
+	cb := stackConfig(srv.URL(), nil, DeniedOn)
+	cb.Redis.Prefix = ca.Redis.Prefix // one fleet
+	a, b := newStack(t, ca), newStack(t, cb)
+	ctx := context.Background()
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Hour}
+	take := func(s *Stack, key string, action sluice.Action) sluice.Result {
+		t.Helper()
+		res := make([]sluice.Result, 1)
+		cost := int64(1)
+		if action == sluice.Reset {
+			cost = 0
+		}
+		if err := s.Take(ctx, []sluice.Op{{Key: key, Limit: lim, Cost: cost, Action: action}}, res); err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	for _, key := range []string{"{fleet}g", "h{fleet}h"} {
+		take(a, key, sluice.Take)
+		for i := range 3 {
+			if r := take(a, key, sluice.Take); r.Allowed {
+				t.Fatalf("%s: take %d over a quota of 1 allowed", key, i+2)
+			}
+		}
+		hits := a.Stats().Denied.Hits
+		if hits == 0 {
+			t.Fatalf("%s: no denial answered from the cache, nothing to test", key)
+		}
+		take(b, key, sluice.Reset)
+		deadline := time.Now().Add(20 * time.Second)
+		for !take(a, key, sluice.Take).Allowed {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: still denied on instance a 20s after instance b reset it", key)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if st := a.Stats().Denied; st.Invalidated == 0 {
+		t.Errorf("Stats().Denied = %+v, want keys invalidated", st)
+	}
+}

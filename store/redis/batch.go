@@ -339,8 +339,8 @@ func (s *Store) exec(slot int, batch []*request) {
 		nargs += len(r.args)
 	}
 	keys := make([]string, 0, nkeys)
-	args := make([]string, 0, nargs+1)
-	args = append(args, s.minTTL, strconv.Itoa(len(batch)))
+	args := make([]string, 0, nargs+2)
+	args = append(args, s.minTTL, s.channel, strconv.Itoa(len(batch)))
 	sticky, unknown := false, false
 	for _, r := range batch {
 		keys = append(keys, r.keys...)

@@ -301,6 +301,7 @@ type Store struct {
 	scripts     [256]atomic.Pointer[rueidis.Lua] // by algMask, composed on first use
 	cluster     bool
 	prefix      string
+	channel     string // Pub/Sub channel of invalidations (invalidate.go)
 	timeout     time.Duration
 	now         func() time.Time
 	minTTL      string
@@ -319,6 +320,10 @@ type Store struct {
 	lateCharged  atomic.Uint64
 	lateRefunded atomic.Uint64
 	lateUnknown  atomic.Uint64
+	// inv is the subscription to invalidations (invalidate.go), and
+	// subscriptions counts its confirmations.
+	inv           invHub
+	subscriptions atomic.Uint64
 
 	one   batcher // single node, Sentinel
 	slots []atomic.Pointer[batcher]
@@ -375,6 +380,7 @@ func New(opts Options) (*Store, error) {
 		client:      client,
 		cluster:     client.Mode() == rueidis.ClientModeCluster,
 		prefix:      opts.Prefix,
+		channel:     opts.Prefix + invalidateChannel,
 		timeout:     opts.Timeout,
 		now:         opts.Now,
 		minTTL:      strconv.FormatInt(opts.MinTTL.Milliseconds(), 10),
@@ -437,6 +443,10 @@ type Stats struct {
 	// unknown that got no reply within Options.LateReplyWait either (or
 	// one the store could not read): whether they charged stays unknown.
 	LateUnknown uint64
+	// Subscriptions is the number of times the store's subscription to
+	// invalidations (see Invalidations) was confirmed: 1 after the first
+	// Invalidations call, and one more after each lost connection.
+	Subscriptions uint64
 }
 
 // Stats returns the store's counters. Groups/Calls is the mean number of
@@ -444,7 +454,8 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load(),
 		RefundFailures: s.refundFailures.Load(), LateCharged: s.lateCharged.Load(),
-		LateRefunded: s.lateRefunded.Load(), LateUnknown: s.lateUnknown.Load()}
+		LateRefunded: s.lateRefunded.Load(), LateUnknown: s.lateUnknown.Load(),
+		Subscriptions: s.subscriptions.Load()}
 }
 
 // Cluster reports whether the store talks to a Redis Cluster.

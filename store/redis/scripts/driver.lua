@@ -4,7 +4,7 @@
 -- all-or-nothing: if any op is denied, no charge is kept, releases are, and
 -- every op that was allowed reports a cost-0 look at its uncharged state.
 --
--- ARGV: minTTL (ms), G, then G groups of
+-- ARGV: minTTL (ms), channel, G, then G groups of
 --   n, mode, now, then n ops of (limit, cost, lease)
 -- where mode is 0 (decide), 1 (decide and report how to undo: the store
 -- uses it when a Take spans hash slots) or 2 (refund a group decided with
@@ -16,6 +16,13 @@
 -- sluice.Reset (mode 0 only: the store never sends a cross-slot group an
 -- action); lease is a decimal ID or "".
 -- KEYS: one per op, in order.
+--
+-- Invalidation: once every group is decided, the call PUBLISHes on channel
+-- (the store's prefix and "invalidate"; "" for none) the keys that Refund
+-- ops of cost > 0 and Reset ops of groups that were not denied changed,
+-- each once, as one message of "<length>:<key>" items (Redis keys, in no
+-- particular order), so that every instance's cache of denials forgets them
+-- (invalidate.go). Nothing is published for a call that changed none.
 --
 -- Reply, per group: one string of packed little-endian doubles, now and
 -- then reason, remaining, resetAfter, retryAfter, delay for each op (cheaper
@@ -33,7 +40,20 @@ local MODE_REFUND = '2'
 local CHARGE, REFUND, RESET = '+', '-', 'x'
 
 local min_ttl = tonumber(ARGV[1])
+local channel = ARGV[2]
 local limits = {}
+-- gave lists the keys Refund and Reset ops of groups that were not denied
+-- changed (as a set, seen), for the one PUBLISH of the call.
+local gave, seen = {}, {}
+
+-- announce notes that the refund or reset op j of pass g changed its key.
+local function announce(g, j)
+  local key = KEYS[g.kbase + j]
+  if not seen[key] then
+    seen[key] = true
+    gave[#gave + 1] = #key .. ':' .. key
+  end
+end
 local clock
 
 -- limit returns the params of a limit spec, parsed once per call.
@@ -397,6 +417,10 @@ local function decide(kbase, ops, now, mode)
   local parts = {pack('<d', now)}
   for j = 1, #ops do
     emit(parts, res[j])
+    local op = ops[j]
+    if not denied and (op.act == RESET or (op.act == REFUND and op.cost > 0)) then
+      announce(g, j)
+    end
   end
   put(table.concat(parts))
   if mode == MODE_UNDO then
@@ -413,8 +437,8 @@ end
 
 -- The groups, in order; each reads its header and ops from ARGV[ai...] and
 -- its keys from KEYS[kbase + 1...].
-local ai, kbase = 3, 0
-for _ = 1, tonumber(ARGV[2]) do
+local ai, kbase = 4, 0
+for _ = 1, tonumber(ARGV[3]) do
   local n, mode, now = tonumber(ARGV[ai]), ARGV[ai + 1], ARGV[ai + 2]
   ai = ai + 3
   if now == '' then
@@ -436,5 +460,8 @@ for _ = 1, tonumber(ARGV[2]) do
     end
   end
   kbase = kbase + n
+end
+if #gave > 0 and channel ~= '' then
+  call('PUBLISH', channel, table.concat(gave))
 end
 return out
