@@ -30,7 +30,10 @@ import (
 //
 // When a store fails, the stores before it keep their charges unless the
 // op asked for sluice.Op.UndoIfUnknown (the caller treats the failure as
-// not admitted): those are given back. A batch in which two or more
+// not admitted): those are given back, and Take returns the error. A store
+// that fails after another denied (when it is only looked at) changes
+// nothing: the batch is denied, and the failed ops report allowed with
+// Remaining 0 (their state is unknown). A batch in which two or more
 // placements hold both a Take and a Refund or Reset cannot be undone
 // exactly (a refund or reset is not reversible) and is refused with an
 // error; the service never sends one.
@@ -159,8 +162,14 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 		if err := g.st.Take(ctx, sub, res); err != nil {
 			if !denied {
 				p.undo(ctx, ops, results, order, true)
+				return err
 			}
-			return err
+			// Only a look failed: the batch is denied all the same, and
+			// these ops' state is unknown (reported as nothing left).
+			for j, i := range g.idx {
+				results[i] = sluice.Result{Allowed: true, Limit: sub[j].Limit.Capacity()}
+			}
+			continue
 		}
 		g.applied = !denied
 		for j, i := range g.idx {

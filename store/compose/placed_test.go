@@ -193,4 +193,15 @@ func TestPlacedUndoOnError(t *testing.T) {
 			t.Errorf("UndoIfUnknown %v: local counter %d remaining after the failure, want %d", undo, got, want)
 		}
 	}
+	// The local limit denies first: the global store is only looked at,
+	// and its failure does not turn the denial into an error (which a
+	// limit failing open would admit).
+	spent := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 0, Window: time.Hour}
+	res := make([]sluice.Result, 2)
+	if err := s.Take(ctx, []sluice.Op{{Key: "l{e}spent", Limit: spent, Cost: 1}, {Key: "{e}", Limit: fw, Cost: 1}}, res); err != nil {
+		t.Fatalf("Take denied by the local store, global unreachable: %v, want the denial", err)
+	}
+	if res[0].Allowed || !res[1].Allowed || res[1].Remaining != 0 {
+		t.Errorf("Take denied locally, global unreachable = %+v, want the local op denied, the global one allowed with 0 remaining (unknown)", res)
+	}
 }
