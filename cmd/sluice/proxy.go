@@ -24,7 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/rules/watch"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/shed"
-	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/redis"
 )
 
@@ -163,7 +163,12 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
-	store := memory.New(memory.Options{}) // concurrency leases, and the counters when in process
+	// The store stack (store/compose): in process, for the concurrency
+	// leases and, with --rules, the counters.
+	store, err := compose.New(compose.DefaultConfig())
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
 	defer store.Close()
 	var checker httplimit.Checker
 	wctx, stopWatch := context.WithCancel(ctx)

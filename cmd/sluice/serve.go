@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-rl/sluice/server/rls"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/service/promstats"
+	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/tenant"
 	"github.com/sluice-rl/sluice/tenant/pg"
@@ -172,32 +173,21 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		}
 		ecfg.Overrides = s.tenants
 	}
-	switch cfg.Store.Kind {
-	case "redis":
-		ropts, err := redisOptions(cfg.Store.Redis, d.now)
-		if err != nil {
-			return nil, fmt.Errorf("serve: %w", err)
-		}
-		rs, closeStore := connectRedis(ropts, log.With("component", "store"))
-		s.fleet = fleetOf(rs)
-		s.closers = append(s.closers, closerFunc(closeStore))
-		fallback := memory.New(memOpts)
-		s.closers = append(s.closers, fallback)
-		ecfg.Fallback = fallback
-		memStores["fallback"] = fallback
-		placed, closeHybrid, err := placedRedis(rs, fallback, cfg.Store.Redis, reg)
-		if err != nil {
-			return nil, fmt.Errorf("serve: %w", err)
-		}
-		s.store = placed
-		s.closers = append(s.closers, closeHybrid)
-	default:
-		ms := memory.New(memOpts)
-		s.store = ms
-		s.closers = append(s.closers, ms)
-		memStores["memory"] = ms
+	st, err := newStack(cfg.Store, memOpts, d.now, log.With("component", "store"))
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
 	}
-	if hr, ok := s.store.(sluice.HealthReporter); ok {
+	s.closers = append(s.closers, st)
+	s.store = st
+	if cfg.Store.Kind == compose.KindRedis {
+		s.fleet = redisFleet{get: st.Redis}
+		ecfg.Fallback = st.Fallback()
+		memStores["fallback"] = st.Memory()
+		registerStackStats(reg, st)
+	} else {
+		memStores["memory"] = st.Memory()
+	}
+	if hr, ok := s.store.(sluice.HealthReporter); ok && cfg.Store.Kind == compose.KindRedis {
 		reg.MustRegister(promstats.NewHealthCollector(hr))
 	}
 	reg.MustRegister(newMemoryCollector(cfg.Store.Memory.MaxKeys, memStores))

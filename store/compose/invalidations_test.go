@@ -1,4 +1,4 @@
-package main
+package compose
 
 import (
 	"context"
@@ -18,11 +18,12 @@ import (
 func TestConnectingStoreInvalidations(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	g, closeStore := connectRedis(redis.Options{URL: srv.URL(), Timeout: time.Second}, slog.New(slog.DiscardHandler))
-	defer closeStore()
-	if _, ok := g.(*connectingStore); !ok {
-		t.Fatalf("connectRedis with Redis down = %T, want *connectingStore", g)
+	c, err := connectRedis(redis.Options{URL: srv.URL(), Timeout: time.Second}, true, slog.New(slog.DiscardHandler), redis.New)
+	if err != nil {
+		t.Fatalf("connectRedis with Redis down, in the background: %v", err)
 	}
+	defer c.Close()
+	var g sluice.Store = c
 	inv, ok := g.(sluice.Invalidator)
 	if !ok {
 		t.Fatalf("%T is not a sluice.Invalidator", g)
