@@ -1,0 +1,133 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/redis"
+)
+
+// TestOneMasterStopped: a hybrid store over a real 3-master cluster with
+// one master SIGSTOPped keeps deciding keys on the two others: 100 fresh
+// keys there, hit 3 times each in a row (a global Take, then a lease, then
+// a local decision), give 300 allowed decisions out of 300 and 100 leases,
+// while decisions on the stopped master's keys, sent all along from other
+// goroutines, fail with the store's timeout or open breaker and none is
+// allowed. Each key's slot is found by asking the stopped master before
+// the stop (MOVED: another master owns it).
+func TestOneMasterStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster; skipped with -short")
+	}
+	c := redistest.StartCluster(t)
+	g, err := redis.New(redis.Options{URL: c.URL(), Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	h, err := New(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	victim := c.Servers[0]
+	l := sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 1_000_000, Window: time.Second}
+	var healthy, stopped []string
+	for i := 0; len(healthy) < 100 || len(stopped) < 40; i++ {
+		k := fmt.Sprintf("{outage%d}", i)
+		_, err := victim.Do("EXISTS", k)
+		switch {
+		case err == nil:
+			stopped = append(stopped, k)
+		case strings.Contains(err.Error(), "MOVED"):
+			healthy = append(healthy, k)
+		default:
+			t.Fatalf("EXISTS %s on %s: %v", k, victim.Addr(), err)
+		}
+	}
+	take := func(key string) (bool, error) {
+		res := make([]sluice.Result, 1)
+		err := h.Take(context.Background(), []sluice.Op{{Key: key, Limit: l, Cost: 1}}, res)
+		return res[0].Allowed, err
+	}
+	// Warm: every master has run the batch script, with allotments.
+	for _, k := range append(healthy[:1:1], stopped[0]) {
+		for range 3 {
+			if ok, err := take(k); err != nil || !ok {
+				t.Fatalf("warm %s: allowed %v, %v", k, ok, err)
+			}
+		}
+	}
+
+	victim.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			victim.Resume()
+		}
+	}()
+	var victimOK, victimFailed atomic.Int64
+	var victimOther atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ok, err := take(stopped[1+i%(len(stopped)-1)]) // never allotted before the stop
+				switch {
+				case err == nil && ok:
+					victimOK.Add(1)
+				case errors.Is(err, sluice.ErrStoreTimeout) || errors.Is(err, sluice.ErrStoreUnavailable):
+					victimFailed.Add(1)
+				default:
+					victimOther.Store(fmt.Errorf("allowed %v, err %v", ok, err))
+				}
+			}
+		})
+	}
+	before := h.Stats()
+	decided := 0
+	for _, k := range healthy {
+		for hit := range 3 {
+			if ok, err := take(k); err != nil || !ok {
+				t.Errorf("healthy key %s, hit %d, one master stopped: allowed %v, %v; want allowed", k, hit+1, ok, err)
+				continue
+			}
+			decided++
+		}
+	}
+	after := h.Stats()
+	for victimFailed.Load() == 0 && victimOther.Load() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("one master stopped: %d of %d healthy-key decisions allowed (%d local, %d global, %d leases); stopped master's keys: %d failed, %d allowed",
+		decided, 3*len(healthy), after.Local-before.Local, after.Global-before.Global, after.Allots-before.Allots, victimFailed.Load(), victimOK.Load())
+	if err := victimOther.Load(); err != nil {
+		t.Errorf("stopped master's key: %v; want a timeout or an open breaker", err)
+	}
+	if victimOK.Load() != 0 {
+		t.Errorf("stopped master's keys: %d decisions allowed while it was stopped, want 0", victimOK.Load())
+	}
+	// Each healthy key leased once (its second hit); the stopped master's
+	// keys leased nothing but may have asked.
+	if leases := after.Allots - before.Allots; leases < uint64(len(healthy)) {
+		t.Errorf("%d leases while one master was stopped, want ≥ %d (one per healthy key)", leases, len(healthy))
+	}
+	victim.Resume()
+	paused = false
+}
