@@ -131,3 +131,111 @@ func TestOneMasterStopped(t *testing.T) {
 	victim.Resume()
 	paused = false
 }
+
+// BenchmarkOneMasterStopped measures, on a real 3-master cluster, the
+// decisions per second a hybrid store (Horizon 1s, so that its 1,000 warm
+// keys lease often) makes on keys of two masters from 16 goroutines, in
+// four interleaved phases of 3s: every master up, the third master
+// SIGSTOPped, up again, stopped again. All along, 4 more goroutines send
+// that master's keys a decision every millisecond each (they fail while it
+// is stopped; the pace is the same in every phase, so they take the same
+// CPU). healthy-dec/s-up and healthy-dec/s-stopped are the mean rates of
+// the up and the stopped phases, kept-% the second over the first. Run it
+// with -benchtime=1x: each iteration is one such measurement.
+func BenchmarkOneMasterStopped(b *testing.B) {
+	c := redistest.StartCluster(b)
+	g, err := redis.New(redis.Options{URL: c.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	h, err := New(g, Options{Horizon: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	victim := c.Servers[0]
+	l := sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 1_000_000, Window: time.Second}
+	var healthy, stopped []string
+	for i := 0; len(healthy) < 1000 || len(stopped) < 100; i++ {
+		k := fmt.Sprintf("{bench%d}", i)
+		if _, err := victim.Do("EXISTS", k); err == nil {
+			stopped = append(stopped, k)
+		} else if strings.Contains(err.Error(), "MOVED") {
+			healthy = append(healthy, k)
+		} else {
+			b.Fatal(err)
+		}
+	}
+	take := func(key string) error {
+		res := make([]sluice.Result, 1)
+		return h.Take(context.Background(), []sluice.Op{{Key: key, Limit: l, Cost: 1}}, res)
+	}
+	// measure runs 16 goroutines on the healthy keys for d and returns
+	// their decisions per second (failures are fatal).
+	measure := func(d time.Duration) float64 {
+		var n atomic.Int64
+		var failed atomic.Value
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for i := w * 61; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := take(healthy[i%len(healthy)]); err != nil {
+						failed.Store(err)
+					}
+					n.Add(1)
+				}
+			})
+		}
+		start := time.Now()
+		time.Sleep(d)
+		close(stop)
+		wg.Wait()
+		if err := failed.Load(); err != nil {
+			b.Fatalf("healthy key: %v", err)
+		}
+		return float64(n.Load()) / time.Since(start).Seconds()
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	for w := range 4 {
+		wg.Go(func() {
+			t := time.NewTicker(time.Millisecond)
+			defer t.Stop()
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+				_ = take(stopped[i%len(stopped)])
+			}
+		})
+	}
+	b.ReportAllocs()
+	for range b.N {
+		measure(3 * time.Second) // warm: every key leased, rates learnt
+		var up, down float64
+		for range 2 {
+			u := measure(3 * time.Second)
+			victim.Pause()
+			d := measure(3 * time.Second)
+			victim.Resume()
+			b.Logf("healthy decisions/s: %.0f up, %.0f stopped", u, d)
+			up, down = up+u/2, down+d/2
+		}
+		b.ReportMetric(up, "healthy-dec/s-up")
+		b.ReportMetric(down, "healthy-dec/s-stopped")
+		b.ReportMetric(100*down/up, "kept-%")
+	}
+}
