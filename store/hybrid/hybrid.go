@@ -22,7 +22,7 @@
 // hit there. So a key too cold to earn an allotment is decided by the
 // global store's Take (its batched, coalesced path, exactly as placement
 // global), never by a lease of a unit or two. Too cold: the key was seen
-// once only, or its observed rate (the mean gap between its hits, each new
+// fewer than 3 times, or its observed rate (the mean gap between its hits, each new
 // gap weighing half, and at least the time since its last hit) would make
 // fewer than 3 hits over the span an allotment could be spent, which is
 // Options.Horizon, at most Options.Lease for the bucket algorithms and at
@@ -111,6 +111,7 @@ const (
 	numShards       = 64
 	syncHysteresis  = 2 // leave global decisions when remaining > syncHysteresis × keep
 	coldHits        = 3 // a key expected to be hit fewer times than this in an allotment's life is too cold to lease
+	minHits         = 3 // nor is a key seen fewer times than this
 	sweepEveryTakes = 1 << 12
 )
 
@@ -211,7 +212,7 @@ type entry struct {
 	backoff   int64 // no allotment request before this (the global store failed)
 	last      int64
 	// The key's demand, local or global, for the cold test: hits seen
-	// (saturating at 2), the local µs of the last, and the mean gap
+	// (saturating at minHits), the local µs of the last, and the mean gap
 	// between hits (µs, each new gap weighing half).
 	hits  int8
 	hitAt int64
@@ -521,7 +522,7 @@ func (e *entry) hit(now int64) {
 			e.gap = (e.gap + g) / 2
 		}
 	}
-	e.hits = min(e.hits+1, 2)
+	e.hits = min(e.hits+1, minHits)
 	e.hitAt = now
 }
 
@@ -540,13 +541,15 @@ func (s *Store) span(e *entry, l sluice.Limit, now int64) int64 {
 }
 
 // tooCold reports whether the key is too cold to earn an allotment: seen
-// once only, or hit at a rate that, over the span an allotment could be
+// fewer than minHits times (one gap between hits is too little evidence:
+// a key seen every 5s on average has two hits within 2s one time in
+// three), or hit at a rate that, over the span an allotment could be
 // spent, makes fewer than coldHits hits. A lease for such a key costs the
 // global store at least what deciding its hits there does (a script call
 // per lease, plus a give-back or void units), so its hits are decided by
 // the global store's Take instead. mu of e's shard must be held.
 func (s *Store) tooCold(e *entry, l sluice.Limit, now int64) bool {
-	if e.hits < 2 {
+	if e.hits < minHits {
 		return true
 	}
 	// The gap since the last hit counts too: a key that went quiet is cold
@@ -579,7 +582,7 @@ func (s *Store) rateOf(e *entry, now int64) float64 {
 // shard must be held.
 func (s *Store) want(e *entry, l sluice.Limit, cost, now int64) int64 {
 	w := max(int64(defaultInitial), l.Capacity()/initialShare)
-	if e.hits >= 2 && e.gap > 0 {
+	if e.hits >= minHits && e.gap > 0 {
 		// No rate measured yet, but the gap between hits says how many
 		// hits the allotment's span holds: a lukewarm key gets no more.
 		w = min(w, int64(float64(s.span(e, l, now))/e.gap)+1)

@@ -144,7 +144,6 @@ func (s *Store) newAllotRequest(reqs []sluice.AllotRequest, idx []int, keys []st
 	for k, i := range idx {
 		q := &reqs[i]
 		r.keys[k] = keys[i]
-		r.algs |= 1 << q.Limit.Algorithm // limit() in driver.lua knows the algorithm by its file
 		lease := min(q.Limit.Window, maxLease).Microseconds()
 		spec := strconv.FormatInt(q.Want, 10) + ":" + strconv.FormatInt(q.Keep, 10) + ":" +
 			strconv.FormatInt(max(q.Split, 1), 10) + ":" + strconv.FormatInt(q.Give, 10) + ":" +

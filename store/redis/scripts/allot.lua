@@ -6,30 +6,24 @@
 -- taken exactly as a Take would take it, and ordinary Takes on the key see
 -- it as spent.
 --
--- allot(key, now, p, spec, min_ttl): p is the parsed limit (alg 4
--- fixed_window or 2 gcra); spec is "want:keep:split:give:epoch:lease"
--- (lease: µs a gcra grant may be spent). It returns {granted, remaining,
--- ttl (µs), reset (µs), epoch}.
-local function allot(key, now, p, spec, min_ttl)
+-- An allotment-only batch carries no algorithm file (each function a
+-- script defines costs a closure on every call): allot parses its limit
+-- spec itself and needs only lib.lua.
+--
+-- allot(key, now, limit, spec, min_ttl): limit is the op's limit spec
+-- "alg:quota:window:burst:interval" (alg 4 fixed_window or 2 gcra); spec is
+-- "want:keep:split:give:epoch:lease" (lease: µs a gcra grant may be
+-- spent). It returns granted, remaining, ttl (µs), reset (µs), epoch.
+local function allot(key, now, limit, spec, min_ttl)
+  local a, q, wi, b, i = string.match(limit, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
   local w, k, s, g, e, l = string.match(spec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d+)$')
-  if not w then
-    return error('sluice: allot: bad spec ' .. spec)
+  if not a or not w then
+    return error('sluice: allot: bad limit ' .. limit .. ' or spec ' .. spec)
   end
+  local alg, quota, window, burst, interval = tonumber(a), tonumber(q), tonumber(wi), tonumber(b), tonumber(i)
   local want, keep, split, give, epoch, lease = tonumber(w), tonumber(k), max(tonumber(s), 1), tonumber(g), tonumber(e), tonumber(l)
-  local alg, quota, window, burst, interval = p.alg, p.quota, p.window, p.burst, p.interval
   local raw = call('GET', key)
-
-  -- grant returns what may be granted out of avail units.
-  local function grant(avail)
-    local n = fdiv(max(avail - keep, 0), split)
-    return max(min(want, n), 0)
-  end
-
-  local function expire(fresh)
-    if fresh > 0 then
-      call('PEXPIRE', key, max(fdiv(fresh + 999, 1000), min_ttl))
-    end
-  end
+  local n, fresh
 
   if alg == FIXED_WINDOW then
     local id, cur = 0, 0
@@ -42,18 +36,20 @@ local function allot(key, now, p, spec, min_ttl)
     elseif give > 0 and epoch == id then
       cur = max(cur - give, 0)
     end
-    local n = grant(quota - cur)
+    n = max(min(want, fdiv(max(quota - cur - keep, 0), split)), 0)
     cur = cur + n
     local stop = (id + 1) * window - now
     if n > 0 or give > 0 then
       call('SET', key, pack('<dd', id, cur))
-      expire(stop)
+      if stop > 0 then
+        call('PEXPIRE', key, max(fdiv(stop + 999, 1000), min_ttl))
+      end
     end
     local reset = 0
     if cur > 0 then
       reset = stop
     end
-    return {n, max(quota - cur, 0), stop, reset, id} -- a charge may have put cur above quota
+    return n, max(quota - cur, 0), stop, reset, id -- a charge may have put cur above quota
   elseif alg == GCRA then
     local tat = 0
     if raw and #raw == 8 then
@@ -67,13 +63,16 @@ local function allot(key, now, p, spec, min_ttl)
     if interval > 0 then
       rem = min(max(fdiv(burst * interval - (base - now), interval), 0), burst)
     end
-    local n = grant(rem)
+    n = max(min(want, fdiv(max(rem - keep, 0), split)), 0)
     local ntat = base + n * interval
     if n > 0 or give > 0 then
       call('SET', key, pack('<d', ntat))
-      expire(ntat - now)
+      fresh = ntat - now
+      if fresh > 0 then
+        call('PEXPIRE', key, max(fdiv(fresh + 999, 1000), min_ttl))
+      end
     end
-    return {n, rem - n, lease, max(ntat - now, 0), 0}
+    return n, rem - n, lease, max(ntat - now, 0), 0
   end
   return error('sluice: allot: unsupported algorithm ' .. tostring(alg))
 end

@@ -425,17 +425,15 @@ for _ = 1, tonumber(ARGV[2]) do
   else
     now = tonumber(now)
   end
-  local p = limit(ARGV[ai])
   if mode == MODE_ALLOT then
     local parts = {pack('<d', now)}
     for j = 1, n do
-      local r = allot(KEYS[kbase + j], now, limit(ARGV[ai]), ARGV[ai + 1], min_ttl)
-      parts[j + 1] = pack('<ddddd', r[1], r[2], r[3], r[4], r[5])
+      parts[j + 1] = pack('<ddddd', allot(KEYS[kbase + j], now, ARGV[ai], ARGV[ai + 1], min_ttl))
       ai = ai + 3
     end
     put(table.concat(parts))
-  elseif n == 1 and mode == MODE_DECIDE and not A[p.alg].log and is_take(ARGV[ai + 1]) then
-    decide_one(KEYS[kbase + 1], now, p, tonumber(ARGV[ai + 1]))
+  elseif n == 1 and mode == MODE_DECIDE and not A[limit(ARGV[ai]).alg].log and is_take(ARGV[ai + 1]) then
+    decide_one(KEYS[kbase + 1], now, limit(ARGV[ai]), tonumber(ARGV[ai + 1]))
     ai = ai + 3
   else
     local ops
