@@ -50,6 +50,7 @@ type costOptions struct {
 	zipfS           float64
 	coldPeriod      time.Duration
 	horizon         time.Duration
+	timeout         time.Duration
 	limit           sluice.Limit
 	workloads       []string
 	redisURL        string
@@ -57,7 +58,7 @@ type costOptions struct {
 }
 
 // costFlags registers the --cost flags on fs.
-func costFlags(fs *flag.FlagSet) (*costOptions, *bool, *string, *int64) {
+func costFlags(fs *flag.FlagSet) (*costOptions, *bool, *string, *int64, *time.Duration) {
 	o := &costOptions{}
 	on := fs.Bool("cost", false, "instead of the server figures: Redis CPU and commands per decision of hybrid vs global, in process, on the hot, zipf and cold workloads")
 	fs.Float64Var(&o.rate, "cost-rate", 4000, "--cost: decisions per second sent to each store")
@@ -69,8 +70,10 @@ func costFlags(fs *flag.FlagSet) (*costOptions, *bool, *string, *int64) {
 	fs.DurationVar(&o.coldPeriod, "cost-cold-period", 5*time.Second, "--cost: each user of the cold workload is seen about once per period")
 	fs.DurationVar(&o.horizon, "cost-horizon", hybrid.DefaultHorizon, "--cost: Options.Horizon of the hybrid store")
 	work := fs.String("cost-workloads", "hot,zipf,cold", "--cost: workloads to run, comma-separated")
-	quota := fs.Int64("cost-quota", 100_000, "--cost: per-second quota of every key's token_bucket limit (high enough that nothing is denied)")
-	return o, on, work, quota
+	quota := fs.Int64("cost-quota", 6_000_000, "--cost: quota per --cost-window of every key's token_bucket limit (high enough that nothing is denied)")
+	window := fs.Duration("cost-window", time.Minute, "--cost: window of the limit (a bucket allotment lives at most one window and the horizon)")
+	fs.DurationVar(&o.timeout, "cost-timeout", redis.DefaultTimeout, "--cost: the Redis store's timeout")
+	return o, on, work, quota, window
 }
 
 // costRun is one workload on one store.
@@ -107,8 +110,8 @@ func runHybridCost(ctx context.Context, o *costOptions, stdout io.Writer) error 
 		o.redisURL = srv.URL()
 	}
 	o.redisAddr = strings.TrimSuffix(strings.TrimPrefix(o.redisURL, "redis://"), "/0")
-	fmt.Fprintf(stdout, "=== hybrid vs global, Redis cost per decision: %.0f decisions/s from %d callers, warmup %v, measured %v; limit %v %d/%v per key (never denies); hybrid horizon %v\n",
-		o.rate, o.workers, o.warmup, o.measure, o.limit.Algorithm, o.limit.Quota, o.limit.Window, o.horizon)
+	fmt.Fprintf(stdout, "=== hybrid vs global, Redis cost per decision: %.0f decisions/s from %d callers, warmup %v, measured %v; limit %v %d/%v per key (never denies); hybrid horizon %v; store timeout %v\n",
+		o.rate, o.workers, o.warmup, o.measure, o.limit.Algorithm, o.limit.Quota, o.limit.Window, o.horizon, o.timeout)
 	type row struct {
 		name           string
 		global, hybrid *costRun
@@ -146,9 +149,10 @@ func runHybridCost(ctx context.Context, o *costOptions, stdout io.Writer) error 
 			100*float64(hs.Local)/float64(hs.Local+hs.Global), 100*float64(hs.Cold)/float64(hs.Local+hs.Global))
 	}
 	fmt.Fprintf(stdout, "\nh. local: hybrid decisions made from allotments; h. cold: decided by the global store's Take because the key was too cold to lease.\n")
-	fmt.Fprintf(stdout, "Share of a Zipf(s=%.2f) stream over %d users too cold to lease in steady state (rate x %v < 3 hits; first hits not counted):\n", o.zipfS, o.users, o.horizon)
+	span := min(o.horizon, o.limit.Window)
+	fmt.Fprintf(stdout, "Share of a Zipf(s=%.2f) stream over %d users too cold to lease in steady state (user's rate x %v < 3 hits; a key's first 2 hits not counted):\n", o.zipfS, o.users, span)
 	for _, rate := range []float64{100, 1000, o.rate, 10_000, 100_000} {
-		fmt.Fprintf(stdout, "    at %8.0f decisions/s: %5.1f%% of decisions, %5.1f%% of users\n", rate, 100*coldShare(o.zipfS, o.users, rate, o.horizon), 100*coldUsers(o.zipfS, o.users, rate, o.horizon))
+		fmt.Fprintf(stdout, "    at %8.0f decisions/s: %5.1f%% of decisions, %5.1f%% of users\n", rate, 100*coldShare(o.zipfS, o.users, rate, span), 100*coldUsers(o.zipfS, o.users, rate, span))
 	}
 	return nil
 }
@@ -182,6 +186,7 @@ func (o *costOptions) runOne(ctx context.Context, w, placement string, next func
 		return nil, err
 	}
 	opts.Prefix = fmt.Sprintf("cost:%d:%s:%s:", time.Now().UnixNano(), w, placement)
+	opts.Timeout = o.timeout
 	g, err := redis.New(opts)
 	if err != nil {
 		return nil, err
@@ -377,7 +382,8 @@ func redisINFO(addr, section string) (string, error) {
 }
 
 // coldThreshold is store/hybrid's: a key expected to be hit fewer than 3
-// times over the horizon is too cold to lease (see its "Cold keys").
+// times over an allotment's span (the horizon, at most the limit's window
+// for a bucket) is too cold to lease (see its "Cold keys").
 const coldThreshold = 3
 
 // zipfWeights returns the probabilities of users 1..n under Zipf(s).
@@ -396,7 +402,7 @@ func zipfWeights(s float64, n int) []float64 {
 
 // coldShare is the share of a Zipf(s) stream over n users at rate
 // decisions/s whose users are hit fewer than coldThreshold times per
-// horizon: decided by the global store once rates are known.
+// span: decided by the global store once rates are known.
 func coldShare(s float64, n int, rate float64, horizon time.Duration) float64 {
 	share := 0.0
 	for _, p := range zipfWeights(s, n) {

@@ -15,7 +15,8 @@ import (
 // coldHits units; a hot key that goes quiet is cold again. Counted with
 // Stats (Allots, Granted, Cold, Global, Local), on a fake clock.
 func TestColdKeys(t *testing.T) {
-	l := sluice.Limit{Algorithm: sluice.GCRA, Quota: 100, Window: time.Second, Burst: 100}
+	// A 10s window: the span an allotment may be spent is the Horizon.
+	l := sluice.Limit{Algorithm: sluice.GCRA, Quota: 1000, Window: 10 * time.Second, Burst: 1000}
 	for _, tc := range []struct {
 		name     string
 		gap      time.Duration

@@ -22,12 +22,15 @@
 // hit there. So a key too cold to earn an allotment is decided by the
 // global store's Take (its batched, coalesced path, exactly as placement
 // global), never by a lease of a unit or two. Too cold: the key was seen
-// fewer than 3 times, or its observed rate (the mean gap between its hits, each new
-// gap weighing half, and at least the time since its last hit) would make
-// fewer than 3 hits over the span an allotment could be spent, which is
-// Options.Horizon, at most Options.Lease for the bucket algorithms and at
-// most what is left of the window for fixed_window. At the defaults
-// (Horizon 10s) a key hit less often than every 3.3s is cold. A key that
+// fewer than 3 times, or its observed rate (the mean gap between its hits,
+// each new gap weighing half, and at least the time since its last hit)
+// would make fewer than 3 hits over the span an allotment could be spent, which is
+// Options.Horizon, at most Options.Lease and the limit's window for the
+// bucket algorithms (store/redis voids a bucket allotment after a window)
+// and at most what is left of the window for fixed_window. At the
+// defaults (Horizon 10s), with a window of 10s or more, a key hit less
+// often than every 3.3s is cold; with a per-second limit, one hit less
+// often than every 333ms. A key that
 // warms up leases from its next hit; one that cools spends what it holds
 // and is then decided globally. Stats.Cold counts the ops decided so.
 //
@@ -527,11 +530,13 @@ func (e *entry) hit(now int64) {
 }
 
 // span is how long an allotment of limit l leased at now could be spent:
-// Horizon, at most the lease of a bucket or what is left of the window
-// (the whole window before the first lease). mu of e's shard must be held.
+// Horizon, at most Lease and the limit's window for a bucket (store/redis
+// voids a bucket allotment after one window), at most what is left of the
+// window for fixed_window (the whole window before the first lease). mu of
+// e's shard must be held.
 func (s *Store) span(e *entry, l sluice.Limit, now int64) int64 {
 	if l.Algorithm != sluice.FixedWindow {
-		return min(s.horizon, s.lease)
+		return max(min(s.horizon, s.lease, l.Window.Microseconds()), 1)
 	}
 	left := l.Window.Microseconds()
 	if e.deadline > now {
@@ -677,7 +682,11 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 		e.resetAt = sent + a.ResetAfter.Microseconds()
 		e.global = a.Granted == 0
 		e.rate = s.rateOf(e, sent)
-		e.spent, e.since = 0, sent
+		if sent-e.since >= s.rateSpan {
+			// (a shorter span says too little: keep counting over it, or a
+			// hot key refilling faster than rateSpan never learns its rate)
+			e.spent, e.since = 0, sent
+		}
 		sh.mu.Unlock()
 	}
 }
