@@ -150,7 +150,7 @@ func runHybridCost(ctx context.Context, o *costOptions, stdout io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "\nh. local: hybrid decisions made from allotments; h. cold: decided by the global store's Take because the key was too cold to lease.\n")
 	span := min(o.horizon, o.limit.Window)
-	fmt.Fprintf(stdout, "Share of a Zipf(s=%.2f) stream over %d users too cold to lease in steady state (user's rate x %v < 3 hits; a key's first 2 hits not counted):\n", o.zipfS, o.users, span)
+	fmt.Fprintf(stdout, "Share of a Zipf(s=%.2f) stream over %d users too cold to lease in steady state (user's rate x %v < %d hits; a key's first 3 hits not counted):\n", o.zipfS, o.users, span, coldThreshold)
 	for _, rate := range []float64{100, 1000, o.rate, 10_000, 100_000} {
 		fmt.Fprintf(stdout, "    at %8.0f decisions/s: %5.1f%% of decisions, %5.1f%% of users\n", rate, 100*coldShare(o.zipfS, o.users, rate, span), 100*coldUsers(o.zipfS, o.users, rate, span))
 	}
@@ -381,10 +381,10 @@ func redisINFO(addr, section string) (string, error) {
 	return string(body), nil
 }
 
-// coldThreshold is store/hybrid's: a key expected to be hit fewer than 3
+// coldThreshold is store/hybrid's: a key expected to be hit fewer than 8
 // times over an allotment's span (the horizon, at most the limit's window
 // for a bucket) is too cold to lease (see its "Cold keys").
-const coldThreshold = 3
+const coldThreshold = 8
 
 // zipfWeights returns the probabilities of users 1..n under Zipf(s).
 func zipfWeights(s float64, n int) []float64 {

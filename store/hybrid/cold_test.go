@@ -11,7 +11,7 @@ import (
 
 // TestColdKeys: a key too cold to earn an allotment (seen once, or hit
 // less often than coldHits times per Horizon) is decided by the global
-// store's Take, never leased (the first two hits of any key too); a warm key leases allotments of at least
+// store's Take, never leased (the first three hits of any key too); a warm key leases allotments of at least
 // coldHits units; a hot key that goes quiet is cold again. Counted with
 // Stats (Allots, Granted, Cold, Global, Local), on a fake clock.
 func TestColdKeys(t *testing.T) {
@@ -26,9 +26,9 @@ func TestColdKeys(t *testing.T) {
 		minLocal uint64
 	}{
 		{"every 5s", 5 * time.Second, 10, false, 10, 0},
-		{"every 4s (2.5 per horizon)", 4 * time.Second, 10, false, 10, 0},
-		{"every 3s (3.3 per horizon)", 3 * time.Second, 10, true, 2, 1},
-		{"every 10ms", 10 * time.Millisecond, 200, true, 2, 150},
+		{"every 2s (5 per horizon)", 2 * time.Second, 10, false, 10, 0},
+		{"every 1s (10 per horizon)", time.Second, 20, true, 3, 1},
+		{"every 10ms", 10 * time.Millisecond, 200, true, 3, 150},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFleet(t, 1, Options{Horizon: 10 * time.Second})

@@ -22,15 +22,21 @@
 // hit there. So a key too cold to earn an allotment is decided by the
 // global store's Take (its batched, coalesced path, exactly as placement
 // global), never by a lease of a unit or two. Too cold: the key was seen
-// fewer than 3 times, or its observed rate (the mean gap between its hits,
-// each new gap weighing half, and at least the time since its last hit)
-// would make fewer than 3 hits over the span an allotment could be spent, which is
+// fewer than 4 times, or its observed rate (the mean gap between its hits,
+// each new gap weighing a quarter, and at least the time since its last
+// hit) would make fewer than 8 hits over the span an allotment could be spent, which is
 // Options.Horizon, at most Options.Lease and the limit's window for the
 // bucket algorithms (store/redis voids a bucket allotment after a window)
 // and at most what is left of the window for fixed_window. At the
 // defaults (Horizon 10s), with a window of 10s or more, a key hit less
-// often than every 3.3s is cold; with a per-second limit, one hit less
-// often than every 333ms. A key that
+// often than every 1.25s is cold; with a per-second limit, one hit less
+// often than every 125ms. Why 8: on traffic this thin, the global store's
+// script calls carry few ops each and Redis pays mostly per call, and the
+// batcher keeps a call in flight whatever the load: a lease saves Redis
+// CPU only when it takes a key's traffic out of Redis almost entirely
+// (measured in BENCHMARKS.md, "Hybrid: Redis cost per decision": at a
+// threshold of 4, users seen every 5s cost 1.10x global's Redis CPU; at
+// 6, 0.995x). A key that
 // warms up leases from its next hit; one that cools spends what it holds
 // and is then decided globally. Stats.Cold counts the ops decided so.
 //
@@ -113,8 +119,8 @@ const (
 	maxAllotFactor  = 1   // an allotment never exceeds the limit's capacity
 	numShards       = 64
 	syncHysteresis  = 2 // leave global decisions when remaining > syncHysteresis × keep
-	coldHits        = 3 // a key expected to be hit fewer times than this in an allotment's life is too cold to lease
-	minHits         = 3 // nor is a key seen fewer times than this
+	coldHits        = 8 // a key expected to be hit fewer times than this in an allotment's life is too cold to lease
+	minHits         = 4 // nor is a key seen fewer times than this
 	sweepEveryTakes = 1 << 12
 )
 
@@ -216,7 +222,7 @@ type entry struct {
 	last      int64
 	// The key's demand, local or global, for the cold test: hits seen
 	// (saturating at minHits), the local µs of the last, and the mean gap
-	// between hits (µs, each new gap weighing half).
+	// between hits (µs, each new gap weighing a quarter).
 	hits  int8
 	hitAt int64
 	gap   float64
@@ -522,7 +528,7 @@ func (e *entry) hit(now int64) {
 		if e.hits == 1 {
 			e.gap = g
 		} else {
-			e.gap = (e.gap + g) / 2
+			e.gap = 0.75*e.gap + 0.25*g
 		}
 	}
 	e.hits = min(e.hits+1, minHits)
@@ -546,9 +552,9 @@ func (s *Store) span(e *entry, l sluice.Limit, now int64) int64 {
 }
 
 // tooCold reports whether the key is too cold to earn an allotment: seen
-// fewer than minHits times (one gap between hits is too little evidence:
-// a key seen every 5s on average has two hits within 2s one time in
-// three), or hit at a rate that, over the span an allotment could be
+// fewer than minHits times (a gap or two between hits is too little
+// evidence: a key seen every 5s on average has two hits within 2s one time
+// in three), or hit at a rate that, over the span an allotment could be
 // spent, makes fewer than coldHits hits. A lease for such a key costs the
 // global store at least what deciding its hits there does (a script call
 // per lease, plus a give-back or void units), so its hits are decided by

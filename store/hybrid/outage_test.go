@@ -17,9 +17,9 @@ import (
 
 // TestOneMasterStopped: a hybrid store over a real 3-master cluster with
 // one master SIGSTOPped keeps deciding keys on the two others: 100 fresh
-// keys there, hit 3 times each in a row (two global Takes while the key is
-// too cold, then a lease), give 300 allowed decisions out of 300 and 100
-// leases,
+// keys there, hit 4 times each in a row (three global Takes while the key
+// is too cold, then a lease), give 400 allowed decisions out of 400 and
+// 100 leases,
 // while decisions on the stopped master's keys, sent all along from other
 // goroutines, fail with the store's timeout or open breaker and none is
 // allowed. Each key's slot is found by asking the stopped master before
@@ -61,7 +61,7 @@ func TestOneMasterStopped(t *testing.T) {
 	}
 	// Warm: every master has run the batch script, with allotments.
 	for _, k := range append(healthy[:1:1], stopped[0]) {
-		for range 3 {
+		for range minHits {
 			if ok, err := take(k); err != nil || !ok {
 				t.Fatalf("warm %s: allowed %v, %v", k, ok, err)
 			}
@@ -102,7 +102,7 @@ func TestOneMasterStopped(t *testing.T) {
 	before := h.Stats()
 	decided := 0
 	for _, k := range healthy {
-		for hit := range 3 {
+		for hit := range minHits {
 			if ok, err := take(k); err != nil || !ok {
 				t.Errorf("healthy key %s, hit %d, one master stopped: allowed %v, %v; want allowed", k, hit+1, ok, err)
 				continue
@@ -117,14 +117,14 @@ func TestOneMasterStopped(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("one master stopped: %d of %d healthy-key decisions allowed (%d local, %d global, %d leases); stopped master's keys: %d failed, %d allowed",
-		decided, 3*len(healthy), after.Local-before.Local, after.Global-before.Global, after.Allots-before.Allots, victimFailed.Load(), victimOK.Load())
+		decided, minHits*len(healthy), after.Local-before.Local, after.Global-before.Global, after.Allots-before.Allots, victimFailed.Load(), victimOK.Load())
 	if err := victimOther.Load(); err != nil {
 		t.Errorf("stopped master's key: %v; want a timeout or an open breaker", err)
 	}
 	if victimOK.Load() != 0 {
 		t.Errorf("stopped master's keys: %d decisions allowed while it was stopped, want 0", victimOK.Load())
 	}
-	// Each healthy key leased once (its third hit); the stopped master's
+	// Each healthy key leased once (its fourth hit); the stopped master's
 	// keys leased nothing but may have asked.
 	if leases := after.Allots - before.Allots; leases < uint64(len(healthy)-1) {
 		t.Errorf("%d leases while one master was stopped, want ≥ %d (one per healthy key but the warm one)", leases, len(healthy)-1)
