@@ -137,16 +137,7 @@ func runHybridCost(ctx context.Context, o *costOptions, stdout io.Writer) error 
 	fmt.Fprintf(stdout, "\n=== summary (Redis CPU µs and commands per decision; ratio = hybrid / global)\n")
 	fmt.Fprintf(stdout, "%-6s %12s %12s %8s %12s %12s %8s %10s %10s\n", "", "global µs", "hybrid µs", "ratio", "global cmds", "hybrid cmds", "ratio", "h. local", "h. cold")
 	for _, r := range rows {
-		if r.global.degraded > 0 || r.hybrid.degraded > 0 {
-			fmt.Fprintf(stdout, "%-6s REFUSED: %d (global) and %d (hybrid) decisions were answered by a failure policy, not by Redis (first: %v)\n",
-				r.name, r.global.degraded, r.hybrid.degraded, errors.Join(r.global.firstErr, r.hybrid.firstErr))
-			continue
-		}
-		gc, hc := 1e6*r.global.perDecision(r.global.cpu), 1e6*r.hybrid.perDecision(r.hybrid.cpu)
-		gn, hn := r.global.perDecision(float64(r.global.total())), r.hybrid.perDecision(float64(r.hybrid.total()))
-		hs := r.hybrid.hybrid
-		fmt.Fprintf(stdout, "%-6s %12.3f %12.3f %7.3fx %12.4f %12.4f %7.3fx %9.1f%% %9.1f%%\n", r.name, gc, hc, hc/gc, gn, hn, hn/gn,
-			100*float64(hs.Local)/float64(hs.Local+hs.Global), 100*float64(hs.Cold)/float64(hs.Local+hs.Global))
+		fmt.Fprintln(stdout, costRow(r.name, r.global, r.hybrid))
 	}
 	fmt.Fprintf(stdout, "\nh. local: hybrid decisions made from allotments; h. cold: decided by the global store's Take because the key was too cold to lease.\n")
 	span := min(o.horizon, o.limit.Window)
@@ -155,6 +146,24 @@ func runHybridCost(ctx context.Context, o *costOptions, stdout io.Writer) error 
 		fmt.Fprintf(stdout, "    at %8.0f decisions/s: %5.1f%% of decisions, %5.1f%% of users\n", rate, 100*coldShare(o.zipfS, o.users, rate, span), 100*coldUsers(o.zipfS, o.users, rate, span))
 	}
 	return nil
+}
+
+// costRow is one workload's summary line: the Redis figures of both stores
+// and their ratios, or, when any decision of either was degraded (answered
+// by a failure policy, not by Redis), a refusal naming the counts.
+func costRow(name string, g, h *costRun) string {
+	if g.degraded > 0 || h.degraded > 0 {
+		return fmt.Sprintf("%-6s REFUSED: %d (global) and %d (hybrid) decisions were answered by a failure policy, not by Redis (first: %v)",
+			name, g.degraded, h.degraded, errors.Join(g.firstErr, h.firstErr))
+	}
+	gc, hc := 1e6*g.perDecision(g.cpu), 1e6*h.perDecision(h.cpu)
+	gn, hn := g.perDecision(float64(g.total())), h.perDecision(float64(h.total()))
+	hs := h.hybrid
+	local, cold := 0.0, 0.0
+	if n := hs.Local + hs.Global; n > 0 {
+		local, cold = 100*float64(hs.Local)/float64(n), 100*float64(hs.Cold)/float64(n)
+	}
+	return fmt.Sprintf("%-6s %12.3f %12.3f %7.3fx %12.4f %12.4f %7.3fx %9.1f%% %9.1f%%", name, gc, hc, hc/gc, gn, hn, hn/gn, local, cold)
 }
 
 // workload returns a key generator for workload w (one per caller: each
