@@ -140,18 +140,23 @@ var algFiles = [...][]string{
 var fileOrder = []string{
 	"lib.lua", "bucket.lua", "gcra.lua", "leaky_bucket.lua", "token_bucket.lua",
 	"fixed_window.lua", "sliding_window.lua", "log.lua", "sliding_log.lua",
-	"concurrency.lua", "guard.lua", "driver.lua",
+	"concurrency.lua", "allot.lua", "guard.lua", "driver.lua",
 }
 
-// algMask has bit a set for each algorithm a a batch uses.
+// algMask has bit a set for each algorithm a a batch uses, and bit 0
+// (allotBit) when it leases allotments.
 type algMask uint8
+
+// allotBit marks a batch holding allotment groups (modeAllot): its script
+// includes allot.lua.
+const allotBit algMask = 1
 
 // batchScriptFor composes the batch script for the algorithms in m: lib.lua,
 // their files, guard.lua and driver.lua. Redis runs the whole script body on every
 // call, and each function it defines costs a closure, so a script carries
 // only the algorithms its batch needs.
 func batchScriptFor(m algMask) string {
-	need := map[string]bool{"lib.lua": true, "guard.lua": true, "driver.lua": true}
+	need := map[string]bool{"lib.lua": true, "guard.lua": true, "driver.lua": true, "allot.lua": m&allotBit != 0}
 	for _, a := range sluice.Algorithms() {
 		if m&(1<<a) != 0 {
 			for _, f := range algFiles[a] {

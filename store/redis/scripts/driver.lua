@@ -7,9 +7,11 @@
 -- ARGV: minTTL (ms), channel, G, then G groups of
 --   n, mode, now, then n ops of (limit, cost, lease)
 -- where mode is 0 (decide), 1 (decide and report how to undo: the store
--- uses it when a Take spans hash slots) or 2 (refund a group decided with
+-- uses it when a Take spans hash slots), 2 (refund a group decided with
 -- mode 1; followed by k, k undo triples (op, old, new) and "t" when the
--- charge read Redis TIME, else ""); now is µs, or "" for Redis TIME;
+-- charge read Redis TIME, else "") or 3 (allot: each op's cost field is an
+-- allotment spec, see allot.lua, and its 5 values are allot's reply; the
+-- script then includes allot.lua); now is µs, or "" for Redis TIME;
 -- limit is "alg:quota:window:burst:interval" (algorithm.Params); cost is an
 -- integer (a Take), "r" for a concurrency release, "+" and an integer for a
 -- sluice.Charge, "-" and an integer for a sluice.Refund, or "x" for a
@@ -36,6 +38,7 @@
 local MODE_DECIDE = '0'
 local MODE_UNDO = '1'
 local MODE_REFUND = '2'
+local MODE_ALLOT = '3'
 
 -- Actions other than Take, as read from an op's cost field.
 local CHARGE, REFUND, RESET = '+', '-', 'x'
@@ -447,9 +450,15 @@ for _ = 1, tonumber(ARGV[3]) do
   else
     now = tonumber(now)
   end
-  local p = limit(ARGV[ai])
-  if n == 1 and mode == MODE_DECIDE and not A[p.alg].log and is_take(ARGV[ai + 1]) then
-    decide_one(KEYS[kbase + 1], now, p, tonumber(ARGV[ai + 1]))
+  if mode == MODE_ALLOT then
+    local parts = {pack('<d', now)}
+    for j = 1, n do
+      parts[j + 1] = pack('<ddddd', allot(KEYS[kbase + j], now, ARGV[ai], ARGV[ai + 1], min_ttl))
+      ai = ai + 3
+    end
+    put(table.concat(parts))
+  elseif n == 1 and mode == MODE_DECIDE and not A[limit(ARGV[ai]).alg].log and is_take(ARGV[ai + 1]) then
+    decide_one(KEYS[kbase + 1], now, limit(ARGV[ai]), tonumber(ARGV[ai + 1]))
     ai = ai + 3
   else
     local ops
