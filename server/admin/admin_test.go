@@ -106,6 +106,9 @@ func (e *env) do(t *testing.T, method, path, token, body string, out any) (int, 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -355,7 +358,8 @@ func TestAccessMatrix(t *testing.T) {
 	}
 	for tok, codes := range want {
 		for i, g := range guards {
-			req := httptest.NewRequest(http.MethodPost, "/x", nil)
+			req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader("{}"))
+			req.Header.Set("Content-Type", "application/json")
 			if tok != "" {
 				req.Header.Set("Authorization", "Bearer "+tok)
 			}

@@ -204,6 +204,9 @@ func serve(t *testing.T, h http.Handler, method, path, token, body string, out a
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if out != nil && rec.Code < 300 {
