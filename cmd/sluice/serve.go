@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -206,6 +205,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if toks.Len() > 0 { // the admin API is on: keep the top offenders it serves
 		s.tracker = observe.NewTracker(observe.Options{})
 		ecfg.Observer = s.tracker
+		if err := s.guardTokens(toks, reg, log.With("component", "auth")); err != nil {
+			return nil, err
+		}
 	}
 	s.engine, err = service.New(ecfg, s.watcher, s.store, metrics, log.With("component", "engine"))
 	if err != nil {
@@ -227,10 +229,11 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	s.grpc = grpc.NewServer(gopts...)
 	s.rls.Register(s.grpc)
 
+	publicMetrics, debugMetrics := s.metricsHandlers(reg, toks)
 	aopts := api.Options{
 		Checker:         s.engine,
 		Ready:           s.ready,
-		Metrics:         promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Metrics:         publicMetrics,
 		Rules:           s.watcher,
 		Logger:          log.With("component", "http"),
 		ResponseHeaders: cfg.Listen.ResponseHeaders,
@@ -243,6 +246,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		// A charge can refund quota: it needs a read-write or a
 		// charge-only admin token, and is off without tokens.
 		aopts.Charger, aopts.ChargeAuth = s.engine, toks.Charge()
+		aopts.ReadAuth = toks.Read() // /debug/rules names every limit and file path
 	}
 	h, err := api.New(aopts)
 	if err != nil {
@@ -264,7 +268,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		TLSConfig:         tlsCfg,
 	}
 	if debugOn(cfg.Listen.Debug) {
-		dh, err := api.NewDebug(aopts)
+		dopts := aopts
+		dopts.Metrics = debugMetrics
+		dh, err := api.NewDebug(dopts)
 		if err != nil {
 			return nil, fmt.Errorf("serve: debug: %w", err)
 		}

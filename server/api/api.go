@@ -71,8 +71,15 @@ type Options struct {
 	Ready func(ctx context.Context) error
 	// Metrics serves /metrics (promhttp); nil leaves /metrics out.
 	Metrics http.Handler
-	// Rules feeds /debug/rules; nil leaves it out.
+	// Rules feeds /debug/rules; nil leaves it out. It lists every limit
+	// and the rule files' absolute paths, so New serves it only behind
+	// ReadAuth; NewDebug (a loopback listener) serves it as it is.
 	Rules RuleSource
+	// ReadAuth wraps /debug/rules on the public listener (New): it answers
+	// the requests it refuses itself (401, 403, 429) and passes the others
+	// on. Nil leaves /debug/rules off the public listener. `sluice serve`
+	// uses the admin tokens that may read (admin.Tokens.Read).
+	ReadAuth func(http.Handler) http.Handler
 	// Logger receives engine errors (not the client's mistakes). Nil
 	// discards.
 	Logger *slog.Logger
@@ -154,7 +161,12 @@ func New(opts Options) (http.Handler, error) {
 	h.handle(mux, "GET /healthz", h.healthz)
 	h.handle(mux, "GET /readyz", h.readyz)
 	h.handle(mux, "GET /healthcheck", h.readyz)
-	h.admin(mux)
+	if opts.Metrics != nil {
+		h.handle(mux, "GET /metrics", opts.Metrics.ServeHTTP)
+	}
+	if opts.Rules != nil && opts.ReadAuth != nil {
+		h.handle(mux, "GET /debug/rules", opts.ReadAuth(http.HandlerFunc(h.debugRules)).ServeHTTP)
+	}
 	mux.HandleFunc("/", h.notFound)
 	return mux, nil
 }

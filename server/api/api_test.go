@@ -238,14 +238,37 @@ func TestDebugRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := Options{Checker: newEngine(t, w), Rules: w}
-	h, err := New(opts)
+	open, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if code, _, out := do(t, open, "GET", "/debug/rules", ""); code != 404 {
+		t.Errorf("GET /debug/rules on the public listener without ReadAuth = %d %s, want 404 (it names every limit and file path)", code, out)
 	}
 	dh, err := NewDebug(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.ReadAuth = func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer reader" {
+				problem(w, http.StatusUnauthorized, "token needed")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	guarded, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, out := do(t, guarded, "GET", "/debug/rules", ""); code != 401 {
+		t.Errorf("GET /debug/rules behind ReadAuth without a token = %d %s, want 401", code, out)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer reader")
+		guarded.ServeHTTP(w, r)
+	})
 	code, _, out := do(t, h, "GET", "/debug/rules", "")
 	if code != 200 || !strings.Contains(out, `"id":"remote_address"`) || !strings.Contains(out, `"source":"`) || strings.Contains(out, "reload_error") {
 		t.Fatalf("GET /debug/rules = %d %s, want 200 listing remote_address with its source and no error", code, out)
