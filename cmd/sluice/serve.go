@@ -222,7 +222,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.rls = rls.New(s.engine, rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders,
 		Limits: ecfg.Limits})
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes)}
+	// Metadata is bounded like bodies: without MaxHeaderListSize a call's
+	// headers may be as large as the client likes (15 MiB were accepted).
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes), grpc.MaxHeaderListSize(uint32(cfg.Limits.RequestBytes))}
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
