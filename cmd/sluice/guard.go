@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server/admin"
+	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -105,6 +107,22 @@ func (s *server) guardTokens(toks *admin.Tokens, reg prometheus.Registerer, log 
 		return fmt.Errorf("serve: --admin-trusted-origins: %w", err)
 	}
 	return nil
+}
+
+// storeUpGauge is sluice_store_up: 1 while the store answers a look (as
+// /readyz reports it), probed at each scrape within a second.
+func storeUpGauge(e *service.Engine) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_store_up",
+		Help: "1 while the store answers (the store line of /readyz), else 0; /readyz stays 200 without --readyz-strict.",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if e.Ready(ctx) != nil {
+			return 0
+		}
+		return 1
+	})
 }
 
 // metricsHandlers returns /metrics for the debug listener (everything) and

@@ -214,7 +214,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		return nil, fmt.Errorf("serve: engine: %w", err)
 	}
 
-	reg.MustRegister(newDetailedCollector(s.engine))
+	reg.MustRegister(newDetailedCollector(s.engine), storeUpGauge(s.engine))
 
 	tlsCfg, err := serverTLS(cfg.Listen.TLS)
 	if err != nil {
@@ -242,6 +242,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		MaxBodyBytes:    int64(cfg.Limits.RequestBytes),
 		Limits:          ecfg.Limits,
 		ReadyNotes:      s.readyNotes,
+		StoreHealth:     s.engine.Ready,
 		RuleSwitch:      s.ruleSwitch,
 	}
 	if toks.Len() > 0 {
@@ -299,13 +300,22 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 // it off (SLUICE_DEBUG_ADDR=off, since an empty variable means unset).
 func debugOn(addr string) bool { return addr != "" && addr != "off" }
 
-// ready is /readyz: not while draining; otherwise the engine's readiness
-// (rules loaded, store answering).
+// ready is /readyz: not while draining, nor before rules are loaded; with
+// --readyz-strict, not while the store does not answer either. By default a
+// down store leaves the instance ready: it still decides, by each limit's
+// failure_mode, and a store outage would otherwise take every instance of
+// the fleet out of its Service at once (docs/operations.md).
 func (s *server) ready(ctx context.Context) error {
 	if s.draining.Load() {
 		return errors.New("shutting down")
 	}
-	return s.engine.Ready(ctx)
+	if s.cfg.Guard.ReadyzStrict {
+		return s.engine.Ready(ctx)
+	}
+	if s.watcher.Current() == nil {
+		return errors.New("no rules loaded")
+	}
+	return nil
 }
 
 // grpcAddr, httpAddr and debugAddr are the bound addresses.

@@ -223,6 +223,24 @@ func TestHealthAndReadiness(t *testing.T) {
 	if _, err := New(Options{}); err == nil {
 		t.Errorf("New without a Checker: no error, want one")
 	}
+
+	// The store's health is reported beside readiness, not decisive.
+	storeErr := errors.New("dial tcp 10.0.0.1:6379: connection refused")
+	h, err = New(Options{Checker: e, Ready: func(context.Context) error { return nil }, StoreHealth: func(context.Context) error { return storeErr }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, out := do(t, h, "GET", "/readyz", ""); code != 200 || !strings.Contains(out, "ready\nstore: down: dial tcp") {
+		t.Errorf("store down, ready: GET /readyz = %d %q, want 200 with the store's line", code, out)
+	}
+	code, hdr, out := do(t, h, "GET", "/healthz?verbose", "")
+	if code != 200 || hdr.Get("Content-Type") != "application/json" || !strings.Contains(out, `"ready":{"ok":true}`) || !strings.Contains(out, `"store":{"ok":false,"error":"dial tcp`) {
+		t.Errorf("GET /healthz?verbose = %d %s, want JSON: ready, store not ok with its error", code, out)
+	}
+	storeErr = nil
+	if code, _, out := do(t, h, "GET", "/readyz", ""); code != 200 || !strings.Contains(out, "store: ok") {
+		t.Errorf("store up: GET /readyz = %d %q, want 200 with store: ok", code, out)
+	}
 }
 
 // TestDebugRules: /debug/rules lists the rules in force and, after a bad
