@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,6 +69,9 @@ func TestDecodeCheckRequest(t *testing.T) {
 		{"not JSON", `{"domain":`, "body: truncated JSON"},
 		{"syntax", `{"domain" "x"}`, "invalid JSON at byte"},
 		{"unknown field", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}],"hitz":1}`, `unknown field "hitz"`},
+		{"duplicate member", `{"domain":"edge","domain":"other","descriptors":[{"entries":[{"key":"a"}]}]}`, `duplicate member "domain"`},
+		{"duplicate nested member", `{"domain":"edge","descriptors":[{"entries":[{"key":"a","value":"x","value":"y"}]}]}`, `duplicate member "descriptors[0].entries[0].value"`},
+		{"every unknown at once", `{"domain":"edge","descriptors":[{"entries":[{"kee":"a"}]}],"hitz":1}`, `unknown field "descriptors[0].entries[0].kee"; unknown field "hitz"`},
 		{"wrong type", `{"domain":5}`, "domain: got JSON number, want a string"},
 		{"negative hits", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":-1}]}`, "hits: got JSON number -1, want a non-negative integer"},
 		{"trailing data", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}]} {}`, "exactly one JSON object"},
@@ -430,5 +434,29 @@ func TestReleaseEndpointNeedsReleaser(t *testing.T) {
 	}
 	if code, _, _ := do(t, h, "POST", "/v1/release", `{}`); code != 404 {
 		t.Errorf("POST /v1/release without a Releaser = %d, want 404", code)
+	}
+}
+
+// TestEveryDecoderRefusesDuplicates: each JSON body the HTTP API reads
+// refuses a member named twice, naming it, instead of keeping the last.
+func TestEveryDecoderRefusesDuplicates(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		decode func([]byte) error
+		body   string
+	}{
+		{"/v1/check", func(b []byte) error { _, err := DecodeCheckRequest(bytes.NewReader(b)); return err },
+			`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":1,"hits":0}]}`},
+		{"/v1/release", func(b []byte) error { _, _, err := DecodeReleaseRequest(bytes.NewReader(b)); return err },
+			`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":1,"hits":0}],"leases":[1]}`},
+		{"/v1/charge", func(b []byte) error { _, err := DecodeChargeRequest(bytes.NewReader(b)); return err },
+			`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":1,"hits":0}]}`},
+		{"/json", func(b []byte) error { _, err := DecodeEnvoyJSON(b); return err },
+			`{"domain":"edge","descriptors":[{"entries":[{"key":"a","value":"v"}]}],"hits_addend":1,"hits_addend":0}`},
+	} {
+		err := tc.decode([]byte(tc.body))
+		if err == nil || !strings.Contains(err.Error(), "duplicate") || !strings.Contains(err.Error(), "hits") {
+			t.Errorf("%s with a repeated hits member: %v, want an error naming the duplicate", tc.name, err)
+		}
 	}
 }

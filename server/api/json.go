@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/headers/edge"
+	"github.com/sluice-rl/sluice/internal/strictjson"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -167,10 +169,22 @@ func decodeCheck(r io.Reader, lim service.Limits) (service.Request, error) {
 }
 
 // decodeOne decodes exactly one JSON value from r into v, strictly:
-// unknown fields, trailing data and wrong types are errors naming the
-// field.
+// unknown fields, members named twice in one object (encoding/json would
+// keep the last), trailing data and wrong types are errors naming the
+// field; every unknown or repeated member is named at once.
 func decodeOne(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("body: %w", err)
+	}
+	if probs, _ := strictjson.Check(b, reflect.TypeOf(v)); len(probs) > 0 {
+		msgs := make([]string, len(probs))
+		for i, p := range probs {
+			msgs[i] = p.String()
+		}
+		return fmt.Errorf("body: %s", strings.Join(msgs, "; "))
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
