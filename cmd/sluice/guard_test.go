@@ -1,7 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"flag"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -40,5 +46,74 @@ func TestRuleLabelsHidesDetailedValues(t *testing.T) {
 		if strings.Contains(out, hidden) {
 			t.Errorf("filtered metrics show %s:\n%s", hidden, out)
 		}
+	}
+}
+
+// TestGuardFlagsDocumented: every flag of the admin guards and readiness
+// is in sluice serve --help and in docs/operations.md.
+func TestGuardFlagsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs/operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	_ = run(context.Background(), []string{"serve", "--help"}, func(string) string { return "" }, &out, &errOut)
+	help := out.String() + errOut.String()
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	var g guardConfig
+	g.flags(fs)
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		n++
+		if !strings.Contains(help, "  -"+f.Name) {
+			t.Errorf("sluice serve --help lacks -%s", f.Name)
+		}
+		if !strings.Contains(string(doc), "--"+f.Name) {
+			t.Errorf("docs/operations.md lacks --%s", f.Name)
+		}
+	})
+	if n != 4 {
+		t.Errorf("%d guard flags, want 4", n)
+	}
+}
+
+// TestAuthFailuresEndToEnd: against a running server, wrong tokens are
+// answered 401 up to --auth-failure-limit, then 429 with Retry-After;
+// sluice_auth_failures_total counts them; the log has one line for them,
+// without the token.
+func TestAuthFailuresEndToEnd(t *testing.T) {
+	tokFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokFile, []byte("ops rw "+csrfRW+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), func(c *serveConfig) {
+		c.Tenants.AdminTokenFile = tokFile
+		c.Guard.AuthFailureLimit = 3
+	})
+	const wrong = "wrong-token-0123456789abcdef"
+	for i := range 3 {
+		if code, _ := adminDo(t, "GET", s.base+"/admin/v1/switches", wrong, ""); code != 401 {
+			t.Fatalf("wrong token #%d: %d, want 401", i+1, code)
+		}
+	}
+	req, _ := http.NewRequest("GET", s.base+"/admin/v1/switches", nil)
+	req.Header.Set("Authorization", "Bearer "+wrong)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("wrong token #4: %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	_, metrics := get(t, "http://"+s.debugLn.Addr().String()+"/metrics")
+	for _, want := range []string{`sluice_auth_failures_total{reason="invalid"} 3`, `sluice_auth_failures_total{reason="throttled"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	logs := s.logs.String()
+	if got := strings.Count(logs, "admin authentication failed"); got != 1 || strings.Contains(logs, wrong) {
+		t.Errorf("%d log lines about failures (want 1), or the log holds the token:\n%s", got, logs)
 	}
 }
