@@ -105,7 +105,8 @@ async function attack() {
 </script></body></html>`
 
 // TestCrossSiteWritesRefusedInBrowser: a real Chromium holds the admin
-// origin's HTTP Basic credentials (as after opening the dashboard); a page
+// origin's HTTP Basic credentials (after opening the dashboard as
+// user:token@host, which then fills in); a page
 // of another origin (another loopback port) then posts, no-cors and by
 // form, to POST /admin/v1/reset and to POST /v1/charge with negative hits.
 // The counters do not move, every one of the four requests reached the
@@ -134,8 +135,15 @@ func TestCrossSiteWritesRefusedInBrowser(t *testing.T) {
 	// The browser learns the Basic credentials for the admin origin (from
 	// the URL, as a user opening user:token@host would), then loads the
 	// dashboard without them: it is served, so they are cached.
+	// Opened so, the dashboard fills in (its polls are not refused for
+	// the credentials in the page's URL).
 	admin := strings.Replace(s.base, "http://", "http://ops:"+csrfRW+"@", 1)
-	if err := chromedp.Do(ctx, chromedp.Navigate(admin+"/dashboard/"), chromedp.Navigate(s.base+"/dashboard/")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(admin+"/dashboard/"),
+		chromedp.Poll[chromedp.Void](`document.querySelectorAll("#rules tbody tr").length > 0`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		upd, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("updated").textContent`))
+		t.Fatalf("the dashboard opened as user:token@host stays empty: %v (%q)", err, upd)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.base+"/dashboard/")); err != nil {
 		t.Fatalf("opening the dashboard: %v", err)
 	}
 	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](`fetch("/admin/v1/stats").then(r => r.status)`, chromedp.EvalAwaitPromise))
