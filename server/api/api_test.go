@@ -460,3 +460,22 @@ func TestEveryDecoderRefusesDuplicates(t *testing.T) {
 		}
 	}
 }
+
+// TestDegradedStatusHidesRemaining: a status the store did not decide
+// (failed_open, failed_closed) carries no remaining (0 would claim nothing
+// is left); a local fallback's status, which read a counter, does.
+func TestDegradedStatusHidesRemaining(t *testing.T) {
+	lim := &LimitJSON{RequestsPerUnit: 10, Unit: "second", WindowMs: 1000}
+	for _, tc := range []struct {
+		degraded string
+		want     bool
+	}{{"", true}, {"local", true}, {"failed_open", false}, {"failed_closed", false}} {
+		b, err := json.Marshal(CheckStatus{Code: "OK", Limit: lim, Degraded: tc.degraded})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), `"remaining":0`) && strings.Contains(string(b), `"reset_after_ms":0`); got != tc.want {
+			t.Errorf("degraded %q: %s; remaining and reset_after_ms present: %v, want %v", tc.degraded, b, got, tc.want)
+		}
+	}
+}

@@ -113,11 +113,15 @@ type CheckStatus struct {
 }
 
 // MarshalJSON writes remaining and reset_after_ms, zero or not, exactly when
-// a limit applied, so that "remaining": 0 always means none left.
+// a limit applied and its counter was read, so that "remaining": 0 always
+// means none left. A failed_open or failed_closed status read no counter
+// (the store failed): both are absent, not 0.
 func (s CheckStatus) MarshalJSON() ([]byte, error) {
 	type plain CheckStatus // without this method
-	if s.Limit == nil {
-		return json.Marshal(plain(s))
+	if s.Limit == nil || s.Degraded == string(service.FailedOpen) || s.Degraded == string(service.FailedClosed) {
+		p := plain(s)
+		p.Remaining, p.ResetAfterMs = 0, 0 // omitted: unknown
+		return json.Marshal(p)
 	}
 	return json.Marshal(struct {
 		plain
