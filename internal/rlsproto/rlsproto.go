@@ -263,7 +263,9 @@ func fillStatus(out *rlsv3.RateLimitResponse_DescriptorStatus, limit *rlsv3.Rate
 	}
 	fillCurrentLimit(limit, s.CurrentLimit)
 	out.CurrentLimit = limit
-	if s.Code == service.CodeOK {
+	if s.Code == service.CodeOK || costTooHigh(s) {
+		// A cost above what the limit can ever admit consumed nothing:
+		// what is left is still there (as RateLimit's r says).
 		out.LimitRemaining = clampU32(s.Result.Remaining)
 	}
 	d := ResetDuration(s)
@@ -275,14 +277,15 @@ func fillStatus(out *rlsv3.RateLimitResponse_DescriptorStatus, limit *rlsv3.Rate
 // ResetAfter, rounded up to whole seconds when the limit's window is a second
 // or longer (envoyproxy/ratelimit reports whole seconds), exact otherwise.
 // When the store did not answer (a degraded decision), or denied with
-// nothing to wait for (quota 0, cost above capacity), it is the window.
+// nothing to wait for and nothing left (quota 0), it is the window. A cost
+// above capacity keeps the store's ResetAfter, as RateLimit's t does.
 func ResetDuration(s *service.Status) time.Duration {
 	d := s.Result.ResetAfter
 	w := time.Duration(0)
 	if s.CurrentLimit != nil {
 		w = s.CurrentLimit.Window
 	}
-	if d == 0 && (s.Degraded != service.NotDegraded || s.Code == service.CodeOverLimit) {
+	if d == 0 && (s.Degraded != service.NotDegraded || s.Code == service.CodeOverLimit) && !costTooHigh(s) {
 		// The store did not answer, or the limit denies outright (quota 0,
 		// a cost above capacity): nothing will come back sooner than a
 		// window, which is what envoyproxy/ratelimit would say at most.
@@ -292,6 +295,12 @@ func ResetDuration(s *service.Status) time.Duration {
 		d = ceilSeconds(d)
 	}
 	return d
+}
+
+// costTooHigh reports a denial that no wait cures while quota is left:
+// the cost is above the limit's capacity (a quota of 0 is not this).
+func costTooHigh(s *service.Status) bool {
+	return s.Code == service.CodeOverLimit && s.Result.Reason == sluice.ReasonCostTooHigh && s.Result.Limit > 0
 }
 
 func ceilSeconds(d time.Duration) time.Duration {
@@ -395,7 +404,10 @@ func Response(in *rlsv3.RateLimitResponse, n int) (service.Response, error) {
 		if over {
 			st.Result.Reason = sluice.ReasonLimited
 			st.Result.RetryAfter = reset
-			if cl.GetRequestsPerUnit() == 0 {
+			// Quota 0, or quota left (remaining above 0 or the whole
+			// quota back now) and still denied: the cost is above what
+			// the limit can ever admit; waiting does not help.
+			if cl.GetRequestsPerUnit() == 0 || s.GetLimitRemaining() > 0 || reset == 0 {
 				st.Result.Reason = sluice.ReasonCostTooHigh
 				st.Result.RetryAfter = 0
 			}
