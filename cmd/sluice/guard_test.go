@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -115,5 +117,20 @@ func TestAuthFailuresEndToEnd(t *testing.T) {
 	logs := s.logs.String()
 	if got := strings.Count(logs, "admin authentication failed"); got != 1 || strings.Contains(logs, wrong) {
 		t.Errorf("%d log lines about failures (want 1), or the log holds the token:\n%s", got, logs)
+	}
+}
+
+// TestPrintDecisionDenialShowsNoRemaining: sluice check prints no
+// "remaining 0" for a denial (envoy's 0 is not what is left: a cost above
+// the limit's capacity takes nothing), and prints RateLimit, which says.
+func TestPrintDecisionDenialShowsNoRemaining(t *testing.T) {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{
+		Code:         rlsv3.RateLimitResponse_OVER_LIMIT,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 3, Unit: rlsv3.RateLimitResponse_RateLimit_HOUR},
+	}}, ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "RateLimit", Value: `"remote_address";r=3;t=0`}}}
+	var b bytes.Buffer
+	printDecision(&b, resp)
+	if strings.Contains(b.String(), "remaining 0") || !strings.Contains(b.String(), "r=3") {
+		t.Errorf("printDecision:\n%s\nwant no remaining 0 on the denial, and RateLimit's r=3", b.String())
 	}
 }

@@ -7,6 +7,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -269,4 +271,46 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	if took < storeTimeout/3 {
 		t.Errorf("shutdown took %v, less than the in-flight call still needed: it did not wait", took)
 	}
+}
+
+// TestReadyzDuringDrain: while serve drains a gRPC call in flight after
+// shutdown began, /readyz answers 503 "shutting down" (a probe sees the
+// instance leave) instead of refusing connections.
+func TestReadyzDuringDrain(t *testing.T) {
+	rd := redistest.Start(t)
+	const storeTimeout = 3 * time.Second
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
+		c.Store.Redis.Timeout = storeTimeout
+	}))
+	checkJSON(t, ts, "open") // connections warm
+	rd.Pause()
+	defer rd.Resume()
+	answered := make(chan struct{})
+	go func() {
+		_, _ = ts.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "failure",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("open", "in-flight")}})
+		close(answered)
+	}()
+	time.Sleep(storeTimeout / 6) // the call is now waiting on Redis
+	stopped := make(chan struct{})
+	go func() { ts.stop(); close(stopped) }()
+	for {
+		select {
+		case <-answered:
+			t.Fatal("the in-flight call was answered before /readyz was seen answering 503 during the drain")
+		default:
+		}
+		resp, err := http.Get(ts.base + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 503 && strings.Contains(string(b), "shutting down") {
+				break
+			}
+		} else if ts.draining.Load() {
+			t.Fatalf("/readyz during the drain: %v, want 503 shutting down", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	<-stopped
 }

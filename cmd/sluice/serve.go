@@ -396,26 +396,25 @@ func (s *server) run(ctx context.Context) error {
 	return serveErr
 }
 
-// shutdown stops accepting and drains in-flight calls within the timeout.
+// shutdown drains within the timeout: readiness and gRPC health turn
+// NOT_SERVING, gRPC stops accepting and drains its calls while the HTTP
+// listeners still answer (so /readyz says 503 "shutting down" instead of
+// refusing connections), then the HTTP listeners stop and drain.
 func (s *server) shutdown() {
 	s.draining.Store(true)
 	s.rls.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Warn("gRPC drain timed out; closing remaining calls")
+		s.grpc.Stop()
+		<-done
+	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		done := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			s.log.Warn("gRPC drain timed out; closing remaining calls")
-			s.grpc.Stop()
-			<-done
-		}
-	}()
 	for _, hs := range []*http.Server{s.http, s.debug} {
 		if hs == nil {
 			continue

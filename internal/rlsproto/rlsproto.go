@@ -263,9 +263,7 @@ func fillStatus(out *rlsv3.RateLimitResponse_DescriptorStatus, limit *rlsv3.Rate
 	}
 	fillCurrentLimit(limit, s.CurrentLimit)
 	out.CurrentLimit = limit
-	if s.Code == service.CodeOK || costTooHigh(s) {
-		// A cost above what the limit can ever admit consumed nothing:
-		// what is left is still there (as RateLimit's r says).
+	if s.Code == service.CodeOK {
 		out.LimitRemaining = clampU32(s.Result.Remaining)
 	}
 	d := ResetDuration(s)
@@ -277,8 +275,8 @@ func fillStatus(out *rlsv3.RateLimitResponse_DescriptorStatus, limit *rlsv3.Rate
 // ResetAfter (RetryAfter for a refused one), rounded up to whole seconds when the limit's window is a second
 // or longer (envoyproxy/ratelimit reports whole seconds), exact otherwise.
 // When the store did not answer (a degraded decision), or denied with
-// nothing to wait for and nothing left (quota 0), it is the window. A cost
-// above capacity keeps the store's ResetAfter, as RateLimit's t does.
+// nothing to wait for (quota 0, cost above capacity), it is the window, as
+// envoyproxy/ratelimit answers a denial.
 func ResetDuration(s *service.Status) time.Duration {
 	d := s.Result.ResetAfter
 	if s.Code == service.CodeOverLimit && s.Result.RetryAfter > 0 {
@@ -292,7 +290,7 @@ func ResetDuration(s *service.Status) time.Duration {
 	if s.CurrentLimit != nil {
 		w = s.CurrentLimit.Window
 	}
-	if d == 0 && (s.Degraded != service.NotDegraded || s.Code == service.CodeOverLimit) && !costTooHigh(s) {
+	if d == 0 && (s.Degraded != service.NotDegraded || s.Code == service.CodeOverLimit) {
 		// The store did not answer, or the limit denies outright (quota 0,
 		// a cost above capacity): nothing will come back sooner than a
 		// window, which is what envoyproxy/ratelimit would say at most.
@@ -302,12 +300,6 @@ func ResetDuration(s *service.Status) time.Duration {
 		d = ceilSeconds(d)
 	}
 	return d
-}
-
-// costTooHigh reports a denial that no wait cures while quota is left:
-// the cost is above the limit's capacity (a quota of 0 is not this).
-func costTooHigh(s *service.Status) bool {
-	return s.Code == service.CodeOverLimit && s.Result.Reason == sluice.ReasonCostTooHigh && s.Result.Limit > 0
 }
 
 func ceilSeconds(d time.Duration) time.Duration {
@@ -411,10 +403,7 @@ func Response(in *rlsv3.RateLimitResponse, n int) (service.Response, error) {
 		if over {
 			st.Result.Reason = sluice.ReasonLimited
 			st.Result.RetryAfter = reset
-			// Quota 0, or quota left (remaining above 0 or the whole
-			// quota back now) and still denied: the cost is above what
-			// the limit can ever admit; waiting does not help.
-			if cl.GetRequestsPerUnit() == 0 || s.GetLimitRemaining() > 0 || reset == 0 {
+			if cl.GetRequestsPerUnit() == 0 {
 				st.Result.Reason = sluice.ReasonCostTooHigh
 				st.Result.RetryAfter = 0
 			}

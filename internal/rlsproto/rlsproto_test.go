@@ -268,44 +268,6 @@ func TestResponseConversion(t *testing.T) {
 	}
 }
 
-// TestCostTooHighSaysWhatIsLeft: a cost above a bucket's capacity is denied
-// with quota left; the status's limit_remaining and duration_until_reset
-// say what is left and when it is full (as RateLimit's r and t do), not 0
-// and a window; and Response reads it back as cost_too_high, not as a
-// limit to wait for.
-func TestCostTooHighSaysWhatIsLeft(t *testing.T) {
-	cl := &service.CurrentLimit{RequestsPerUnit: 5, Unit: "second", Window: time.Second}
-	for _, tc := range []struct {
-		name          string
-		res           sluice.Result
-		wantRemaining uint32
-		wantReset     time.Duration
-	}{
-		{"full bucket", sluice.Result{Limit: 5, Remaining: 5, Reason: sluice.ReasonCostTooHigh}, 5, 0},
-		{"3 left", sluice.Result{Limit: 5, Remaining: 3, ResetAfter: 400 * time.Millisecond, Reason: sluice.ReasonCostTooHigh}, 3, time.Second},
-	} {
-		resp := service.Response{OverallCode: service.CodeOverLimit, Statuses: []service.Status{{Code: service.CodeOverLimit, CurrentLimit: cl, Result: tc.res}}}
-		pb := ToProto(resp)
-		st := pb.GetStatuses()[0]
-		if st.GetLimitRemaining() != tc.wantRemaining || st.GetDurationUntilReset().AsDuration() != tc.wantReset {
-			t.Errorf("%s: limit_remaining %d duration_until_reset %v, want %d and %v", tc.name, st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration(), tc.wantRemaining, tc.wantReset)
-		}
-		back, err := Response(pb, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r := back.Statuses[0].Result; r.Reason != sluice.ReasonCostTooHigh || r.RetryAfter != 0 {
-			t.Errorf("%s: read back as reason %v retry %v, want cost_too_high and no retry", tc.name, r.Reason, r.RetryAfter)
-		}
-	}
-	// An ordinary denial keeps envoyproxy/ratelimit's 0 remaining.
-	limited := service.Status{Code: service.CodeOverLimit, CurrentLimit: cl, Result: sluice.Result{Limit: 5, ResetAfter: 700 * time.Millisecond, RetryAfter: 200 * time.Millisecond, Reason: sluice.ReasonLimited}}
-	st := ToProto(service.Response{OverallCode: service.CodeOverLimit, Statuses: []service.Status{limited}}).GetStatuses()[0]
-	if st.GetLimitRemaining() != 0 || st.GetDurationUntilReset().AsDuration() != time.Second {
-		t.Errorf("limited: limit_remaining %d duration_until_reset %v, want 0 and 1s", st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
-	}
-}
-
 // TestRefusedResetIsTheRetry: a refused bucket's duration_until_reset is
 // when the request would pass (Retry-After in process), not when the bucket
 // is full again, so a client over gRPC waits as long as one in process (3s,
