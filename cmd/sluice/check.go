@@ -135,8 +135,14 @@ func printDecision(w io.Writer, resp *rlsv3.RateLimitResponse) {
 			if cl.GetName() != "" {
 				name = fmt.Sprintf(" (%s)", cl.GetName())
 			}
-			fmt.Fprintf(w, "  limit %d per %s%s  remaining %d  reset in %v",
-				cl.GetRequestsPerUnit(), per, name, s.GetLimitRemaining(), s.GetDurationUntilReset().AsDuration())
+			fmt.Fprintf(w, "  limit %d per %s%s", cl.GetRequestsPerUnit(), per, name)
+			if s.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+				// A denial's limit_remaining is envoy's 0 whatever is left
+				// (a cost above capacity takes nothing): RateLimit's r,
+				// printed below with --response-headers, says.
+				fmt.Fprintf(w, "  remaining %d", s.GetLimitRemaining())
+			}
+			fmt.Fprintf(w, "  reset in %v", s.GetDurationUntilReset().AsDuration())
 		case s.GetLimitRemaining() == 4294967295:
 			fmt.Fprint(w, "  unlimited")
 		default:

@@ -28,6 +28,7 @@ type serveConfig struct {
 	Limits  limitsConfig
 	Tenants tenantsConfig
 	Log     logConfig
+	Guard   guardConfig // guard.go
 	// ShutdownTimeout bounds the drain of in-flight calls on SIGINT/SIGTERM;
 	// what is still running after it is cut off.
 	ShutdownTimeout time.Duration
@@ -170,6 +171,7 @@ func defaultServeConfig() serveConfig {
 		},
 		Tenants:         tenantsConfig{Resync: time.Minute},
 		Log:             logConfig{Format: "text", Level: "info"},
+		Guard:           defaultGuardConfig(),
 		ShutdownTimeout: 10 * time.Second,
 	}
 }
@@ -211,6 +213,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")
+	c.Guard.flags(fs)
 }
 
 func algorithmList() string {
@@ -361,6 +364,7 @@ func (c serveConfig) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		bad("--shutdown-timeout: %v, want a positive duration", c.ShutdownTimeout)
 	}
+	c.Guard.validate(bad)
 	return errors.Join(errs...)
 }
 

@@ -423,7 +423,7 @@ func TestHTTP(t *testing.T) {
 		{"/readyz", "ready", 200},
 		{"/healthcheck", "ready", 200},
 		{"/metrics", `sluice_decisions_total{domain="edge"`, 200},
-		{"/debug/rules", `"id":"tenant=acme.user"`, 200},
+		{"/debug/rules", "no endpoint", 404}, // no admin tokens: on the debug listener only
 		{"/debug/pprof/", "no endpoint", 404},
 		{"/nope", "no endpoint", 404},
 	} {
@@ -431,6 +431,9 @@ func TestHTTP(t *testing.T) {
 		if code != tt.code || !strings.Contains(body, tt.want) {
 			t.Errorf("GET %s = %d %.200q, want %d containing %q", tt.path, code, body, tt.code, tt.want)
 		}
+	}
+	if code, body := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/rules"); code != 200 || !strings.Contains(body, `"id":"tenant=acme.user"`) {
+		t.Errorf("debug listener GET /debug/rules = %d %.200q, want 200 listing tenant=acme.user", code, body)
 	}
 	code, index := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/pprof/")
 	if code != 200 || !strings.Contains(index, "goroutine") {
@@ -542,7 +545,7 @@ func TestHotReload(t *testing.T) {
 
 	write("hot.yaml", "domain: hot\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n")
 	eventually(t, "the broken file to be reported on /debug/rules", func() bool {
-		_, body := get(t, ts.base+"/debug/rules")
+		_, body := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/rules")
 		return strings.Contains(body, "hot.yaml:5") && strings.Contains(body, "unit")
 	})
 	if got := limitOf("hot"); got != 7 {

@@ -258,7 +258,7 @@ func TestFleetResetEndToEnd(t *testing.T) {
 			fleetResetScenario(t, fleet)
 			for i, s := range fleet {
 				_, metrics := get(t, s.base+"/metrics")
-				hits := metricValue(metrics, "sluice_denied_cache_hits_total")
+				hits := exposedValue(metrics, "sluice_denied_cache_hits_total")
 				if tc.cached && hits <= 0 {
 					t.Errorf("server %d: sluice_denied_cache_hits_total %v, want > 0 (the cache must have been in the way)", i, hits)
 				}
@@ -337,9 +337,9 @@ func fleetResetScenario(t *testing.T, fleet []*adminServer) {
 	}
 }
 
-// metricValue returns the value of an unlabelled metric in a Prometheus
+// exposedValue returns the value of an unlabelled metric in a Prometheus
 // text exposition, or -1 when it is absent.
-func metricValue(exposition, name string) float64 {
+func exposedValue(exposition, name string) float64 {
 	for _, line := range strings.Split(exposition, "\n") {
 		if rest, ok := strings.CutPrefix(line, name+" "); ok {
 			if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {

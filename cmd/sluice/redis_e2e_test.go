@@ -7,6 +7,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -138,11 +140,16 @@ func TestRedisKilled(t *testing.T) {
 			t.Errorf("step %d, Redis dead, %s: code %s degraded %q, want %s %q", i, st.key, code, deg, st.wantCode, st.wantDegraded)
 		}
 	}
-	if code, body := get(t, ts.base+"/readyz"); code != 503 || !strings.Contains(body, "store") {
-		t.Errorf("/readyz with Redis dead = %d %s, want 503 naming the store", code, body)
+	// Ready by default: the instance still decides by failure_mode, and
+	// says the store is down beside it (--readyz-strict: TestRedisDownAtStart).
+	if code, body := get(t, ts.base+"/readyz"); code != 200 || !strings.Contains(body, "store: down") {
+		t.Errorf("/readyz with Redis dead = %d %s, want 200 saying store: down", code, body)
 	}
-	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, `outcome="failed_open"`) || !strings.Contains(body, `outcome="failed_closed"`) {
-		t.Errorf("/metrics does not count failed_open and failed_closed decisions")
+	if _, body := get(t, ts.base+"/healthz?verbose"); !strings.Contains(body, `"store":{"ok":false`) || !strings.Contains(body, `"ready":{"ok":true}`) {
+		t.Errorf("/healthz?verbose with Redis dead = %s, want ready and the store not ok", body)
+	}
+	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, `outcome="failed_open"`) || !strings.Contains(body, `outcome="failed_closed"`) || !strings.Contains(body, "sluice_store_up 0") {
+		t.Errorf("/metrics does not count failed_open and failed_closed decisions, or lacks sluice_store_up 0")
 	}
 
 	rd.Restart()
@@ -150,8 +157,8 @@ func TestRedisKilled(t *testing.T) {
 		_, deg, _ := checkJSON(t, ts, "closed")
 		return deg == ""
 	})
-	if code, _ := get(t, ts.base+"/readyz"); code != 200 {
-		t.Errorf("/readyz after Redis restart = %d, want 200", code)
+	if code, body := get(t, ts.base+"/readyz"); code != 200 || !strings.Contains(body, "store: ok") {
+		t.Errorf("/readyz after Redis restart = %d %s, want 200 with store: ok", code, body)
 	}
 }
 
@@ -201,20 +208,20 @@ func TestRedisHungBreaker(t *testing.T) {
 }
 
 // TestRedisDownAtStart: with Redis unreachable at start, serve starts anyway
-// (no crash loop), decides by each limit's failure mode, reports not ready,
-// and uses Redis as soon as it answers.
+// (no crash loop), decides by each limit's failure mode, reports not ready
+// (--readyz-strict), and uses Redis as soon as it answers.
 func TestRedisDownAtStart(t *testing.T) {
 	rd := redistest.Start(t)
 	rd.Kill()
-	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), nil))
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) { c.Guard.ReadyzStrict = true }))
 	if code, deg, _ := checkJSON(t, ts, "open"); code != "OK" || deg != "failed_open" {
 		t.Errorf("Redis down at start, open: code %s degraded %q, want OK failed_open", code, deg)
 	}
 	if code, deg, _ := checkJSON(t, ts, "closed"); code != "OVER_LIMIT" || deg != "failed_closed" {
 		t.Errorf("Redis down at start, closed: code %s degraded %q, want OVER_LIMIT failed_closed", code, deg)
 	}
-	if code, body := get(t, ts.base+"/readyz"); code != 503 {
-		t.Errorf("/readyz with Redis down at start = %d %s, want 503", code, body)
+	if code, body := get(t, ts.base+"/readyz"); code != 503 || !strings.Contains(body, "store") {
+		t.Errorf("/readyz --readyz-strict with Redis down at start = %d %s, want 503 naming the store", code, body)
 	}
 	rd.Restart()
 	eventually(t, "the server to connect to Redis once it answers", func() bool {
@@ -264,4 +271,46 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	if took < storeTimeout/3 {
 		t.Errorf("shutdown took %v, less than the in-flight call still needed: it did not wait", took)
 	}
+}
+
+// TestReadyzDuringDrain: while serve drains a gRPC call in flight after
+// shutdown began, /readyz answers 503 "shutting down" (a probe sees the
+// instance leave) instead of refusing connections.
+func TestReadyzDuringDrain(t *testing.T) {
+	rd := redistest.Start(t)
+	const storeTimeout = 3 * time.Second
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
+		c.Store.Redis.Timeout = storeTimeout
+	}))
+	checkJSON(t, ts, "open") // connections warm
+	rd.Pause()
+	defer rd.Resume()
+	answered := make(chan struct{})
+	go func() {
+		_, _ = ts.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "failure",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("open", "in-flight")}})
+		close(answered)
+	}()
+	time.Sleep(storeTimeout / 6) // the call is now waiting on Redis
+	stopped := make(chan struct{})
+	go func() { ts.stop(); close(stopped) }()
+	for {
+		select {
+		case <-answered:
+			t.Fatal("the in-flight call was answered before /readyz was seen answering 503 during the drain")
+		default:
+		}
+		resp, err := http.Get(ts.base + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 503 && strings.Contains(string(b), "shutting down") {
+				break
+			}
+		} else if ts.draining.Load() {
+			t.Fatalf("/readyz during the drain: %v, want 503 shutting down", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	<-stopped
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -202,13 +201,16 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if toks.Len() > 0 { // the admin API is on: keep the top offenders it serves
 		s.tracker = observe.NewTracker(observe.Options{})
 		ecfg.Observer = s.tracker
+		if err := s.guardTokens(toks, reg, log.With("component", "auth")); err != nil {
+			return nil, err
+		}
 	}
 	s.engine, err = service.New(ecfg, s.watcher, s.store, metrics, log.With("component", "engine"))
 	if err != nil {
 		return nil, fmt.Errorf("serve: engine: %w", err)
 	}
 
-	reg.MustRegister(newDetailedCollector(s.engine))
+	reg.MustRegister(newDetailedCollector(s.engine), storeUpGauge(s.engine))
 
 	tlsCfg, err := serverTLS(cfg.Listen.TLS)
 	if err != nil {
@@ -216,29 +218,34 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.rls = rls.New(s.engine, rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders,
 		Limits: ecfg.Limits})
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes)}
+	// Metadata is bounded like bodies: without MaxHeaderListSize a call's
+	// headers may be as large as the client likes (15 MiB were accepted).
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes), grpc.MaxHeaderListSize(uint32(cfg.Limits.RequestBytes))}
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
 	s.grpc = grpc.NewServer(gopts...)
 	s.rls.Register(s.grpc)
 
+	publicMetrics, debugMetrics := s.metricsHandlers(reg, toks)
 	aopts := api.Options{
 		Checker:         s.engine,
 		Ready:           s.ready,
-		Metrics:         promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Metrics:         publicMetrics,
 		Rules:           s.watcher,
 		Logger:          log.With("component", "http"),
 		ResponseHeaders: cfg.Listen.ResponseHeaders,
 		MaxBodyBytes:    int64(cfg.Limits.RequestBytes),
 		Limits:          ecfg.Limits,
 		ReadyNotes:      s.readyNotes,
+		StoreHealth:     s.engine.Ready,
 		RuleSwitch:      s.ruleSwitch,
 	}
 	if toks.Len() > 0 {
 		// A charge can refund quota: it needs a read-write or a
 		// charge-only admin token, and is off without tokens.
 		aopts.Charger, aopts.ChargeAuth = s.engine, toks.Charge()
+		aopts.ReadAuth = toks.Read() // /debug/rules names every limit and file path
 	}
 	h, err := api.New(aopts)
 	if err != nil {
@@ -260,7 +267,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		TLSConfig:         tlsCfg,
 	}
 	if debugOn(cfg.Listen.Debug) {
-		dh, err := api.NewDebug(aopts)
+		dopts := aopts
+		dopts.Metrics = debugMetrics
+		dh, err := api.NewDebug(dopts)
 		if err != nil {
 			return nil, fmt.Errorf("serve: debug: %w", err)
 		}
@@ -287,13 +296,22 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 // it off (SLUICE_DEBUG_ADDR=off, since an empty variable means unset).
 func debugOn(addr string) bool { return addr != "" && addr != "off" }
 
-// ready is /readyz: not while draining; otherwise the engine's readiness
-// (rules loaded, store answering).
+// ready is /readyz: not while draining, nor before rules are loaded; with
+// --readyz-strict, not while the store does not answer either. By default a
+// down store leaves the instance ready: it still decides, by each limit's
+// failure_mode, and a store outage would otherwise take every instance of
+// the fleet out of its Service at once (docs/operations.md).
 func (s *server) ready(ctx context.Context) error {
 	if s.draining.Load() {
 		return errors.New("shutting down")
 	}
-	return s.engine.Ready(ctx)
+	if s.cfg.Guard.ReadyzStrict {
+		return s.engine.Ready(ctx)
+	}
+	if s.watcher.Current() == nil {
+		return errors.New("no rules loaded")
+	}
+	return nil
 }
 
 // grpcAddr, httpAddr and debugAddr are the bound addresses.
@@ -374,26 +392,25 @@ func (s *server) run(ctx context.Context) error {
 	return serveErr
 }
 
-// shutdown stops accepting and drains in-flight calls within the timeout.
+// shutdown drains within the timeout: readiness and gRPC health turn
+// NOT_SERVING, gRPC stops accepting and drains its calls while the HTTP
+// listeners still answer (so /readyz says 503 "shutting down" instead of
+// refusing connections), then the HTTP listeners stop and drain.
 func (s *server) shutdown() {
 	s.draining.Store(true)
 	s.rls.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Warn("gRPC drain timed out; closing remaining calls")
+		s.grpc.Stop()
+		<-done
+	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		done := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			s.log.Warn("gRPC drain timed out; closing remaining calls")
-			s.grpc.Stop()
-			<-done
-		}
-	}()
 	for _, hs := range []*http.Server{s.http, s.debug} {
 		if hs == nil {
 			continue

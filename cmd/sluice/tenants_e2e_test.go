@@ -81,6 +81,9 @@ func adminDo(t *testing.T, method, url, token, body string) (int, string) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +155,7 @@ func TestTenantsEndToEnd(t *testing.T) {
 		t.Fatalf("switch: %d %s", code, body)
 	}
 	waitUntil(t, "/debug/rules on b shows the switch", 10*time.Second, func() bool {
-		_, body := get(t, b.base+"/debug/rules")
+		_, body := adminDo(t, "GET", b.base+"/debug/rules", e2eRO, "")
 		return strings.Contains(body, `"switch":"shadow"`)
 	})
 	_, _ = adminDo(t, "PUT", a.base+"/admin/v1/switches", e2eRW, `{"domain":"api","rule":"api_key.endpoint=POST /api/v1/orders","state":"on"}`)

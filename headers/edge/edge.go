@@ -8,6 +8,7 @@
 package edge
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -96,9 +97,23 @@ func (d *Decision) Add(resp *service.Response) {
 		if quota <= 0 {
 			quota = int64(st.CurrentLimit.RequestsPerUnit)
 		}
+		window = burstWindow(st, quota, window)
 		d.add(StatusName(st), quota, window, unit, st.Rule, &st.Result, st.Code == service.CodeOverLimit)
 	}
 	d.settle()
+}
+
+// burstWindow is the window to publish with quota for a bucket algorithm,
+// whose Result.Limit is its burst, not its rate's quota: the time the rate
+// takes to refill the whole burst (burst ÷ rate), so that q/w is the rate a
+// generic client reads, and r ≤ q still holds. Otherwise it is window.
+func burstWindow(st *service.Status, quota int64, window time.Duration) time.Duration {
+	rate := int64(st.CurrentLimit.RequestsPerUnit)
+	if st.Rule == nil || !st.Rule.Limit.Algorithm.HasBurst() || rate <= 0 || quota == rate || window <= 0 {
+		return window
+	}
+	secs := math.Ceil(float64(quota) * window.Seconds() / float64(rate))
+	return time.Duration(min(secs, float64(math.MaxInt64/int64(time.Second))) * float64(time.Second))
 }
 
 // AddLimit adds a policy the caller applied itself (the middleware's own

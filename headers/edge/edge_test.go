@@ -72,3 +72,34 @@ func TestDecision(t *testing.T) {
 		})
 	}
 }
+
+// TestBucketPolicyPublishesTheRate: for a bucket algorithm Result.Limit is
+// the burst; RateLimit-Policy then names the window in which the rate
+// refills the burst, so that q ÷ w is the rate, not the burst per the
+// rate's window (which a generic client would read as the rate).
+func TestBucketPolicyPublishesTheRate(t *testing.T) {
+	perMin10 := &service.CurrentLimit{RequestsPerUnit: 10, Unit: "minute", Window: time.Minute}
+	for _, tc := range []struct {
+		name  string
+		alg   sluice.Algorithm
+		burst int64
+		want  string
+	}{
+		{"token_bucket burst 50", sluice.TokenBucket, 50, `"b";q=50;w=300`},
+		{"gcra burst 15", sluice.GCRA, 15, `"b";q=15;w=90`},
+		{"leaky_bucket burst 1", sluice.LeakyBucket, 1, `"b";q=1;w=6`},
+		{"gcra without burst", sluice.GCRA, 10, `"b";q=10;w=60`},
+		{"fixed_window", sluice.FixedWindow, 10, `"b";q=10;w=60`},
+	} {
+		st := service.Status{Code: service.CodeOK, CurrentLimit: perMin10,
+			Rule:   &rules.Rule{ID: "b", Limit: sluice.Limit{Algorithm: tc.alg, Quota: 10, Window: time.Minute, Burst: tc.burst}},
+			Result: sluice.Result{Allowed: true, Limit: tc.burst, Remaining: tc.burst - 1, ResetAfter: time.Second}}
+		var d Decision
+		d.Add(&service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{st}})
+		h := http.Header{}
+		d.Write(h)
+		if got := h.Get("RateLimit-Policy"); got != tc.want {
+			t.Errorf("%s: RateLimit-Policy %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -272,12 +272,20 @@ func fillStatus(out *rlsv3.RateLimitResponse_DescriptorStatus, limit *rlsv3.Rate
 }
 
 // ResetDuration is duration_until_reset for a limited status: the store's
-// ResetAfter, rounded up to whole seconds when the limit's window is a second
+// ResetAfter (RetryAfter for a refused one), rounded up to whole seconds when the limit's window is a second
 // or longer (envoyproxy/ratelimit reports whole seconds), exact otherwise.
 // When the store did not answer (a degraded decision), or denied with
-// nothing to wait for (quota 0, cost above capacity), it is the window.
+// nothing to wait for (quota 0, cost above capacity), it is the window, as
+// envoyproxy/ratelimit answers a denial.
 func ResetDuration(s *service.Status) time.Duration {
 	d := s.Result.ResetAfter
+	if s.Code == service.CodeOverLimit && s.Result.RetryAfter > 0 {
+		// A refused request's reset is when it would pass, as RateLimit's t
+		// of a refused policy and Retry-After say: for a bucket, the time
+		// until it is full again can be many times longer, and a client
+		// reading duration_until_reset (httplimit/remote) would wait that.
+		d = s.Result.RetryAfter
+	}
 	w := time.Duration(0)
 	if s.CurrentLimit != nil {
 		w = s.CurrentLimit.Window

@@ -173,7 +173,7 @@ func TestToProto(t *testing.T) {
 			}},
 			want: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
 				{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "per_ip", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}, LimitRemaining: 7, DurationUntilReset: durationpb.New(time.Second)},
-				{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 20, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}, LimitRemaining: 0, DurationUntilReset: durationpb.New(43 * time.Second)},
+				{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 20, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}, LimitRemaining: 0, DurationUntilReset: durationpb.New(42 * time.Second)}, // refused: when it would pass (RetryAfter)
 			}},
 		},
 		{
@@ -265,5 +265,25 @@ func TestResponseConversion(t *testing.T) {
 	}
 	if _, err := Response(in, 2); err == nil {
 		t.Errorf("Response with 3 statuses for 2 descriptors: no error")
+	}
+}
+
+// TestRefusedResetIsTheRetry: a refused bucket's duration_until_reset is
+// when the request would pass (Retry-After in process), not when the bucket
+// is full again, so a client over gRPC waits as long as one in process (3s,
+// not 18s).
+func TestRefusedResetIsTheRetry(t *testing.T) {
+	cl := &service.CurrentLimit{RequestsPerUnit: 1, Unit: "second", Window: 3 * time.Second}
+	st := service.Status{Code: service.CodeOverLimit, CurrentLimit: cl, Result: sluice.Result{Limit: 6, ResetAfter: 18 * time.Second, RetryAfter: 3 * time.Second, Reason: sluice.ReasonLimited}}
+	pb := ToProto(service.Response{OverallCode: service.CodeOverLimit, Statuses: []service.Status{st}})
+	if got := pb.GetStatuses()[0].GetDurationUntilReset().AsDuration(); got != 3*time.Second {
+		t.Errorf("duration_until_reset %v, want 3s (the retry)", got)
+	}
+	back, err := Response(pb, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := back.Statuses[0].Result; r.RetryAfter != 3*time.Second || r.Reason != sluice.ReasonLimited {
+		t.Errorf("read back: retry %v reason %v, want 3s limited", r.RetryAfter, r.Reason)
 	}
 }

@@ -124,6 +124,9 @@ func (e *env) do(t *testing.T, method, path, token, body string, out any) (int, 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -412,7 +415,8 @@ func TestAccessMatrix(t *testing.T) {
 	}
 	for tok, codes := range want {
 		for i, g := range guards {
-			req := httptest.NewRequest(http.MethodPost, "/x", nil)
+			req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader("{}"))
+			req.Header.Set("Content-Type", "application/json")
 			if tok != "" {
 				req.Header.Set("Authorization", "Bearer "+tok)
 			}
@@ -470,5 +474,32 @@ func TestDecodeQuotaBounds(t *testing.T) {
 	b.WriteString(`]}`)
 	if _, err := DecodeQuota(b.Bytes(), "x"); err == nil || !strings.Contains(err.Error(), "overrides") {
 		t.Errorf("DecodeQuota of %d overrides = %v, want an error naming overrides", tenant.MaxOverrides+1, err)
+	}
+}
+
+// TestDecodeReportsEveryProblem: a body's unknown fields, repeated members
+// and invalid values are reported together, each naming its field.
+func TestDecodeReportsEveryProblem(t *testing.T) {
+	_, err := DecodeQuota([]byte(`{"tier":"gold","tier":"pro","teir":"x","overrides":[{"descriptor":"d","requests_per_unit":-1,"unit":"second","colour":1}]}`), "acme")
+	fe := asFieldErrors(err)
+	got := map[string]string{}
+	for _, f := range fe {
+		got[f.Field] = f.Msg
+	}
+	for field, msg := range map[string]string{
+		"tier":                           "duplicate member",
+		"teir":                           "unknown field",
+		"overrides[0].colour":            "unknown field",
+		"overrides[0].requests_per_unit": "must not be negative",
+	} {
+		if !strings.Contains(got[field], msg) {
+			t.Errorf("DecodeQuota: field %s = %q, want %q (all problems: %v)", field, got[field], msg, err)
+		}
+	}
+	if _, _, _, err := DecodeSwitch([]byte(`{"domain":"api","domain":"x","rule":"r","state":"off"}`)); err == nil || !strings.Contains(err.Error(), "domain: duplicate member") {
+		t.Errorf("DecodeSwitch with a repeated domain: %v, want domain: duplicate member", err)
+	}
+	if _, _, err := DecodeReset([]byte(`{"tenant":"acme","tenant":"globex"}`)); err == nil || !strings.Contains(err.Error(), "tenant: duplicate member") {
+		t.Errorf("DecodeReset with a repeated tenant: %v, want tenant: duplicate member", err)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/strictjson"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/tenant"
 )
@@ -131,11 +133,32 @@ func asFieldErrors(err error) fieldErrors {
 	return out
 }
 
-// decodeStrict decodes one JSON value into v, refusing unknown fields and
-// trailing data, and names the field of a type error.
-func decodeStrict(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
+// decodeStrict decodes one JSON value into v. Members v has no field for
+// and members named twice in one object come back as soft problems, every
+// one of them, for the caller to report beside its own checks of the
+// decoded value (so a body's problems are reported at once); malformed
+// JSON, wrong types and trailing data are err, which also carries the soft
+// problems.
+func decodeStrict(body []byte, v any) (soft fieldErrors, err error) {
+	probs, _ := strictjson.Check(body, reflect.TypeOf(v)) // malformed JSON: the decoder below says where
+	for _, p := range probs {
+		msg := "unknown field"
+		if p.Duplicate {
+			msg = "duplicate member (each name may appear once in an object)"
+		}
+		soft = append(soft, &tenant.FieldError{Field: p.Path, Msg: msg})
+	}
+	if err := decodeJSON(body, v); err != nil {
+		return nil, append(soft, err...)
+	}
+	return soft, nil
+}
+
+// decodeJSON decodes one JSON value into v (ignoring unknown fields, which
+// decodeStrict reports), refusing trailing data, and names the field of a
+// type error.
+func decodeJSON(body []byte, v any) fieldErrors {
+	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
@@ -148,9 +171,6 @@ func decodeStrict(r io.Reader, v any) error {
 			return fieldErrors{{Field: "body", Msg: "empty; want a JSON object"}}
 		}
 		msg := err.Error()
-		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-			return fieldErrors{{Field: strings.Trim(f, `"`), Msg: "unknown field"}}
-		}
 		if te, ok := err.(*time.ParseError); ok {
 			return fieldErrors{{Field: "body", Msg: "time: " + te.Error()}}
 		}
@@ -173,10 +193,10 @@ func decodeStrict(r io.Reader, v any) error {
 // limits) is tenant.Prepare's. It never panics.
 func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	var q QuotaRequest
-	if err := decodeStrict(bytes.NewReader(body), &q); err != nil {
+	errs, err := decodeStrict(body, &q)
+	if err != nil {
 		return tenant.Record{}, err
 	}
-	var errs fieldErrors
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &tenant.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
@@ -258,10 +278,10 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 // DecodeSwitch decodes the body of PUT /admin/v1/switches.
 func DecodeSwitch(body []byte) (domain, rule string, state rules.Switch, err error) {
 	var s SwitchJSON
-	if err := decodeStrict(bytes.NewReader(body), &s); err != nil {
+	errs, err := decodeStrict(body, &s)
+	if err != nil {
 		return "", "", 0, err
 	}
-	var errs fieldErrors
 	if s.Domain == "" {
 		errs = append(errs, &tenant.FieldError{Field: "domain", Msg: "required"})
 	}
