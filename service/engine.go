@@ -60,6 +60,8 @@ type Engine struct {
 	suppressed atomic.Int64 // store failures not logged since
 
 	detailed detailedLabels // detailed_metric label values in use (detailed.go)
+
+	lastHits map[[2]string]*atomic.Int64 // guarded by mu; see LastHit
 }
 
 // New returns an Engine deciding with the rules of src and the state in
@@ -159,6 +161,11 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	resp := e.plan(sc, &req, nil)
+	if e.cfg.Now != nil {
+		touch(sc, e.cfg.Now())
+	} else {
+		touch(sc, start)
+	}
 	if len(sc.ops) > 0 {
 		if err := e.decide(ctx, sc, &resp); err != nil {
 			return Response{}, err

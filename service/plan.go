@@ -3,6 +3,7 @@ package service
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -22,6 +23,9 @@ type ruleInfo struct {
 	mode    rules.FailureMode
 	current CurrentLimit
 	count   func(outcome string, near bool) // Metrics.Rule's recorder
+	// last is when a check last matched the rule (unix seconds), shared
+	// by the ruleInfos of every snapshot holding the rule (Engine.LastHit).
+	last *atomic.Int64
 }
 
 // rulesFor returns the per-rule data of snapshot s, building it on the first
@@ -38,6 +42,9 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 	}
 	c := &compiled{snap: s, rules: map[*rules.Rule]*ruleInfo{}}
 	live := map[[2]string]bool{}
+	if e.lastHits == nil {
+		e.lastHits = map[[2]string]*atomic.Int64{}
+	}
 	for _, r := range s.Rules() {
 		info := &ruleInfo{mode: r.FailureMode}
 		if info.mode == rules.FailureDefault {
@@ -49,8 +56,13 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 		}
 		info.current = CurrentLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Limit.Window}
 		info.count = e.m.Rule(r.Domain, r.ID)
+		id := [2]string{r.Domain, r.ID}
+		if info.last = e.lastHits[id]; info.last == nil {
+			info.last = new(atomic.Int64)
+			e.lastHits[id] = info.last
+		}
 		c.rules[r] = info
-		live[[2]string{r.Domain, r.ID}] = true
+		live[id] = true
 	}
 	if old != nil { // drop the series of rules that are gone
 		for r := range old.rules {
@@ -59,8 +71,43 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 			}
 		}
 	}
+	for id := range e.lastHits {
+		if !live[id] {
+			delete(e.lastHits, id)
+		}
+	}
 	e.cache.Store(c)
 	return c
+}
+
+// LastHit returns when a check last matched the rule of domain with ID id
+// in the rules in force (to the second), or the zero time when none has
+// since the engine started (or the rule is not in force). Matches of rules
+// switched off are not counted. Safe for concurrent use; a reload guard
+// (watch.Guard.InUse) uses it to tell rules in use.
+func (e *Engine) LastHit(domain, id string) time.Time {
+	e.rulesFor(e.src.Current())
+	e.mu.Lock()
+	last := e.lastHits[[2]string{domain, id}]
+	e.mu.Unlock()
+	if last == nil {
+		return time.Time{}
+	}
+	if sec := last.Load(); sec != 0 {
+		return time.Unix(sec, 0)
+	}
+	return time.Time{}
+}
+
+// touch records that the rules of sc's plans were hit at now: one atomic
+// load per rule, and a store only when the second changed.
+func touch(sc *scratch, now time.Time) {
+	sec := now.Unix()
+	for i := range sc.plans {
+		if info := sc.plans[i].info; info != nil && info.last.Load() != sec {
+			info.last.Store(sec)
+		}
+	}
 }
 
 // scaleLimit divides a limit's quota and burst by the replica count, rounding

@@ -38,6 +38,23 @@ type rulesConfig struct {
 	Dir string
 	// DefaultAlgorithm applies to rate_limits that name none.
 	DefaultAlgorithm string
+	// Guard holds back reloads that remove domains or rules in use.
+	Guard ruleGuardConfig
+}
+
+// ruleGuardConfig is the removal guard of rule reloads (watch.Guard) and
+// what readiness says about reloads.
+type ruleGuardConfig struct {
+	// AllowRemoval applies every valid reload, removals included.
+	AllowRemoval bool
+	// InUse is how recent a rule's last match must be for its removal to
+	// be held; 0: only removed domains are held.
+	InUse time.Duration
+	// Settle applies a held removal once it has stayed unchanged this
+	// long; 0: only a confirmation applies it.
+	Settle time.Duration
+	// FailReady makes /readyz fail while the last reload failed.
+	FailReady bool
 }
 
 type listenConfig struct {
@@ -153,7 +170,8 @@ type logConfig struct {
 // loopback listeners.
 func defaultServeConfig() serveConfig {
 	return serveConfig{
-		Rules:  rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String()},
+		Rules: rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String(),
+			Guard: ruleGuardConfig{InUse: 15 * time.Minute}},
 		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070"},
 		Store: storeConfig{Kind: "memory", Memory: memoryConfig{MaxKeys: memory.DefaultMaxKeys}, Redis: redisConfig{
 			URL: "redis://127.0.0.1:6379/0", DeniedCache: "auto",
@@ -176,6 +194,10 @@ func defaultServeConfig() serveConfig {
 func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Rules.Dir, "rules", c.Rules.Dir, "directory of rule files (watched for changes)")
 	fs.StringVar(&c.Rules.DefaultAlgorithm, "default-algorithm", c.Rules.DefaultAlgorithm, "algorithm of rules that name none: "+algorithmList())
+	fs.BoolVar(&c.Rules.Guard.AllowRemoval, "rules-allow-removal", c.Rules.Guard.AllowRemoval, "apply rule reloads that remove a domain or a rule in use (off: such a reload is held until confirmed in "+rules.AllowRemovalFile+")")
+	fs.DurationVar(&c.Rules.Guard.InUse, "rules-in-use-window", c.Rules.Guard.InUse, "a rule matched within this window is in use: a reload removing it is held (0: only removed domains are held)")
+	fs.DurationVar(&c.Rules.Guard.Settle, "rules-removal-settle", c.Rules.Guard.Settle, "apply a held removal once it has stayed unchanged this long (0: only a confirmation applies it)")
+	fs.BoolVar(&c.Rules.Guard.FailReady, "readyz-fail-on-reload-error", c.Rules.Guard.FailReady, "/readyz fails while the last rule reload failed")
 	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "gRPC listen address (envoy RLS v3, health, reflection)")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
 	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
@@ -279,6 +301,12 @@ func (c serveConfig) Validate() error {
 	}
 	if _, err := sluice.ParseAlgorithm(c.Rules.DefaultAlgorithm); err != nil {
 		bad("--default-algorithm: %v", err)
+	}
+	if c.Rules.Guard.InUse < 0 {
+		bad("--rules-in-use-window: %v is negative", c.Rules.Guard.InUse)
+	}
+	if c.Rules.Guard.Settle < 0 {
+		bad("--rules-removal-settle: %v is negative", c.Rules.Guard.Settle)
 	}
 	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", c.Listen.GRPC}, {"--http-addr", c.Listen.HTTP}, {"--debug-addr", c.Listen.Debug}} {
 		if a.flag == "--debug-addr" && !debugOn(a.addr) {

@@ -211,6 +211,14 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: engine: %w", err)
 	}
+	s.watcher.Guard = ruleGuard(cfg.Rules.Guard, s.engine)
+	s.watcher.OnHold = func(h *rules.Hold) {
+		var reasons []string
+		if h != nil {
+			reasons = h.Reasons
+		}
+		metrics.ObserveHold(reasons)
+	}
 
 	reg.MustRegister(newDetailedCollector(s.engine))
 
@@ -297,7 +305,23 @@ func (s *server) ready(ctx context.Context) error {
 	if s.draining.Load() {
 		return errors.New("shutting down")
 	}
+	if s.cfg.Rules.Guard.FailReady && s.watcher.LastError() != nil {
+		return errors.New("the last rule reload failed (see /debug/rules); serving the last good rules")
+	}
 	return s.engine.Ready(ctx)
+}
+
+// ruleGuard is the removal guard of rule reloads: a rule is in use when
+// the engine matched it within cfg.InUse.
+func ruleGuard(cfg ruleGuardConfig, e *service.Engine) *watch.Guard {
+	g := &watch.Guard{AllowRemoval: cfg.AllowRemoval, Settle: cfg.Settle}
+	if cfg.InUse > 0 {
+		g.InUse = func(r rules.RuleRef) bool {
+			t := e.LastHit(r.Domain, r.ID)
+			return !t.IsZero() && time.Since(t) < cfg.InUse
+		}
+	}
+	return g
 }
 
 // grpcAddr, httpAddr and debugAddr are the bound addresses.
