@@ -175,6 +175,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		}
 	}
 	e.record(sc, &req, &resp)
+	if e.cfg.Sample != nil {
+		e.cfg.Sample.record(&req, &resp)
+	}
 	if e.cfg.Observer != nil {
 		e.observe(start, sc, &req, &resp)
 	}

@@ -121,6 +121,11 @@ type engineConfig struct {
 	ExpectedReplicas int
 	// DefaultFailureMode applies to rules that name none.
 	DefaultFailureMode string
+	// SampleSize is how many recent checks the server keeps for previews
+	// of rule changes (GET /admin/v1/sample, sluice diff); 0: none.
+	SampleSize int
+	// SampleEvery records one check in this many.
+	SampleEvery int
 }
 
 // defaultMaxRequestBytes bounds an HTTP body and a gRPC message: far above
@@ -176,7 +181,7 @@ func defaultServeConfig() serveConfig {
 		Store: storeConfig{Kind: "memory", Memory: memoryConfig{MaxKeys: memory.DefaultMaxKeys}, Redis: redisConfig{
 			URL: "redis://127.0.0.1:6379/0", DeniedCache: "auto",
 		}},
-		Service: engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open"},
+		Service: engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open", SampleSize: 1000, SampleEvery: 10},
 		Limits: limitsConfig{
 			KeyBytes: service.DefaultMaxKeyBytes, ValueBytes: service.DefaultMaxValueBytes,
 			Descriptors: service.DefaultMaxDescriptors, Entries: service.DefaultMaxEntries,
@@ -213,6 +218,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Store.Redis.Timeout, "redis-timeout", c.Store.Redis.Timeout, "timeout of one Redis script call, from when it is written to Redis (0: the store's default, 1s)")
 	fs.StringVar(&c.Store.Redis.DeniedCache, "denied-cache", c.Store.Redis.DeniedCache, "answer keys denied lately from memory until their RetryAfter: auto (on unless Redis Cluster), on, off")
 	fs.DurationVar(&c.Store.Redis.HybridHorizon, "hybrid-horizon", c.Store.Redis.HybridHorizon, "placement hybrid: allotments last this long at a key's observed rate (0: 10s)")
+	fs.IntVar(&c.Service.SampleSize, "sample-size", c.Service.SampleSize, "recent checks kept for sluice diff (GET /admin/v1/sample, needs admin tokens); 0: none")
+	fs.IntVar(&c.Service.SampleEvery, "sample-every", c.Service.SampleEvery, "record one check in this many in the sample")
 	fs.IntVar(&c.Service.ExpectedReplicas, "expected-replicas", c.Service.ExpectedReplicas, "replicas sharing the store; failure_mode local enforces limit ÷ this")
 	fs.StringVar(&c.Service.DefaultFailureMode, "default-failure-mode", c.Service.DefaultFailureMode, "failure mode of rules that name none: open, closed or local")
 	fs.IntVar(&c.Limits.KeyBytes, "max-key-bytes", c.Limits.KeyBytes, "longest descriptor key (and domain) accepted, in bytes")
@@ -359,6 +366,12 @@ func (c serveConfig) Validate() error {
 		if l.v < 1 {
 			bad("%s: %d, want at least 1 (every input has a bound)", l.flag, l.v)
 		}
+	}
+	if c.Service.SampleSize < 0 || c.Service.SampleSize > service.MaxSampleSize {
+		bad("--sample-size: %d, want 0 to %d", c.Service.SampleSize, service.MaxSampleSize)
+	}
+	if c.Service.SampleEvery < 1 {
+		bad("--sample-every: %d, want at least 1", c.Service.SampleEvery)
 	}
 	if c.Service.ExpectedReplicas < 1 {
 		bad("--expected-replicas: %d, want at least 1", c.Service.ExpectedReplicas)

@@ -107,6 +107,7 @@ type server struct {
 	pg      *pg.Store          // nil without --postgres-url
 	tenants *tenant.Registry   // nil without --postgres-url
 	tracker *observe.Tracker   // nil without admin tokens
+	sample  *service.Sample    // nil without admin tokens or --sample-size
 	dash    *dashboard.Handler // nil without admin tokens
 	fleet   dashboard.Fleet    // the Redis store, for a fleet-wide dashboard
 	rls     *rls.Server
@@ -206,6 +207,10 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if toks.Len() > 0 { // the admin API is on: keep the top offenders it serves
 		s.tracker = observe.NewTracker(observe.Options{})
 		ecfg.Observer = s.tracker
+	}
+	if toks.Len() > 0 && cfg.Service.SampleSize > 0 { // for sluice diff
+		s.sample = service.NewSample(cfg.Service.SampleSize, cfg.Service.SampleEvery)
+		ecfg.Sample = s.sample
 	}
 	s.engine, err = service.New(ecfg, s.watcher, s.store, metrics, log.With("component", "engine"))
 	if err != nil {

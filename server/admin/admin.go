@@ -88,6 +88,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// Now is the clock for resolving quotas; nil means time.Now.
 	Now func() time.Time
+	// Sample is the engine's sample of recent checks (GET
+	// /admin/v1/sample); nil answers 503.
+	Sample *service.Sample
 }
 
 // Prefix is the path every admin endpoint starts with.
@@ -149,6 +152,7 @@ func (h *handler) routes() []route {
 		{"POST /admin/v1/reset", h.auth(true, h.reset)},
 		{"GET /admin/v1/switches", h.auth(false, h.withStore(h.switches))},
 		{"PUT /admin/v1/switches", h.auth(true, h.withStore(h.setSwitch))},
+		{"GET /admin/v1/sample", h.auth(false, h.sample)},
 	}
 }
 
