@@ -23,6 +23,9 @@ type ruleInfo struct {
 	mode    rules.FailureMode
 	current CurrentLimit
 	count   func(outcome string, near bool) // Metrics.Rule's recorder
+	// pen is the limit of the rule's penalty key (see penaltyLimit); zero
+	// when the rule has no penalty.
+	pen sluice.Limit
 	// last is when a check last matched the rule (unix seconds), shared
 	// by the ruleInfos of every snapshot holding the rule (Engine.LastHit).
 	last *atomic.Int64
@@ -53,6 +56,9 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 		if !r.Unlimited {
 			info.middle = ruleMiddle(r)
 			info.local = scaleLimit(r.Limit, e.cfg.ExpectedReplicas)
+		}
+		if r.Penalty > 0 {
+			info.pen = penaltyLimit(r.Penalty)
 		}
 		info.current = CurrentLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Limit.Window}
 		info.count = e.m.Rule(r.Domain, r.ID)
@@ -156,6 +162,9 @@ type plan struct {
 	// sub-counters; own: it is not the rule's own, so keys carry it.
 	lim sluice.Limit
 	own bool
+	// pen is 1 + the index in ops of the rule's penalty look (0: none);
+	// its key is scratch.key[pks:pke].
+	pen, pks, pke int
 	// subs, for Charge and Reset of a rule with sub-counters: the ops of
 	// sub-counters 1 … S−1 are ops[subs:subs+S−1] (op is sub-counter 0's).
 	subs int
@@ -313,6 +322,13 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier,
 			lim: lim, own: own != nil})
 		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act})
+		if p := &sc.plans[len(sc.plans)-1]; r.Penalty > 0 && adj == nil && !p.shadow {
+			p.pks = len(sc.key)
+			sc.key = append(sc.key, sc.key[ks:p.ke]...)
+			sc.key = append(sc.key, penaltySuffix...)
+			p.pke, p.pen = len(sc.key), len(sc.ops)+1
+			sc.ops = append(sc.ops, sluice.Op{Limit: info.pen, Cost: 1, Action: sluice.Take})
+		}
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
@@ -324,6 +340,9 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		for i := range sc.plans {
 			if p := &sc.plans[i]; p.op >= 0 {
 				sc.ops[p.op].Key = keys[p.ks:p.ke]
+				if p.pen > 0 {
+					sc.ops[p.pen-1].Key = keys[p.pks:p.pke]
+				}
 			}
 		}
 	}

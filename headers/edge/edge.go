@@ -59,6 +59,7 @@ type Decision struct {
 	legacyRemaining int64
 	storeDown       bool
 	costTooHigh     bool
+	penalty         bool // a refused limit is a penalty (reason penalty)
 }
 
 // Reset empties d, keeping its slices' capacity.
@@ -120,6 +121,10 @@ func (d *Decision) add(name string, quota int64, window time.Duration, unit head
 	case !refused:
 	case res.Reason == sluice.ReasonCostTooHigh:
 		d.costTooHigh = true
+	case res.Reason == sluice.ReasonPenalty:
+		d.penalty = true
+		reset = max(headers.Seconds(res.RetryAfter), 1)
+		d.RetryAfter = max(d.RetryAfter, reset)
 	case unit == headers.ConcurrentRequests:
 		// A slot comes back when a holder finishes, usually well before
 		// its lease would expire.
@@ -156,6 +161,9 @@ func (d *Decision) settle() {
 	case len(d.Violated) > 0 && d.costTooHigh:
 		// Some limit can never admit this request: waiting is pointless.
 		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonCostTooHigh, 0
+	case len(d.Violated) > 0 && d.penalty:
+		d.Status, d.Reason = http.StatusTooManyRequests, headers.ReasonPenalty
+		d.RetryAfter = max(d.RetryAfter, 1)
 	case len(d.Violated) > 0:
 		d.Status, d.Reason = http.StatusTooManyRequests, headers.ReasonLimited
 		d.RetryAfter = max(d.RetryAfter, 1)
@@ -206,6 +214,9 @@ func (d *Decision) Fields() []Field {
 	}
 	if d.RetryAfter > 0 {
 		out = append(out, Field{headers.RetryAfter, strconv.FormatInt(d.RetryAfter, 10)})
+	}
+	if d.Reason == headers.ReasonPenalty {
+		out = append(out, Field{headers.SluiceReason, d.Reason})
 	}
 	return out
 }

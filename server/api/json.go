@@ -492,6 +492,8 @@ func statusReason(s *service.Status) string {
 		return headers.ReasonUnavailable
 	case s.Result.Reason == sluice.ReasonCostTooHigh:
 		return headers.ReasonCostTooHigh
+	case s.Result.Reason == sluice.ReasonPenalty:
+		return headers.ReasonPenalty
 	}
 	return headers.ReasonLimited
 }
