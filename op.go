@@ -116,6 +116,10 @@ const (
 	// for the rule's penalty time (rules' rate_limit.penalty), whatever its
 	// counter says. Set by the engine, never by a store.
 	ReasonPenalty
+	// ReasonDenyList: an entry of the request is on its domain's deny list
+	// (rules' deny); waiting will not help. Set by the engine, never by a
+	// store.
+	ReasonDenyList
 )
 
 // String names the reason.
@@ -129,6 +133,8 @@ func (r Reason) String() string {
 		return "cost_too_high"
 	case ReasonPenalty:
 		return "penalty"
+	case ReasonDenyList:
+		return "deny_list"
 	}
 	return "unknown"
 }

@@ -67,6 +67,8 @@ type domainTree struct {
 	// rule's tiers (see tiers.go).
 	tenantKey string
 	tierLines map[*Rule]int
+	// deny is the file's deny list (deny.go), nil without one.
+	deny *DenyList
 }
 
 // walk calls f for every descriptor with a rule, depth first in file order.
@@ -255,7 +257,7 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 	t := &domainTree{file: p.file, line: n.Line}
 	var descs *yaml.Node
 	haveDomain := false
-	ok := p.fields(n, "", []string{"domain", "descriptors", "tenant_key"}, func(key string, k, v *yaml.Node) {
+	ok := p.fields(n, "", []string{"domain", "descriptors", "tenant_key", "deny"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "domain":
 			haveDomain = true
@@ -267,6 +269,8 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 			}
 		case "descriptors":
 			descs = v
+		case "deny":
+			t.deny = p.denyList(v)
 		case "tenant_key":
 			if s, ok := p.str(v, "tenant_key"); ok && s == "" {
 				p.add(v.Line, "tenant_key", "must not be empty")

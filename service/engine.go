@@ -158,6 +158,10 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	if err := validate(&req, e.cfg.Limits); err != nil {
 		return Response{}, err
 	}
+	if resp, ok := e.denied(&req); ok {
+		e.m.CheckDuration(time.Since(start))
+		return resp, nil
+	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	resp := e.plan(sc, &req, nil)

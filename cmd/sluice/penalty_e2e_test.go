@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +72,38 @@ func TestPenaltyEndToEnd(t *testing.T) {
 	if a := check(); a.Code != "OK" {
 		t.Errorf("after the penalty: %+v, want OK", a)
 	}
+}
+
+// TestDenyListEndToEnd: a rule file's deny list refuses matching requests
+// with reason deny_list over HTTP and gRPC, and is reloaded like rules.
+func TestDenyListEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	rule := "domain: e\ndeny:\n  - {key: ip, cidr: 203.0.113.0/24}\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"
+	if err := os.WriteFile(filepath.Join(dir, "e.yaml"), []byte(rule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, dir, func(c *serveConfig) { c.Listen.ResponseHeaders = true })
+	code, out := post(t, ts.base+"/v1/check", `{"domain":"e","descriptors":[{"entries":[{"key":"ip","value":"203.0.113.9"}]}]}`)
+	var a struct {
+		Code, Reason string
+	}
+	if err := json.Unmarshal([]byte(out), &a); err != nil || a.Code != "OVER_LIMIT" || a.Reason != "deny_list" {
+		t.Errorf("/v1/check of a listed address: %d %s, want OVER_LIMIT with reason deny_list", code, out)
+	}
+	resp := ts.should(t, &rlsv3.RateLimitRequest{Domain: "e", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("ip", "203.0.113.10")}})
+	got := map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		got[h.GetKey()] = h.GetValue()
+	}
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || got["Sluice-Reason"] != "deny_list" || got["Retry-After"] != "" {
+		t.Errorf("gRPC for a listed address: %v %v, want OVER_LIMIT, Sluice-Reason: deny_list, no Retry-After", resp.GetOverallCode(), got)
+	}
+	// The list is reloaded with the rules.
+	if err := os.WriteFile(filepath.Join(dir, "e.yaml"), []byte(strings.Replace(rule, "203.0.113.0/24", "198.51.100.0/24", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new deny list", func() bool {
+		_, out := post(t, ts.base+"/v1/check", `{"domain":"e","descriptors":[{"entries":[{"key":"ip","value":"203.0.113.9"}]}]}`)
+		return strings.Contains(out, `"code":"OK"`)
+	})
 }

@@ -494,6 +494,8 @@ func statusReason(s *service.Status) string {
 		return headers.ReasonCostTooHigh
 	case s.Result.Reason == sluice.ReasonPenalty:
 		return headers.ReasonPenalty
+	case s.Result.Reason == sluice.ReasonDenyList:
+		return headers.ReasonDenyList
 	}
 	return headers.ReasonLimited
 }
