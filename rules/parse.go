@@ -67,6 +67,8 @@ type domainTree struct {
 	// rule's tiers (see tiers.go).
 	tenantKey string
 	tierLines map[*Rule]int
+	// deny is the file's deny list (deny.go), nil without one.
+	deny *DenyList
 }
 
 // walk calls f for every descriptor with a rule, depth first in file order.
@@ -255,7 +257,7 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 	t := &domainTree{file: p.file, line: n.Line}
 	var descs *yaml.Node
 	haveDomain := false
-	ok := p.fields(n, "", []string{"domain", "descriptors", "tenant_key"}, func(key string, k, v *yaml.Node) {
+	ok := p.fields(n, "", []string{"domain", "descriptors", "tenant_key", "deny"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "domain":
 			haveDomain = true
@@ -267,6 +269,8 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 			}
 		case "descriptors":
 			descs = v
+		case "deny":
+			t.deny = p.denyList(v)
 		case "tenant_key":
 			if s, ok := p.str(v, "tenant_key"); ok && s == "" {
 				p.add(v.Line, "tenant_key", "must not be empty")
@@ -408,14 +412,14 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 var rateLimitKeys = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
 	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
-	"tiers", "calendar", "time_zone",
+	"tiers", "calendar", "time_zone", "penalty",
 }
 
 func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	r := &Rule{File: p.file, Line: n.Line}
 	valid := true
 	var unitNode, rpuNode, algNode, burstNode, windowNode, placeNode, subNode, tiersNode *yaml.Node
-	var calNode, tzNode *yaml.Node
+	var calNode, tzNode, penNode *yaml.Node
 	var cal Calendar
 	var burst uint64
 	alg := p.opts.algorithm()
@@ -492,6 +496,9 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 			}
 		case "tiers":
 			tiersNode = v
+		case "penalty":
+			penNode = v
+			r.Penalty, good = p.penalty(v, f)
 		case "calendar", "time_zone":
 			good = p.calendarField(key, v, f, &cal)
 			if key == "calendar" {
@@ -518,7 +525,7 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		for _, x := range []struct {
 			n    *yaml.Node
 			name string
-		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}} {
+		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}, {penNode, "penalty"}} {
 			if x.n != nil {
 				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
 				valid = false
@@ -564,6 +571,19 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		p.add(subNode.Line, join(field, "sub_counters"), "%d sub-counters of requests_per_unit %d would leave some with no quota", r.SubCounters, r.RequestsPerUnit)
 		valid = false
 	}
+	if penNode != nil {
+		switch {
+		case alg == sluice.Concurrency:
+			p.add(penNode.Line, join(field, "penalty"), "not allowed with algorithm concurrency (a slot is given back, not exceeded)")
+			valid = false
+		case r.SubCounters > 1:
+			p.add(penNode.Line, join(field, "penalty"), "not allowed with sub_counters")
+			valid = false
+		case r.Placement == PlacementHybrid:
+			p.add(penNode.Line, join(field, "penalty"), "not allowed with placement hybrid")
+			valid = false
+		}
+	}
 	if !valid {
 		return nil
 	}
@@ -584,6 +604,27 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		t.tierLines[r] = tiersNode.Line
 	}
 	return r
+}
+
+// MaxPenalty bounds rate_limit.penalty.
+const MaxPenalty = 7 * 24 * time.Hour
+
+// penalty reads rate_limit.penalty: a duration from 1s to MaxPenalty.
+func (p *parser) penalty(v *yaml.Node, field string) (time.Duration, bool) {
+	s, ok := p.str(v, field)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		p.add(v.Line, field, "want a duration such as 10m, got %q", s)
+	case d < time.Second || d > MaxPenalty:
+		p.add(v.Line, field, "%v: want 1s to %v", d, MaxPenalty)
+	default:
+		return d, true
+	}
+	return 0, false
 }
 
 func firstNode(ns ...*yaml.Node) *yaml.Node {

@@ -8,6 +8,7 @@ package rules
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 )
@@ -93,6 +94,10 @@ type Rule struct {
 	// (rate_limit.sub_counters), each enforcing its share, so that a hot key
 	// spreads over Redis Cluster slots. 0 or 1: one counter.
 	SubCounters int
+	// Penalty, when above zero, keeps a key that went over the limit
+	// denied for this long afterwards, whatever its counter says
+	// (rate_limit.penalty; answers carry reason penalty).
+	Penalty time.Duration
 	// Replaces names the rules (by Name) this rule overrides when both match
 	// one request.
 	Replaces []string

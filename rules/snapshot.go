@@ -22,6 +22,8 @@ type Snapshot struct {
 	byName  map[string]map[string]*Rule
 	// tenantKeys holds each domain's tenant_key, if it names one.
 	tenantKeys map[string]string
+	// deny holds each domain's deny list, if its file has one.
+	deny map[string]*DenyList
 }
 
 // level is one level of a domain's descriptor tree, indexed for matching.
@@ -230,6 +232,12 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 		tenantRules(t, &probs)
 		if t.tenantKey != "" {
 			s.tenantKeys[t.domain] = t.tenantKey
+		}
+		if t.deny.Len() > 0 {
+			if s.deny == nil {
+				s.deny = map[string]*DenyList{}
+			}
+			s.deny[t.domain] = t.deny
 		}
 		var domainRules []*Rule
 		ids := map[string]*Rule{}

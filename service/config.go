@@ -38,6 +38,9 @@ type Config struct {
 	// (tenant tiers and overrides, kill switches; see Overrides). Nil keeps
 	// the rule files' limits.
 	Overrides Overrides
+	// Sample, when set, records a bounded sample of checks for previews
+	// of rule changes (see Sample). Nil records nothing.
+	Sample *Sample
 	// Now is the clock that places calendar quotas (rules.Calendar) in
 	// their month or day; nil means time.Now. Give it the store's clock in
 	// tests with a fake one.

@@ -13,6 +13,9 @@ import (
 func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error {
 	sc.results = growResults(sc.results, len(sc.ops))
 	err := e.take(ctx, sc.ops, sc.results)
+	if err == nil {
+		penalize(sc)
+	}
 	for pass := 0; err == nil && pass < 2; pass++ {
 		// Only shadow limits denied? Then take again with them as looks.
 		enforcedDenied, shadowDenied := false, false
@@ -38,6 +41,9 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error 
 			}
 		}
 		err = e.take(ctx, sc.ops, sc.results)
+		if err == nil {
+			penalize(sc)
+		}
 	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -48,6 +54,9 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error 
 		return nil
 	}
 	charged := allAllowed(sc.results)
+	if !charged {
+		e.startPenalties(ctx, sc)
+	}
 	for i := range sc.plans {
 		p := &sc.plans[i]
 		if p.op < 0 || p.dropped {

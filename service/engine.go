@@ -60,6 +60,8 @@ type Engine struct {
 	suppressed atomic.Int64 // store failures not logged since
 
 	detailed detailedLabels // detailed_metric label values in use (detailed.go)
+
+	lastHits map[[2]string]*atomic.Int64 // guarded by mu; see LastHit
 }
 
 // New returns an Engine deciding with the rules of src and the state in
@@ -156,9 +158,18 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	if err := validate(&req, e.cfg.Limits); err != nil {
 		return Response{}, err
 	}
+	if resp, ok := e.denied(&req); ok {
+		e.m.CheckDuration(time.Since(start))
+		return resp, nil
+	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	resp := e.plan(sc, &req, nil)
+	if e.cfg.Now != nil {
+		touch(sc, e.cfg.Now())
+	} else {
+		touch(sc, start)
+	}
 	if len(sc.ops) > 0 {
 		if err := e.decide(ctx, sc, &resp); err != nil {
 			return Response{}, err
@@ -168,6 +179,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		}
 	}
 	e.record(sc, &req, &resp)
+	if e.cfg.Sample != nil {
+		e.cfg.Sample.record(&req, &resp)
+	}
 	if e.cfg.Observer != nil {
 		e.observe(start, sc, &req, &resp)
 	}

@@ -3,6 +3,7 @@ package service
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -22,6 +23,12 @@ type ruleInfo struct {
 	mode    rules.FailureMode
 	current CurrentLimit
 	count   func(outcome string, near bool) // Metrics.Rule's recorder
+	// pen is the limit of the rule's penalty key (see penaltyLimit); zero
+	// when the rule has no penalty.
+	pen sluice.Limit
+	// last is when a check last matched the rule (unix seconds), shared
+	// by the ruleInfos of every snapshot holding the rule (Engine.LastHit).
+	last *atomic.Int64
 }
 
 // rulesFor returns the per-rule data of snapshot s, building it on the first
@@ -38,6 +45,9 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 	}
 	c := &compiled{snap: s, rules: map[*rules.Rule]*ruleInfo{}}
 	live := map[[2]string]bool{}
+	if e.lastHits == nil {
+		e.lastHits = map[[2]string]*atomic.Int64{}
+	}
 	for _, r := range s.Rules() {
 		info := &ruleInfo{mode: r.FailureMode}
 		if info.mode == rules.FailureDefault {
@@ -47,10 +57,18 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 			info.middle = ruleMiddle(r)
 			info.local = scaleLimit(r.Limit, e.cfg.ExpectedReplicas)
 		}
+		if r.Penalty > 0 {
+			info.pen = penaltyLimit(r.Penalty)
+		}
 		info.current = CurrentLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Limit.Window}
 		info.count = e.m.Rule(r.Domain, r.ID)
+		id := [2]string{r.Domain, r.ID}
+		if info.last = e.lastHits[id]; info.last == nil {
+			info.last = new(atomic.Int64)
+			e.lastHits[id] = info.last
+		}
 		c.rules[r] = info
-		live[[2]string{r.Domain, r.ID}] = true
+		live[id] = true
 	}
 	if old != nil { // drop the series of rules that are gone
 		for r := range old.rules {
@@ -59,8 +77,43 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 			}
 		}
 	}
+	for id := range e.lastHits {
+		if !live[id] {
+			delete(e.lastHits, id)
+		}
+	}
 	e.cache.Store(c)
 	return c
+}
+
+// LastHit returns when a check last matched the rule of domain with ID id
+// in the rules in force (to the second), or the zero time when none has
+// since the engine started (or the rule is not in force). Matches of rules
+// switched off are not counted. Safe for concurrent use; a reload guard
+// (watch.Guard.InUse) uses it to tell rules in use.
+func (e *Engine) LastHit(domain, id string) time.Time {
+	e.rulesFor(e.src.Current())
+	e.mu.Lock()
+	last := e.lastHits[[2]string{domain, id}]
+	e.mu.Unlock()
+	if last == nil {
+		return time.Time{}
+	}
+	if sec := last.Load(); sec != 0 {
+		return time.Unix(sec, 0)
+	}
+	return time.Time{}
+}
+
+// touch records that the rules of sc's plans were hit at now: one atomic
+// load per rule, and a store only when the second changed.
+func touch(sc *scratch, now time.Time) {
+	sec := now.Unix()
+	for i := range sc.plans {
+		if info := sc.plans[i].info; info != nil && info.last.Load() != sec {
+			info.last.Store(sec)
+		}
+	}
 }
 
 // scaleLimit divides a limit's quota and burst by the replica count, rounding
@@ -109,6 +162,9 @@ type plan struct {
 	// sub-counters; own: it is not the rule's own, so keys carry it.
 	lim sluice.Limit
 	own bool
+	// pen is 1 + the index in ops of the rule's penalty look (0: none);
+	// its key is scratch.key[pks:pke].
+	pen, pks, pke int
 	// subs, for Charge and Reset of a rule with sub-counters: the ops of
 	// sub-counters 1 … S−1 are ops[subs:subs+S−1] (op is sub-counter 0's).
 	subs int
@@ -266,6 +322,13 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier,
 			lim: lim, own: own != nil})
 		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act})
+		if p := &sc.plans[len(sc.plans)-1]; r.Penalty > 0 && adj == nil && !p.shadow {
+			p.pks = len(sc.key)
+			sc.key = append(sc.key, sc.key[ks:p.ke]...)
+			sc.key = append(sc.key, penaltySuffix...)
+			p.pke, p.pen = len(sc.key), len(sc.ops)+1
+			sc.ops = append(sc.ops, sluice.Op{Limit: info.pen, Cost: 1, Action: sluice.Take})
+		}
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
@@ -277,6 +340,9 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		for i := range sc.plans {
 			if p := &sc.plans[i]; p.op >= 0 {
 				sc.ops[p.op].Key = keys[p.ks:p.ke]
+				if p.pen > 0 {
+					sc.ops[p.pen-1].Key = keys[p.pks:p.pke]
+				}
 			}
 		}
 	}

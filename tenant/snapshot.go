@@ -175,12 +175,29 @@ func active(from, until, at int64, now func() time.Time) bool {
 	return from <= t && (until == 0 || t < until)
 }
 
-// Switch returns the kill-switch state of a rule.
+// Switch returns the kill-switch state in force for a rule: the strongest
+// of the rule's own switch, its domain's (RuleSwitch.Rule "") and the
+// global one (Domain and Rule ""), where off is stronger than shadow and
+// shadow than on. It does not allocate.
 func (s *Snapshot) Switch(domain, ruleID string) rules.Switch {
 	if s == nil || len(s.switches) == 0 {
 		return rules.SwitchOn
 	}
-	return s.switches[switchKey{domain, ruleID}]
+	sw := s.switches[switchKey{domain, ruleID}]
+	sw = strongerSwitch(sw, s.switches[switchKey{domain, ""}])
+	return strongerSwitch(sw, s.switches[switchKey{"", ""}])
+}
+
+// strongerSwitch returns the switch that enforces less: off, then shadow,
+// then on.
+func strongerSwitch(a, b rules.Switch) rules.Switch {
+	if a == rules.SwitchOff || b == rules.SwitchOff {
+		return rules.SwitchOff
+	}
+	if a == rules.SwitchShadow || b == rules.SwitchShadow {
+		return rules.SwitchShadow
+	}
+	return rules.SwitchOn
 }
 
 // Resolve returns the limit rule r enforces for a request with entries

@@ -91,7 +91,9 @@ type Record struct {
 	UpdatedAt time.Time
 }
 
-// RuleSwitch is the kill-switch state of one rule.
+// RuleSwitch is the kill-switch state of one rule, of a whole domain
+// (Rule ""), or of every rule (Domain and Rule ""); see Snapshot.Switch
+// for how they combine.
 type RuleSwitch struct {
 	Domain string
 	// Rule is the rule's ID (rules.Rule.ID).

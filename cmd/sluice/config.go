@@ -39,6 +39,23 @@ type rulesConfig struct {
 	Dir string
 	// DefaultAlgorithm applies to rate_limits that name none.
 	DefaultAlgorithm string
+	// Guard holds back reloads that remove domains or rules in use.
+	Guard ruleGuardConfig
+}
+
+// ruleGuardConfig is the removal guard of rule reloads (watch.Guard) and
+// what readiness says about reloads.
+type ruleGuardConfig struct {
+	// AllowRemoval applies every valid reload, removals included.
+	AllowRemoval bool
+	// InUse is how recent a rule's last match must be for its removal to
+	// be held; 0: only removed domains are held.
+	InUse time.Duration
+	// Settle applies a held removal once it has stayed unchanged this
+	// long; 0: only a confirmation applies it.
+	Settle time.Duration
+	// FailReady makes /readyz fail while the last reload failed.
+	FailReady bool
 }
 
 type listenConfig struct {
@@ -105,6 +122,11 @@ type engineConfig struct {
 	ExpectedReplicas int
 	// DefaultFailureMode applies to rules that name none.
 	DefaultFailureMode string
+	// SampleSize is how many recent checks the server keeps for previews
+	// of rule changes (GET /admin/v1/sample, sluice diff); 0: none.
+	SampleSize int
+	// SampleEvery records one check in this many.
+	SampleEvery int
 }
 
 // defaultMaxRequestBytes bounds an HTTP body and a gRPC message: far above
@@ -158,12 +180,13 @@ type logConfig struct {
 // loopback listeners.
 func defaultServeConfig() serveConfig {
 	return serveConfig{
-		Rules:  rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String()},
+		Rules: rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String(),
+			Guard: ruleGuardConfig{InUse: 15 * time.Minute}},
 		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070"},
 		Store: storeConfig{Kind: "memory", Memory: memoryConfig{MaxKeys: memory.DefaultMaxKeys}, Redis: redisConfig{
 			URL: "redis://127.0.0.1:6379/0", DeniedCache: "auto",
 		}},
-		Service: engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open"},
+		Service: engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open", SampleSize: 1000, SampleEvery: 10},
 		Limits: limitsConfig{
 			KeyBytes: service.DefaultMaxKeyBytes, ValueBytes: service.DefaultMaxValueBytes,
 			Descriptors: service.DefaultMaxDescriptors, Entries: service.DefaultMaxEntries,
@@ -182,6 +205,10 @@ func defaultServeConfig() serveConfig {
 func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Rules.Dir, "rules", c.Rules.Dir, "directory of rule files (watched for changes)")
 	fs.StringVar(&c.Rules.DefaultAlgorithm, "default-algorithm", c.Rules.DefaultAlgorithm, "algorithm of rules that name none: "+algorithmList())
+	fs.BoolVar(&c.Rules.Guard.AllowRemoval, "rules-allow-removal", c.Rules.Guard.AllowRemoval, "apply rule reloads that remove a domain or a rule in use (off: such a reload is held until confirmed in "+rules.AllowRemovalFile+")")
+	fs.DurationVar(&c.Rules.Guard.InUse, "rules-in-use-window", c.Rules.Guard.InUse, "a rule matched within this window is in use: a reload removing it is held (0: only removed domains are held)")
+	fs.DurationVar(&c.Rules.Guard.Settle, "rules-removal-settle", c.Rules.Guard.Settle, "apply a held removal once it has stayed unchanged this long (0: only a confirmation applies it)")
+	fs.BoolVar(&c.Rules.Guard.FailReady, "readyz-fail-on-reload-error", c.Rules.Guard.FailReady, "/readyz fails while the last rule reload failed")
 	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "gRPC listen address (envoy RLS v3, health, reflection)")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
 	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
@@ -197,6 +224,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Store.Redis.Timeout, "redis-timeout", c.Store.Redis.Timeout, "timeout of one Redis script call, from when it is written to Redis (0: the store's default, 1s)")
 	fs.StringVar(&c.Store.Redis.DeniedCache, "denied-cache", c.Store.Redis.DeniedCache, "answer keys denied lately from memory until their RetryAfter: auto (on unless Redis Cluster), on, off")
 	fs.DurationVar(&c.Store.Redis.HybridHorizon, "hybrid-horizon", c.Store.Redis.HybridHorizon, "placement hybrid: allotments last this long at a key's observed rate (0: 10s)")
+	fs.IntVar(&c.Service.SampleSize, "sample-size", c.Service.SampleSize, "recent checks kept for sluice diff (GET /admin/v1/sample, needs admin tokens); 0: none")
+	fs.IntVar(&c.Service.SampleEvery, "sample-every", c.Service.SampleEvery, "record one check in this many in the sample")
 	fs.IntVar(&c.Service.ExpectedReplicas, "expected-replicas", c.Service.ExpectedReplicas, "replicas sharing the store; failure_mode local enforces limit ÷ this")
 	fs.StringVar(&c.Service.DefaultFailureMode, "default-failure-mode", c.Service.DefaultFailureMode, "failure mode of rules that name none: open, closed or local")
 	fs.IntVar(&c.Limits.KeyBytes, "max-key-bytes", c.Limits.KeyBytes, "longest descriptor key (and domain) accepted, in bytes")
@@ -288,6 +317,12 @@ func (c serveConfig) Validate() error {
 	if _, err := sluice.ParseAlgorithm(c.Rules.DefaultAlgorithm); err != nil {
 		bad("--default-algorithm: %v", err)
 	}
+	if c.Rules.Guard.InUse < 0 {
+		bad("--rules-in-use-window: %v is negative", c.Rules.Guard.InUse)
+	}
+	if c.Rules.Guard.Settle < 0 {
+		bad("--rules-removal-settle: %v is negative", c.Rules.Guard.Settle)
+	}
 	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", c.Listen.GRPC}, {"--http-addr", c.Listen.HTTP}, {"--debug-addr", c.Listen.Debug}} {
 		if a.flag == "--debug-addr" && !debugOn(a.addr) {
 			continue
@@ -339,6 +374,12 @@ func (c serveConfig) Validate() error {
 		if l.v < 1 {
 			bad("%s: %d, want at least 1 (every input has a bound)", l.flag, l.v)
 		}
+	}
+	if c.Service.SampleSize < 0 || c.Service.SampleSize > service.MaxSampleSize {
+		bad("--sample-size: %d, want 0 to %d", c.Service.SampleSize, service.MaxSampleSize)
+	}
+	if c.Service.SampleEvery < 1 {
+		bad("--sample-every: %d, want at least 1", c.Service.SampleEvery)
 	}
 	if c.Service.ExpectedReplicas < 1 {
 		bad("--expected-replicas: %d, want at least 1", c.Service.ExpectedReplicas)

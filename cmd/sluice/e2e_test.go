@@ -528,7 +528,9 @@ func TestHotReload(t *testing.T) {
 		return "domain: hot\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: " + itoa(rpu) + "\n"
 	}
 	write("hot.yaml", rule(5))
-	ts := startServer(t, dir, nil)
+	// Removals are applied at once here; the guard that holds them is
+	// TestGuardedReload's.
+	ts := startServer(t, dir, func(c *serveConfig) { c.Rules.Guard.AllowRemoval = true })
 	limitOf := func(domain string) uint32 {
 		resp := ts.should(t, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{withLook(descriptor("k", "v"))}})
 		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()

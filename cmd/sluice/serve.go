@@ -109,6 +109,7 @@ type server struct {
 	pg      *pg.Store          // nil without --postgres-url
 	tenants *tenant.Registry   // nil without --postgres-url
 	tracker *observe.Tracker   // nil without admin tokens
+	sample  *service.Sample    // nil without admin tokens or --sample-size
 	dash    *dashboard.Handler // nil without admin tokens
 	fleet   dashboard.Fleet    // the Redis store, for a fleet-wide dashboard
 	rls     *rls.Server
@@ -205,9 +206,21 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 			return nil, err
 		}
 	}
+	if toks.Len() > 0 && cfg.Service.SampleSize > 0 { // for sluice diff
+		s.sample = service.NewSample(cfg.Service.SampleSize, cfg.Service.SampleEvery)
+		ecfg.Sample = s.sample
+	}
 	s.engine, err = service.New(ecfg, s.watcher, s.store, metrics, log.With("component", "engine"))
 	if err != nil {
 		return nil, fmt.Errorf("serve: engine: %w", err)
+	}
+	s.watcher.Guard = ruleGuard(cfg.Rules.Guard, s.engine)
+	s.watcher.OnHold = func(h *rules.Hold) {
+		var reasons []string
+		if h != nil {
+			reasons = h.Reasons
+		}
+		metrics.ObserveHold(reasons)
 	}
 
 	reg.MustRegister(newDetailedCollector(s.engine), storeUpGauge(s.engine))
@@ -305,6 +318,9 @@ func (s *server) ready(ctx context.Context) error {
 	if s.draining.Load() {
 		return errors.New("shutting down")
 	}
+	if s.cfg.Rules.Guard.FailReady && s.watcher.LastError() != nil {
+		return errors.New("the last rule reload failed (see /debug/rules); serving the last good rules")
+	}
 	if s.cfg.Guard.ReadyzStrict {
 		return s.engine.Ready(ctx)
 	}
@@ -312,6 +328,19 @@ func (s *server) ready(ctx context.Context) error {
 		return errors.New("no rules loaded")
 	}
 	return nil
+}
+
+// ruleGuard is the removal guard of rule reloads: a rule is in use when
+// the engine matched it within cfg.InUse.
+func ruleGuard(cfg ruleGuardConfig, e *service.Engine) *watch.Guard {
+	g := &watch.Guard{AllowRemoval: cfg.AllowRemoval, Settle: cfg.Settle}
+	if cfg.InUse > 0 {
+		g.InUse = func(r rules.RuleRef) bool {
+			t := e.LastHit(r.Domain, r.ID)
+			return !t.IsZero() && time.Since(t) < cfg.InUse
+		}
+	}
+	return g
 }
 
 // grpcAddr, httpAddr and debugAddr are the bound addresses.

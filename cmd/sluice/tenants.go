@@ -184,7 +184,7 @@ func (s *server) withAdmin(h http.Handler, toks *admin.Tokens, log *slog.Logger)
 	if toks.Len() == 0 {
 		return h, nil
 	}
-	opts := admin.Options{Tokens: toks, Rules: s.watcher.Current, Checker: s.engine, Counters: s.engine, Logger: log}
+	opts := admin.Options{Tokens: toks, Rules: s.watcher.Current, Checker: s.engine, Counters: s.engine, Logger: log, Sample: s.sample}
 	if s.pg != nil {
 		opts.Store = s.pg
 	}

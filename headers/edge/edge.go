@@ -60,6 +60,8 @@ type Decision struct {
 	legacyRemaining int64
 	storeDown       bool
 	costTooHigh     bool
+	penalty         bool // a refused limit is a penalty (reason penalty)
+	denyList        bool // an entry is on a deny list (reason deny_list)
 }
 
 // Reset empties d, keeping its slices' capacity.
@@ -82,6 +84,10 @@ func (d *Decision) Add(resp *service.Response) {
 		switch {
 		case st.Rule != nil && st.Rule.ShadowMode, st.Shadowed:
 			continue // counted, never enforced, not advertised
+		case st.Code == service.CodeOverLimit && st.Result.Reason == sluice.ReasonDenyList:
+			d.denyList = true
+			d.Violated = append(d.Violated, headers.ReasonDenyList)
+			continue
 		case st.Degraded == service.FailedClosed && st.Code == service.CodeOverLimit:
 			d.storeDown = true
 			continue
@@ -135,6 +141,10 @@ func (d *Decision) add(name string, quota int64, window time.Duration, unit head
 	case !refused:
 	case res.Reason == sluice.ReasonCostTooHigh:
 		d.costTooHigh = true
+	case res.Reason == sluice.ReasonPenalty:
+		d.penalty = true
+		reset = max(headers.Seconds(res.RetryAfter), 1)
+		d.RetryAfter = max(d.RetryAfter, reset)
 	case unit == headers.ConcurrentRequests:
 		// A slot comes back when a holder finishes, usually well before
 		// its lease would expire.
@@ -168,9 +178,15 @@ func (d *Decision) add(name string, quota int64, window time.Duration, unit head
 // settle derives Status, Reason and Retry-After from what was added.
 func (d *Decision) settle() {
 	switch {
+	case d.denyList:
+		// Refused outright: waiting is pointless.
+		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonDenyList, 0
 	case len(d.Violated) > 0 && d.costTooHigh:
 		// Some limit can never admit this request: waiting is pointless.
 		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonCostTooHigh, 0
+	case len(d.Violated) > 0 && d.penalty:
+		d.Status, d.Reason = http.StatusTooManyRequests, headers.ReasonPenalty
+		d.RetryAfter = max(d.RetryAfter, 1)
 	case len(d.Violated) > 0:
 		d.Status, d.Reason = http.StatusTooManyRequests, headers.ReasonLimited
 		d.RetryAfter = max(d.RetryAfter, 1)
@@ -221,6 +237,9 @@ func (d *Decision) Fields() []Field {
 	}
 	if d.RetryAfter > 0 {
 		out = append(out, Field{headers.RetryAfter, strconv.FormatInt(d.RetryAfter, 10)})
+	}
+	if d.Reason == headers.ReasonPenalty || d.Reason == headers.ReasonDenyList {
+		out = append(out, Field{headers.SluiceReason, d.Reason})
 	}
 	return out
 }

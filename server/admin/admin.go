@@ -92,6 +92,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// Now is the clock for resolving quotas; nil means time.Now.
 	Now func() time.Time
+	// Sample is the engine's sample of recent checks (GET
+	// /admin/v1/sample); nil answers 503.
+	Sample *service.Sample
 }
 
 // Prefix is the path every admin endpoint starts with.
@@ -154,6 +157,7 @@ func (h *handler) routes() []route {
 		{"GET /admin/v1/switches", h.auth(false, h.withStore(h.switches))},
 		{"PUT /admin/v1/switches", h.auth(true, h.withStore(h.setSwitch))},
 		{"GET /admin/v1/audit", h.auth(false, h.withStore(h.audit))},
+		{"GET /admin/v1/sample", h.auth(false, h.sample)},
 	}
 }
 
@@ -569,7 +573,7 @@ func (h *handler) switches(w http.ResponseWriter, r *http.Request, _ string, st 
 	}
 	out := []SwitchJSON{}
 	for _, s := range sws {
-		out = append(out, SwitchJSON{Domain: s.Domain, Rule: s.Rule, State: s.State.String(), UpdatedAt: optTime(s.UpdatedAt)})
+		out = append(out, SwitchJSON{Scope: SwitchScope(s.Domain, s.Rule), Domain: s.Domain, Rule: s.Rule, State: s.State.String(), UpdatedAt: optTime(s.UpdatedAt)})
 	}
 	reply(w, http.StatusOK, map[string]any{"switches": out})
 }
@@ -580,7 +584,11 @@ func (h *handler) setSwitch(w http.ResponseWriter, r *http.Request, actor string
 		return
 	}
 	domain, rule, state, err := DecodeSwitch(b)
-	if err == nil && !hasRule(h.opts.Rules(), domain, rule) {
+	switch {
+	case err != nil, domain == "":
+	case rule == "" && !h.opts.Rules().HasDomain(domain):
+		err = fieldErrors{{Field: "domain", Msg: fmt.Sprintf("no rule file has domain %q (see /debug/rules)", domain)}}
+	case rule != "" && !hasRule(h.opts.Rules(), domain, rule):
 		err = fieldErrors{{Field: "rule", Msg: fmt.Sprintf("domain %q has no rule %q (see /debug/rules)", domain, rule)}}
 	}
 	if err != nil {
@@ -593,7 +601,7 @@ func (h *handler) setSwitch(w http.ResponseWriter, r *http.Request, actor string
 		h.storeError(w, r, "switch", err)
 		return
 	}
-	reply(w, http.StatusOK, SwitchJSON{Domain: domain, Rule: rule, State: state.String()})
+	reply(w, http.StatusOK, SwitchJSON{Scope: SwitchScope(domain, rule), Domain: domain, Rule: rule, State: state.String()})
 }
 
 func hasRule(s *rules.Snapshot, domain, id string) bool {

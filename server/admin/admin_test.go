@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -501,5 +502,46 @@ func TestDecodeReportsEveryProblem(t *testing.T) {
 	}
 	if _, _, err := DecodeReset([]byte(`{"tenant":"acme","tenant":"globex"}`)); err == nil || !strings.Contains(err.Error(), "tenant: duplicate member") {
 		t.Errorf("DecodeReset with a repeated tenant: %v, want tenant: duplicate member", err)
+	}
+}
+
+func TestDecodeSwitchScopes(t *testing.T) {
+	long := strings.Repeat("x", maxSwitchName+1)
+	tests := []struct {
+		body               string
+		domain, rule, errs string // errs: the fields named, comma-separated
+	}{
+		{body: `{"domain":"d","rule":"r","state":"off"}`, domain: "d", rule: "r"},
+		{body: `{"scope":"rule","domain":"d","rule":"r","state":"shadow"}`, domain: "d", rule: "r"},
+		{body: `{"scope":"domain","domain":"d","state":"off"}`, domain: "d"},
+		{body: `{"scope":"global","state":"off"}`},
+		{body: `{"domain":"d","state":"off"}`, errs: "rule"},
+		{body: `{"scope":"domain","state":"off"}`, errs: "domain"},
+		{body: `{"scope":"domain","domain":"d","rule":"r","state":"off"}`, errs: "rule"},
+		{body: `{"scope":"global","domain":"d","rule":"r","state":"off"}`, errs: "domain,rule"},
+		{body: `{"scope":"planet","state":"off"}`, errs: "scope"},
+		{body: `{"scope":"global","state":"dim"}`, errs: "state"},
+		{body: `{"scope":"domain","domain":"` + long + `","state":"off"}`, errs: "domain"},
+	}
+	for _, tt := range tests {
+		domain, rule, _, err := DecodeSwitch([]byte(tt.body))
+		if tt.errs == "" {
+			if err != nil || domain != tt.domain || rule != tt.rule {
+				t.Errorf("DecodeSwitch(%s) = %q, %q, %v; want %q, %q, nil", tt.body, domain, rule, err, tt.domain, tt.rule)
+			}
+			continue
+		}
+		var fe fieldErrors
+		if !errors.As(err, &fe) {
+			t.Errorf("DecodeSwitch(%s) = %v, want field errors on %s", tt.body, err, tt.errs)
+			continue
+		}
+		var names []string
+		for _, f := range fe {
+			names = append(names, f.Field)
+		}
+		if got := strings.Join(names, ","); got != tt.errs {
+			t.Errorf("DecodeSwitch(%s): fields %s, want %s", tt.body, got, tt.errs)
+		}
 	}
 }

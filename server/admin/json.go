@@ -93,9 +93,12 @@ type ListJSON struct {
 }
 
 // SwitchJSON is the body of PUT /admin/v1/switches and one entry of its GET.
+// Scope is "rule" (the default: Domain and Rule name one rule), "domain"
+// (every rule of Domain; no Rule) or "global" (every rule; neither).
 type SwitchJSON struct {
-	Domain string `json:"domain"`
-	Rule   string `json:"rule"`
+	Scope  string `json:"scope,omitempty"`
+	Domain string `json:"domain,omitempty"`
+	Rule   string `json:"rule,omitempty"`
 	// State is on, off or shadow.
 	State     string     `json:"state"`
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
@@ -275,18 +278,58 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	return rec, nil
 }
 
-// DecodeSwitch decodes the body of PUT /admin/v1/switches.
+// maxSwitchName bounds a switch's domain and rule.
+const maxSwitchName = 1024
+
+// SwitchScope returns the scope of a switch: "global" (no domain),
+// "domain" (no rule) or "rule".
+func SwitchScope(domain, rule string) string {
+	switch {
+	case domain == "":
+		return "global"
+	case rule == "":
+		return "domain"
+	}
+	return "rule"
+}
+
+// DecodeSwitch decodes the body of PUT /admin/v1/switches: a domain switch
+// has rule "", the global switch domain and rule "".
 func DecodeSwitch(body []byte) (domain, rule string, state rules.Switch, err error) {
 	var s SwitchJSON
 	errs, err := decodeStrict(body, &s)
 	if err != nil {
 		return "", "", 0, err
 	}
-	if s.Domain == "" {
-		errs = append(errs, &tenant.FieldError{Field: "domain", Msg: "required"})
+	switch s.Scope {
+	case "", "rule":
+		if s.Domain == "" {
+			errs = append(errs, &tenant.FieldError{Field: "domain", Msg: "required"})
+		}
+		if s.Rule == "" {
+			errs = append(errs, &tenant.FieldError{Field: "rule", Msg: "required (a rule ID, as /debug/rules lists them)"})
+		}
+	case "domain":
+		if s.Domain == "" {
+			errs = append(errs, &tenant.FieldError{Field: "domain", Msg: "required"})
+		}
+		if s.Rule != "" {
+			errs = append(errs, &tenant.FieldError{Field: "rule", Msg: `must be empty with scope "domain"`})
+		}
+	case "global":
+		if s.Domain != "" {
+			errs = append(errs, &tenant.FieldError{Field: "domain", Msg: `must be empty with scope "global"`})
+		}
+		if s.Rule != "" {
+			errs = append(errs, &tenant.FieldError{Field: "rule", Msg: `must be empty with scope "global"`})
+		}
+	default:
+		errs = append(errs, &tenant.FieldError{Field: "scope", Msg: fmt.Sprintf("unknown scope %q (want rule, domain or global)", s.Scope)})
 	}
-	if s.Rule == "" {
-		errs = append(errs, &tenant.FieldError{Field: "rule", Msg: "required (a rule ID, as /debug/rules lists them)"})
+	for _, f := range []struct{ name, v string }{{"domain", s.Domain}, {"rule", s.Rule}} {
+		if len(f.v) > maxSwitchName {
+			errs = append(errs, &tenant.FieldError{Field: f.name, Msg: fmt.Sprintf("%d bytes, above %d", len(f.v), maxSwitchName)})
+		}
 	}
 	st, perr := rules.ParseSwitch(s.State)
 	if perr != nil {

@@ -546,7 +546,12 @@ func (h *handler) debugRules(w http.ResponseWriter, _ *http.Request) {
 		LastReload  *time.Time `json:"last_reload,omitempty"`
 		ReloadError string     `json:"reload_error,omitempty"`
 		Problems    []string   `json:"problems,omitempty"`
-		Rules       []ruleJSON `json:"rules"`
+		// Held: the removal guard holds the files' rules back (watch.Guard).
+		Held  *rules.Hold `json:"held,omitempty"`
+		Rules []ruleJSON  `json:"rules"`
+	}
+	if hs, ok := src.(interface{ Held() *rules.Hold }); ok {
+		out.Held = hs.Held()
 	}
 	if lr, ok := src.(interface{ LastReload() time.Time }); ok {
 		t := lr.LastReload().UTC()

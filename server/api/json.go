@@ -510,6 +510,10 @@ func statusReason(s *service.Status) string {
 		return headers.ReasonUnavailable
 	case s.Result.Reason == sluice.ReasonCostTooHigh:
 		return headers.ReasonCostTooHigh
+	case s.Result.Reason == sluice.ReasonPenalty:
+		return headers.ReasonPenalty
+	case s.Result.Reason == sluice.ReasonDenyList:
+		return headers.ReasonDenyList
 	}
 	return headers.ReasonLimited
 }

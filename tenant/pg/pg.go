@@ -362,11 +362,13 @@ func (s *Store) Delete(ctx context.Context, actor, name string) (found bool, err
 	return found, wrap("delete", err)
 }
 
-// SetSwitch sets a rule's kill switch (SwitchOn removes it), with an audit
-// row and a notification, in one transaction.
+// SetSwitch sets a kill switch (SwitchOn removes it), with an audit row
+// and a notification, in one transaction: a rule's, a whole domain's (rule
+// ""), or the global one (domain and rule ""). The audit subject is
+// "rule:<domain>/<rule>", "domain:<domain>" or "global".
 func (s *Store) SetSwitch(ctx context.Context, actor, domain, rule string, state rules.Switch) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		subject := "rule:" + domain + "/" + rule
+		subject := SwitchSubject(domain, rule)
 		if err := lockTenant(ctx, tx, subject); err != nil {
 			return err
 		}
@@ -392,6 +394,17 @@ func (s *Store) SetSwitch(ctx context.Context, actor, domain, rule string, state
 		return notify(ctx, tx, "s:")
 	})
 	return wrap("switch", err)
+}
+
+// SwitchSubject is the audit subject of a kill switch (see SetSwitch).
+func SwitchSubject(domain, rule string) string {
+	switch {
+	case domain == "" && rule == "":
+		return "global"
+	case rule == "":
+		return "domain:" + domain
+	}
+	return "rule:" + domain + "/" + rule
 }
 
 // Audit writes one audit row on its own (for actions whose effect is not
