@@ -23,6 +23,11 @@ type Options struct {
 	// DefaultAlgorithm is the algorithm of every rate_limit that names none.
 	// Zero means sluice.FixedWindow, envoy's behaviour.
 	DefaultAlgorithm sluice.Algorithm
+	// MergeDomains lets several files of a directory (LoadDir) declare one
+	// domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: their
+	// top-level descriptors are merged, and a descriptor two of them
+	// declare is an error. False: a domain in two files is an error.
+	MergeDomains bool
 }
 
 func (o Options) algorithm() sluice.Algorithm {
@@ -49,6 +54,7 @@ type parser struct {
 // dnode is one parsed descriptor.
 type dnode struct {
 	step     Step
+	file     string
 	line     int
 	field    string
 	rule     *Rule
@@ -329,7 +335,7 @@ var descriptorKeys = []string{
 }
 
 func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domainTree) *dnode {
-	d := &dnode{line: n.Line, field: field}
+	d := &dnode{file: p.file, line: n.Line, field: field}
 	var rl, children *yaml.Node
 	var rlField string
 	haveKey, valid := false, true

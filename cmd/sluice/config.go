@@ -28,6 +28,7 @@ type serveConfig struct {
 	Limits  limitsConfig
 	Tenants tenantsConfig
 	Log     logConfig
+	Envoy   envoyConfig
 	// ShutdownTimeout bounds the drain of in-flight calls on SIGINT/SIGTERM;
 	// what is still running after it is cut off.
 	ShutdownTimeout time.Duration
@@ -165,6 +166,7 @@ func defaultServeConfig() serveConfig {
 			RequestBytes: defaultMaxRequestBytes, DetailedMetricValues: service.DefaultMaxDetailedMetricValues,
 		},
 		Tenants:         tenantsConfig{Resync: time.Minute},
+		Envoy:           defaultEnvoyConfig(),
 		Log:             logConfig{Format: "text", Level: "info"},
 		ShutdownTimeout: 10 * time.Second,
 	}
@@ -206,6 +208,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")
+	c.Envoy.flags(fs)
 }
 
 func algorithmList() string {
@@ -356,6 +359,7 @@ func (c serveConfig) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		bad("--shutdown-timeout: %v, want a positive duration", c.ShutdownTimeout)
 	}
+	errs = append(errs, c.Envoy.validate(c.Listen.TLS)...)
 	return errors.Join(errs...)
 }
 

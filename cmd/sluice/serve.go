@@ -142,7 +142,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --default-algorithm: %w", err)
 	}
-	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
+	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg, MergeDomains: cfg.Envoy.MergeDomains}, log.With("component", "rules"))
 	if err != nil {
 		return nil, fmt.Errorf("serve: rules: %w", err)
 	}
@@ -155,6 +155,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	ecfg := service.DefaultConfig()
 	ecfg.ExpectedReplicas = cfg.Service.ExpectedReplicas
 	ecfg.Limits = cfg.Limits.serviceLimits()
+	cfg.Envoy.engine(&ecfg)
 	memOpts := memory.Options{Now: d.now, MaxKeys: cfg.Store.Memory.MaxKeys}
 	memStores := map[string]*memory.Store{}
 	if ecfg.DefaultFailureMode, err = rules.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
@@ -218,9 +219,13 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	s.rls = rls.New(s.engine, rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders,
-		Limits: ecfg.Limits})
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes)}
+	ropts := rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders, Limits: ecfg.Limits}
+	cfg.Envoy.rlsOptions(&ropts)
+	s.rls = rls.New(s.engine, ropts)
+	if tlsCfg != nil && cfg.Envoy.ClientTLSSAN != "" {
+		requireSAN(tlsCfg, cfg.Envoy.ClientTLSSAN)
+	}
+	gopts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes)}, cfg.Envoy.grpcOptions()...)
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
@@ -273,7 +278,11 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
 
-	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
+	if cfg.Envoy.GRPCUDS != "" {
+		if s.grpcLn, err = listenUDS(cfg.Envoy.GRPCUDS); err != nil {
+			return nil, fmt.Errorf("serve: --grpc-uds: %w", err)
+		}
+	} else if s.grpcLn, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("serve: --grpc-addr: %w", err)
 	}
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen.HTTP); err != nil {
