@@ -24,7 +24,7 @@ import (
 type envoyConfig struct {
 	// LimitHeaders adds RateLimit-Limit, -Remaining and -Reset (or the
 	// names below) to RLS answers (LIMIT_RESPONSE_HEADERS_ENABLED).
-	LimitHeaders                             bool
+	LimitHeaders                              bool
 	LimitHeader, RemainingHeader, ResetHeader string
 	// DynamicMetadata fills RLS answers' dynamic_metadata
 	// (RESPONSE_DYNAMIC_METADATA).
