@@ -204,3 +204,17 @@ func TestProxyRLSTLSNeedsRLS(t *testing.T) {
 		t.Errorf("runProxy = %v, want --rls-tls-ca: needs --rls", err)
 	}
 }
+
+// sluice validate --merge-domains loads files that share a domain.
+func TestValidateMergeDomains(t *testing.T) {
+	dir := filepath.Join(repoRoot, "rules/testdata/merge")
+	var out, errb bytes.Buffer
+	noEnv := func(string) string { return "" }
+	if err := runValidate(context.Background(), []string{dir}, noEnv, &out, &errb); err == nil || !strings.Contains(out.String(), "is already defined") {
+		t.Errorf("validate without --merge-domains = %v, %q; want the duplicate domain", err, out.String())
+	}
+	out.Reset()
+	if err := runValidate(context.Background(), []string{"--merge-domains", dir}, noEnv, &out, &errb); err != nil || !strings.Contains(out.String(), "ok: 1 domain(s), 2 rule(s)") {
+		t.Errorf("validate --merge-domains = %v, %q; want ok: 1 domain(s), 2 rule(s)", err, out.String())
+	}
+}
