@@ -359,7 +359,7 @@ func (c serveConfig) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		bad("--shutdown-timeout: %v, want a positive duration", c.ShutdownTimeout)
 	}
-	errs = append(errs, c.Envoy.validate(c.Listen.TLS)...)
+	errs = append(errs, c.Envoy.validate(c.Listen.TLS, c.Store.Kind)...)
 	return errors.Join(errs...)
 }
 

@@ -45,6 +45,10 @@ type envoyConfig struct {
 	// ClientTLSSAN, if set, is a subject alternative name a client
 	// certificate must carry (GRPC_CLIENT_TLS_SAN); needs --tls-client-ca.
 	ClientTLSSAN string
+	// RedisTLSCA, RedisTLSCert and RedisTLSKey speak TLS to Redis with a
+	// private CA and a client certificate (REDIS_TLS_CACERT,
+	// REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY).
+	RedisTLSCA, RedisTLSCert, RedisTLSKey string
 }
 
 func defaultEnvoyConfig() envoyConfig {
@@ -65,12 +69,21 @@ func (c *envoyConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCUDS, "grpc-uds", c.GRPCUDS, "unix socket gRPC listens on instead of --grpc-addr")
 	fs.DurationVar(&c.MaxConnAge, "grpc-max-connection-age", c.MaxConnAge, "ask a gRPC client to reconnect after this long (spreads load over new replicas); 0: never")
 	fs.DurationVar(&c.MaxConnAgeGrace, "grpc-max-connection-age-grace", c.MaxConnAgeGrace, "then close the connection after this long more; 0: never")
+	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", c.RedisTLSCA, "PEM CA certificates to verify Redis with: speak TLS to Redis (default for rediss://: the system's CAs)")
+	fs.StringVar(&c.RedisTLSCert, "redis-tls-cert", c.RedisTLSCert, "PEM client certificate for Redis (with --redis-tls-key): speak TLS to Redis")
+	fs.StringVar(&c.RedisTLSKey, "redis-tls-key", c.RedisTLSKey, "PEM private key of --redis-tls-cert")
 	fs.StringVar(&c.ClientTLSSAN, "tls-client-san", c.ClientTLSSAN, "subject alternative name (DNS, URI, IP or email) every client certificate must carry (needs --tls-client-ca)")
 }
 
 // validate reports every bad field.
-func (c envoyConfig) validate(t tlsConfig) []error {
+func (c envoyConfig) validate(t tlsConfig, store string) []error {
 	var errs []error
+	if (c.RedisTLSCert == "") != (c.RedisTLSKey == "") {
+		errs = append(errs, errors.New("--redis-tls-cert and --redis-tls-key: give both or neither"))
+	}
+	if (c.RedisTLSCA != "" || c.RedisTLSCert != "") && store != "redis" {
+		errs = append(errs, fmt.Errorf("--redis-tls-ca, --redis-tls-cert: need --store redis (got %q)", store))
+	}
 	if c.LimitHeaders {
 		if err := c.headerNames().Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("--limit-header, --remaining-header, --reset-header: %w", err))
@@ -117,6 +130,33 @@ func (c envoyConfig) grpcOptions() []grpc.ServerOption {
 	kp := keepalive.ServerParameters{MaxConnectionAge: c.MaxConnAge, MaxConnectionAgeGrace: c.MaxConnAgeGrace}
 	// grpc-go reads zero as "infinity" in both.
 	return []grpc.ServerOption{grpc.KeepaliveParams(kp)}
+}
+
+// redisTLS is the TLS configuration of the Redis connections, or nil when
+// no --redis-tls-* flag is given (the URL's scheme decides then).
+func (c envoyConfig) redisTLS() (*tls.Config, error) {
+	if c.RedisTLSCA == "" && c.RedisTLSCert == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.RedisTLSCA != "" {
+		pem, err := os.ReadFile(c.RedisTLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-tls-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--redis-tls-ca: %s holds no PEM certificate", c.RedisTLSCA)
+		}
+	}
+	if c.RedisTLSCert != "" {
+		kp, err := tls.LoadX509KeyPair(c.RedisTLSCert, c.RedisTLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-tls-cert/--redis-tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{kp}
+	}
+	return cfg, nil
 }
 
 // requireSAN makes cfg refuse a client certificate that lacks san among

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
 // issueClient returns a PEM client certificate and key signed by ca,
@@ -216,5 +218,43 @@ func TestValidateMergeDomains(t *testing.T) {
 	out.Reset()
 	if err := runValidate(context.Background(), []string{"--merge-domains", dir}, noEnv, &out, &errb); err != nil || !strings.Contains(out.String(), "ok: 1 domain(s), 2 rule(s)") {
 		t.Errorf("validate --merge-domains = %v, %q; want ok: 1 domain(s), 2 rule(s)", err, out.String())
+	}
+}
+
+// TestRedisTLS: serve reaches a Redis that serves TLS with a private CA
+// and demands a client certificate, through --redis-tls-ca,
+// --redis-tls-cert and --redis-tls-key.
+func TestRedisTLS(t *testing.T) {
+	ca := newCA(t)
+	dir := t.TempDir()
+	file := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		writePEM(t, p, b)
+		return p
+	}
+	sc, sk := ca.issue(t, "redis", false)
+	cc, ck := ca.issue(t, "sluice", true)
+	caFile, certFile, keyFile := file("ca.pem", ca.pem), file("client.pem", cc), file("client.key", ck)
+	srv := redistest.StartTLS(t, file("server.pem", sc), file("server.key", sk), caFile, true)
+	ts := startServer(t, filepath.Join(repoRoot, "examples/rules"), func(c *serveConfig) {
+		c.Store.Kind = "redis"
+		c.Store.Redis.URL = "redis://" + srv.TLSAddr() + "/0"
+		c.Envoy.RedisTLSCA, c.Envoy.RedisTLSCert, c.Envoy.RedisTLSKey = caFile, certFile, keyFile
+	})
+	if err := grpcCheck(t, ts.grpcAddr(), insecure.NewCredentials()); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	keys, err := srv.Do("DBSIZE")
+	if n, ok := keys.(int64); err != nil || !ok || n == 0 {
+		t.Errorf("Redis over TLS holds %v keys (%v) after a check, want some", keys, err)
+	}
+	bad := defaultServeConfig()
+	bad.Rules.Dir = filepath.Join(repoRoot, "examples/rules")
+	bad.Envoy.RedisTLSCert = certFile
+	err = bad.Validate()
+	for _, want := range []string{"--redis-tls-cert and --redis-tls-key: give both or neither", `need --store redis (got "memory")`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, want %q", err, want)
+		}
 	}
 }

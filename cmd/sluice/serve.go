@@ -173,6 +173,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
+		if ropts.TLS, err = cfg.Envoy.redisTLS(); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
 		rs, closeStore := connectRedis(ropts, log.With("component", "store"))
 		s.fleet = fleetOf(rs)
 		s.closers = append(s.closers, closerFunc(closeStore))
