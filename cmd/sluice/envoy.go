@@ -49,12 +49,15 @@ type envoyConfig struct {
 	// private CA and a client certificate (REDIS_TLS_CACERT,
 	// REDIS_TLS_CLIENT_CERT, REDIS_TLS_CLIENT_KEY).
 	RedisTLSCA, RedisTLSCert, RedisTLSKey string
+	// Tracing is OpenTelemetry tracing of RLS calls (TRACING_*).
+	Tracing tracingConfig
 }
 
 func defaultEnvoyConfig() envoyConfig {
 	n := rls.DefaultLimitHeaderNames()
 	return envoyConfig{LimitHeader: n.Limit, RemainingHeader: n.Remaining, ResetHeader: n.Reset,
-		MaxConnAge: 24 * time.Hour, MaxConnAgeGrace: time.Hour}
+		MaxConnAge: 24 * time.Hour, MaxConnAgeGrace: time.Hour,
+		Tracing: tracingConfig{ServiceName: "sluice", SamplingRate: 1}}
 }
 
 func (c *envoyConfig) flags(fs *flag.FlagSet) {
@@ -72,6 +75,7 @@ func (c *envoyConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", c.RedisTLSCA, "PEM CA certificates to verify Redis with: speak TLS to Redis (default for rediss://: the system's CAs)")
 	fs.StringVar(&c.RedisTLSCert, "redis-tls-cert", c.RedisTLSCert, "PEM client certificate for Redis (with --redis-tls-key): speak TLS to Redis")
 	fs.StringVar(&c.RedisTLSKey, "redis-tls-key", c.RedisTLSKey, "PEM private key of --redis-tls-cert")
+	c.Tracing.flags(fs)
 	fs.StringVar(&c.ClientTLSSAN, "tls-client-san", c.ClientTLSSAN, "subject alternative name (DNS, URI, IP or email) every client certificate must carry (needs --tls-client-ca)")
 }
 
@@ -98,6 +102,7 @@ func (c envoyConfig) validate(t tlsConfig, store string) []error {
 	if c.ClientTLSSAN != "" && t.ClientCA == "" {
 		errs = append(errs, errors.New("--tls-client-san: needs --tls-client-ca (a SAN is checked on a verified client certificate)"))
 	}
+	errs = append(errs, c.Tracing.validate()...)
 	if len(c.GRPCUDS) > 104 { // sun_path is 108 bytes on Linux, 104 on BSDs
 		errs = append(errs, fmt.Errorf("--grpc-uds: %d bytes, at most 104", len(c.GRPCUDS)))
 	}

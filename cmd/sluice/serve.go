@@ -229,6 +229,19 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		requireSAN(tlsCfg, cfg.Envoy.ClientTLSSAN)
 	}
 	gopts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes)}, cfg.Envoy.grpcOptions()...)
+	if cfg.Envoy.Tracing.On {
+		tp, err := cfg.Envoy.Tracing.provider(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		s.closers = append(s.closers, closerFunc(func() error {
+			// Flush what is buffered, but never hang on a collector that is down.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return tp.Shutdown(ctx)
+		}))
+		gopts = append(gopts, tracingOptions(tp)...)
+	}
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
