@@ -258,7 +258,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		}
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
-		if r.Limit.Algorithm == sluice.Concurrency && act != sluice.Take && act != sluice.Reset {
+		if r.Limit.Algorithm == sluice.Concurrency && ((adj != nil && !adj.reset) || act == sluice.Refund) {
 			if adj != nil {
 				st.Skipped = SkipConcurrency
 			}

@@ -76,7 +76,7 @@ func TestTracing(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range first.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["ratelimit.domain"] != "edge" || attrs["ratelimit.overall_code"] != "OK" {
 		t.Errorf("span attributes %v, want ratelimit.domain=edge and ratelimit.overall_code=OK", attrs)
