@@ -23,6 +23,11 @@ type Options struct {
 	// DefaultAlgorithm is the algorithm of every rate_limit that names none.
 	// Zero means sluice.FixedWindow, envoy's behaviour.
 	DefaultAlgorithm sluice.Algorithm
+	// MergeDomains lets several files of a directory (LoadDir) declare one
+	// domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: their
+	// top-level descriptors are merged, and a descriptor two of them
+	// declare is an error. False: a domain in two files is an error.
+	MergeDomains bool
 }
 
 func (o Options) algorithm() sluice.Algorithm {
@@ -49,6 +54,7 @@ type parser struct {
 // dnode is one parsed descriptor.
 type dnode struct {
 	step     Step
+	file     string
 	line     int
 	field    string
 	rule     *Rule
@@ -333,11 +339,12 @@ var descriptorKeys = []string{
 }
 
 func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domainTree) *dnode {
-	d := &dnode{line: n.Line, field: field}
+	d := &dnode{file: p.file, line: n.Line, field: field}
 	var rl, children *yaml.Node
 	var rlField string
 	haveKey, valid := false, true
-	var shadow, detailed bool
+	var shadow, detailed, quota bool
+	var meta map[string]any
 	ok := p.fields(n, field, descriptorKeys, func(key string, k, v *yaml.Node) {
 		f := join(field, key)
 		var good bool
@@ -361,12 +368,14 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 			detailed, good = p.boolean(v, f)
 		case "share_threshold":
 			d.step.Shared, good = p.boolean(v, f)
-		case "value_to_metric", "quota_mode":
-			// Accepted for compatibility; Sluice's metrics label by rule
-			// and has no quota mode, so they change nothing.
+		case "value_to_metric":
+			// Accepted for compatibility; Sluice's metrics label by rule,
+			// so it changes nothing.
 			_, good = p.boolean(v, f)
+		case "quota_mode":
+			quota, good = p.boolean(v, f)
 		case "metadata":
-			good = true // free-form in envoy; ignored
+			meta, good = p.metadata(v, f)
 		}
 		valid = valid && good
 	})
@@ -395,6 +404,7 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 			r.Path = path
 			r.ShadowMode = shadow
 			r.DetailedMetric = detailed
+			r.QuotaMode, r.Metadata = quota, meta
 			d.rule = r
 		} else {
 			valid = false
@@ -409,17 +419,102 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 	return d
 }
 
+// maxMetadataBytes bounds one descriptor's metadata, as the bytes of its
+// YAML scalars and keys, so a rule file cannot make every response huge.
+const maxMetadataBytes = 4096
+
+// metadata reads a descriptor's metadata: a mapping with string keys whose
+// values are scalars, lists or mappings (as google.protobuf.Struct holds).
+func (p *parser) metadata(v *yaml.Node, field string) (map[string]any, bool) {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		return nil, true
+	}
+	if v.Kind != yaml.MappingNode {
+		p.add(v.Line, field, "want a mapping, got %s", kindName(v))
+		return nil, false
+	}
+	size := 0
+	var conv func(n *yaml.Node, f string, depth int) (any, bool)
+	conv = func(n *yaml.Node, f string, depth int) (any, bool) {
+		n = p.resolve(n)
+		if depth > 16 || p.nodes > maxNodes {
+			p.add(n.Line, f, "nested more than 16 levels deep")
+			return nil, false
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			m := make(map[string]any, len(n.Content)/2)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := p.resolve(n.Content[i])
+				if k.Kind != yaml.ScalarNode {
+					p.add(k.Line, f, "want a key name, got %s", kindName(k))
+					return nil, false
+				}
+				if _, dup := m[k.Value]; dup {
+					p.add(k.Line, join(f, k.Value), "key given twice")
+					return nil, false
+				}
+				size += len(k.Value)
+				x, ok := conv(n.Content[i+1], join(f, k.Value), depth+1)
+				if !ok {
+					return nil, false
+				}
+				m[k.Value] = x
+			}
+			return m, true
+		case yaml.SequenceNode:
+			l := make([]any, 0, len(n.Content))
+			for i, c := range n.Content {
+				x, ok := conv(c, fmt.Sprintf("%s[%d]", f, i), depth+1)
+				if !ok {
+					return nil, false
+				}
+				l = append(l, x)
+			}
+			return l, true
+		case yaml.ScalarNode:
+			size += len(n.Value)
+			if size > maxMetadataBytes {
+				p.add(n.Line, field, "more than %d bytes", maxMetadataBytes)
+				return nil, false
+			}
+			switch n.ShortTag() {
+			case "!!null":
+				return nil, true
+			case "!!bool":
+				var b bool
+				if n.Decode(&b) == nil {
+					return b, true
+				}
+			case "!!int", "!!float":
+				var x float64
+				if n.Decode(&x) == nil {
+					return x, true
+				}
+			}
+			return n.Value, true
+		}
+		p.add(n.Line, f, "want a value, got %s", kindName(n))
+		return nil, false
+	}
+	x, ok := conv(v, field, 0)
+	if !ok {
+		return nil, false
+	}
+	return x.(map[string]any), true
+}
+
 var rateLimitKeys = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
 	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
-	"tiers", "calendar", "time_zone", "penalty",
+	"tiers", "calendar", "time_zone", "penalty", "settle",
 }
 
 func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	r := &Rule{File: p.file, Line: n.Line}
 	valid := true
 	var unitNode, rpuNode, algNode, burstNode, windowNode, placeNode, subNode, tiersNode *yaml.Node
-	var calNode, tzNode, penNode *yaml.Node
+	var calNode, tzNode, penNode, settleNode *yaml.Node
 	var cal Calendar
 	var burst uint64
 	alg := p.opts.algorithm()
@@ -506,6 +601,19 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 			} else {
 				tzNode = v
 			}
+		case "settle":
+			settleNode = v
+			var s string
+			if s, good = p.str(v, f); good {
+				switch strings.ToLower(s) {
+				case "before":
+				case "after":
+					r.SettleAfter = true
+				default:
+					p.add(v.Line, f, "unknown settle %q (want before or after)", s)
+					good = false
+				}
+			}
 		case "failure_mode":
 			var s string
 			if s, good = p.str(v, f); good {
@@ -518,6 +626,16 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		}
 		valid = valid && good
 	})
+	for i, name := range r.Replaces {
+		if name == r.Name {
+			line := n.Line
+			if ls := t.replLines[r]; i < len(ls) {
+				line = ls[i]
+			}
+			p.add(line, fmt.Sprintf("%s.replaces[%d].name", field, i), "names this rule itself (%q); a rule cannot replace itself", name)
+			valid = false
+		}
+	}
 	if !ok || !valid {
 		return nil
 	}
@@ -525,7 +643,7 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		for _, x := range []struct {
 			n    *yaml.Node
 			name string
-		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}, {penNode, "penalty"}} {
+		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}, {penNode, "penalty"}, {settleNode, "settle"}} {
 			if x.n != nil {
 				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
 				valid = false
@@ -561,6 +679,10 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	}
 	if placeNode != nil && r.Placement == PlacementHybrid && !HybridAlgorithm(alg) {
 		p.add(placeNode.Line, join(field, "placement"), "hybrid placement supports fixed_window, gcra and token_bucket, not %v", alg)
+		valid = false
+	}
+	if r.SettleAfter && alg == sluice.Concurrency {
+		p.add(settleNode.Line, join(field, "settle"), "concurrency limits count requests in flight; they cannot settle after")
 		valid = false
 	}
 	if subNode != nil && r.SubCounters > 1 && alg == sluice.Concurrency {

@@ -250,7 +250,6 @@ func TestChargeInvalid(t *testing.T) {
 		{"no descriptors", ChargeRequest{Domain: "api"}},
 		{"cost too high", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: desc("api_key", "a").Entries, Cost: sluice.MaxExact + 1}}}},
 		{"refund too high", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: desc("api_key", "a").Entries, Cost: -sluice.MaxExact - 1}}}},
-		{"empty key", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: []rules.Entry{{Value: "x"}}, Cost: 1}}}},
 		{"value too long", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: []rules.Entry{{Key: "api_key", Value: strings.Repeat("x", DefaultMaxValueBytes+1)}}, Cost: 1}}}},
 	} {
 		if _, err := h.eng.Charge(context.Background(), tc.req); !errors.Is(err, ErrInvalidRequest) {

@@ -168,6 +168,16 @@ type plan struct {
 	// subs, for Charge and Reset of a rule with sub-counters: the ops of
 	// sub-counters 1 … S−1 are ops[subs:subs+S−1] (op is sub-counter 0's).
 	subs int
+	// quota: the limit is in quota mode (rules.Rule.QuotaMode or
+	// Config.QuotaMode); shadowHit then marks a quota-mode denial retried
+	// as a look.
+	quota bool
+	// probing: a look at a settle-after rule, planned as a Take of 1 that
+	// ops[probe], a Refund of 1 on the same key, gives back in the same
+	// batch: denied with the exact RetryAfter of one unit when not one unit
+	// is left, and charging nothing either way.
+	probing bool
+	probe   int
 }
 
 // adjust makes plan build the ops of Engine.Charge or Engine.Reset
@@ -249,7 +259,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
 		st.Code = CodeOK
-		if !knownDomain {
+		if !knownDomain || !matchable(d.Entries) {
 			continue
 		}
 		hits := req.Hits
@@ -260,8 +270,11 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 			hits = *d.Hits
 		}
 		cost, act := int64(hits), sluice.Take // validated: hits ≤ sluice.MaxExact
-		if adj != nil {
+		switch {
+		case adj != nil:
 			cost, act = adj.op(i)
+		case d.Refund && cost > 0:
+			act = sluice.Refund
 		}
 		if d.Limit != nil {
 			window, _ := rules.UnitWindow(d.Limit.Unit) // validated
@@ -274,7 +287,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 			ks := len(sc.key)
 			sc.key = appendKey(sc.key, req.Domain, d.Entries, nil, string(overrideMiddle(lim)))
 			sc.plans = append(sc.plans, plan{desc: i, mode: e.cfg.DefaultFailureMode, local: scaleLimit(lim, e.cfg.ExpectedReplicas),
-				op: len(sc.ops), ks: ks, ke: len(sc.key), lim: lim})
+				op: len(sc.ops), ks: ks, ke: len(sc.key), lim: lim, shadow: e.cfg.ShadowMode, quota: e.cfg.QuotaMode})
 			sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: cost, Action: act})
 			continue
 		}
@@ -301,10 +314,20 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		}
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
-		if adj != nil && !adj.reset && r.Limit.Algorithm == sluice.Concurrency {
-			st.Skipped = SkipConcurrency
+		if r.Limit.Algorithm == sluice.Concurrency && ((adj != nil && !adj.reset) || act == sluice.Refund) {
+			if adj != nil {
+				st.Skipped = SkipConcurrency
+			}
 			sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, op: -1})
 			continue
+		}
+		probing := false
+		if adj == nil && r.SettleAfter && act == sluice.Take {
+			if cost > 0 {
+				act = sluice.Charge // spent already: charged whether or not it fits
+			} else {
+				cost, probing = 1, true
+			}
 		}
 		ks := len(sc.key)
 		lim, excess := e.limitFor(r, &ov, &currents[i])
@@ -318,9 +341,9 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		}
 		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, sub, own)
 		sc.calendar = sc.calendar || excess != 0
-		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow, local: local,
+		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow || e.cfg.ShadowMode, local: local,
 			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier,
-			lim: lim, own: own != nil})
+			lim: lim, own: own != nil, quota: r.QuotaMode || e.cfg.QuotaMode, probing: probing})
 		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act})
 		if p := &sc.plans[len(sc.plans)-1]; r.Penalty > 0 && adj == nil && !p.shadow {
 			p.pks = len(sc.key)
@@ -345,8 +368,31 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 				}
 			}
 		}
+		for i := range sc.plans {
+			if p := &sc.plans[i]; p.probing && p.op >= 0 {
+				take := &sc.ops[p.op]
+				take.UndoIfUnknown = false // its refund rides in the same atomic step
+				p.probe = len(sc.ops)
+				sc.ops = append(sc.ops, sluice.Op{Key: take.Key, Limit: take.Limit, Cost: 1, Action: sluice.Refund})
+			}
+		}
 	}
 	return resp
+}
+
+// matchable reports whether a descriptor's entries can match a rule: at
+// least one entry, and no empty key. envoyproxy/ratelimit answers any other
+// descriptor OK without a limit, and so does the engine.
+func matchable(entries []rules.Entry) bool {
+	if len(entries) == 0 {
+		return false
+	}
+	for i := range entries {
+		if entries[i].Key == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // markUndo sets sluice.Op.UndoIfUnknown on the Takes (of cost > 0) that a

@@ -29,6 +29,7 @@ type serveConfig struct {
 	Tenants tenantsConfig
 	Log     logConfig
 	Guard   guardConfig // guard.go
+	Envoy   envoyConfig
 	// ShutdownTimeout bounds the drain of in-flight calls on SIGINT/SIGTERM;
 	// what is still running after it is cut off.
 	ShutdownTimeout time.Duration
@@ -193,6 +194,7 @@ func defaultServeConfig() serveConfig {
 			RequestBytes: defaultMaxRequestBytes, DetailedMetricValues: service.DefaultMaxDetailedMetricValues,
 		},
 		Tenants:         tenantsConfig{Resync: time.Minute},
+		Envoy:           defaultEnvoyConfig(),
 		Log:             logConfig{Format: "text", Level: "info"},
 		Guard:           defaultGuardConfig(),
 		ShutdownTimeout: 10 * time.Second,
@@ -243,6 +245,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")
 	c.Guard.flags(fs)
+	c.Envoy.flags(fs)
 }
 
 func algorithmList() string {
@@ -406,6 +409,7 @@ func (c serveConfig) Validate() error {
 		bad("--shutdown-timeout: %v, want a positive duration", c.ShutdownTimeout)
 	}
 	c.Guard.validate(bad)
+	errs = append(errs, c.Envoy.validate(c.Listen.TLS, c.Store.Kind)...)
 	return errors.Join(errs...)
 }
 

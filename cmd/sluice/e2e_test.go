@@ -293,10 +293,6 @@ func TestInvalidArgument(t *testing.T) {
 		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("a", "b")}},
 			`{"descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`, "domain: empty"},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, `{"domain":"edge"}`, "descriptors: none given"},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
-			`{"domain":"edge","descriptors":[{}]}`, "descriptors[0].entries: none given"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("", "b")}},
-			`{"domain":"edge","descriptors":[{"entries":[{"key":"","value":"b"}]}]}`, "descriptors[0].entries[0].key: empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -309,6 +305,31 @@ func TestInvalidArgument(t *testing.T) {
 				if code != http.StatusBadRequest || !strings.Contains(body, tt.wantText) {
 					t.Errorf("POST %s = %d %s, want 400 containing %q", path, code, body, tt.wantText)
 				}
+			}
+		})
+	}
+	// Envoy's descriptors without entries or with an empty key are OK over
+	// gRPC and /json, as envoyproxy/ratelimit answers them; /v1/check, Sluice's
+	// own API, still refuses them.
+	for _, tt := range []struct {
+		name, json, wantText string
+		req                  *rlsv3.RateLimitRequest
+	}{
+		{"descriptor without entries", `{"domain":"edge","descriptors":[{}]}`, "descriptors[0].entries: none given",
+			&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}},
+		{"empty key", `{"domain":"edge","descriptors":[{"entries":[{"key":"","value":"b"}]}]}`, "descriptors[0].entries[0].key: empty",
+			&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("", "b")}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := ts.client.ShouldRateLimit(context.Background(), tt.req)
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				t.Errorf("gRPC = %v, %v; want OK", resp, err)
+			}
+			if code, body := post(t, ts.base+"/json", tt.json); code != http.StatusOK {
+				t.Errorf("POST /json = %d %s, want 200", code, body)
+			}
+			if code, body := post(t, ts.base+"/v1/check", tt.json); code != http.StatusBadRequest || !strings.Contains(body, tt.wantText) {
+				t.Errorf("POST /v1/check = %d %s, want 400 containing %q", code, body, tt.wantText)
 			}
 		})
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/httplimit"
@@ -53,6 +52,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		legacy, failClosed                                                               bool
 		maxDelay                                                                         time.Duration
 		inflight                                                                         int64
+		rlsTLS                                                                           clientTLSConfig
 	)
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -60,6 +60,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.StringVar(&upstream, "upstream", "", "URL of the API to forward to (required)")
 	fs.StringVar(&rulesDir, "rules", "", "directory of rule files, applied in process and reloaded on change")
 	fs.StringVar(&rlsAddr, "rls", "", "host:port of a rate limit service (sluice serve --grpc-addr) to ask instead of --rules")
+	rlsTLS.flags(fs, "rls-", "the --rls service")
 	fs.StringVar(&listen, "listen", "", "address to serve on (default "+defaultProxyListen+", loopback only; :8080 for every interface)")
 	fs.StringVar(&domain, "domain", "", "rule domain to apply (required)")
 	fs.StringVar(&trusted, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/Forwarded are believed (default: none)")
@@ -104,6 +105,11 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	if set["rls"] {
 		cfg.RLS = rlsAddr
+	}
+	for _, f := range []string{"rls-tls", "rls-tls-ca", "rls-tls-cert", "rls-tls-key", "rls-tls-server-name"} {
+		if set[f] && cfg.RLS == "" {
+			return fmt.Errorf("proxy: --%s: needs --rls (it says how to reach the rate limit service): %w", f, errUsage)
+		}
 	}
 	if set["listen"] {
 		cfg.Listen = listen
@@ -175,7 +181,11 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	defer stopWatch()
 	var rls *rlsState
 	if cfg.RLS != "" {
-		conn, err := grpc.NewClient(cfg.RLS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds, err := rlsTLS.credentials()
+		if err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+		conn, err := grpc.NewClient(cfg.RLS, creds)
 		if err != nil {
 			return fmt.Errorf("proxy: --rls: %w", err)
 		}

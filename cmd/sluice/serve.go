@@ -145,7 +145,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --default-algorithm: %w", err)
 	}
-	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
+	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg, MergeDomains: cfg.Envoy.MergeDomains}, log.With("component", "rules"))
 	if err != nil {
 		if _, statErr := os.Stat(cfg.Rules.Dir); errors.Is(statErr, fs.ErrNotExist) && cfg.Rules.Dir == defaultServeConfig().Rules.Dir {
 			// The default names the repository's examples: say what to pass elsewhere.
@@ -162,6 +162,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	ecfg := service.DefaultConfig()
 	ecfg.ExpectedReplicas = cfg.Service.ExpectedReplicas
 	ecfg.Limits = cfg.Limits.serviceLimits()
+	cfg.Envoy.engine(&ecfg)
 	memOpts := memory.Options{Now: d.now, MaxKeys: cfg.Store.Memory.MaxKeys}
 	memStores := map[string]*memory.Store{}
 	if ecfg.DefaultFailureMode, err = rules.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
@@ -173,7 +174,11 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		}
 		ecfg.Overrides = s.tenants
 	}
-	st, err := newStack(cfg.Store, memOpts, d.now, log.With("component", "store"))
+	redisTLS, err := cfg.Envoy.redisTLS()
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	st, err := newStack(cfg.Store, redisTLS, memOpts, d.now, log.With("component", "store"))
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -229,11 +234,29 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	s.rls = rls.New(s.engine, rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders,
-		Limits: ecfg.Limits})
+	ropts := rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders, Limits: ecfg.Limits}
+	cfg.Envoy.rlsOptions(&ropts)
+	s.rls = rls.New(s.engine, ropts)
+	if tlsCfg != nil && cfg.Envoy.ClientTLSSAN != "" {
+		requireSAN(tlsCfg, cfg.Envoy.ClientTLSSAN)
+	}
 	// Metadata is bounded like bodies: without MaxHeaderListSize a call's
 	// headers may be as large as the client likes (15 MiB were accepted).
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes), grpc.MaxHeaderListSize(uint32(cfg.Limits.RequestBytes))}
+	gopts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes), grpc.MaxHeaderListSize(uint32(cfg.Limits.RequestBytes))},
+		cfg.Envoy.grpcOptions()...)
+	if cfg.Envoy.Tracing.On {
+		tp, err := cfg.Envoy.Tracing.provider(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		s.closers = append(s.closers, closerFunc(func() error {
+			// Flush what is buffered, but never hang on a collector that is down.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return tp.Shutdown(ctx)
+		}))
+		gopts = append(gopts, tracingOptions(tp)...)
+	}
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
@@ -291,7 +314,11 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
 
-	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
+	if cfg.Envoy.GRPCUDS != "" {
+		if s.grpcLn, err = listenUDS(cfg.Envoy.GRPCUDS); err != nil {
+			return nil, fmt.Errorf("serve: --grpc-uds: %w", err)
+		}
+	} else if s.grpcLn, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("serve: --grpc-addr: %w", err)
 	}
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen.HTTP); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // its configuration: with --store redis, a Redis that does not answer at
 // start is dialled in the background (each limit's failure mode applies
 // meanwhile) instead of failing the start.
-func newStack(cfg storeConfig, mem memory.Options, now func() time.Time, log *slog.Logger) (*compose.Stack, error) {
+func newStack(cfg storeConfig, redisTLS *tls.Config, mem memory.Options, now func() time.Time, log *slog.Logger) (*compose.Stack, error) {
 	c := compose.DefaultConfig()
 	c.Kind, c.Memory, c.Logger = cfg.Kind, mem, log
 	if cfg.Kind == compose.KindRedis {
@@ -23,6 +24,7 @@ func newStack(cfg storeConfig, mem memory.Options, now func() time.Time, log *sl
 		if err != nil {
 			return nil, err
 		}
+		ropts.TLS = redisTLS
 		c.Redis, c.Background = ropts, true
 		c.Denied = cfg.Redis.DeniedCache
 		c.Hybrid = hybrid.Options{Horizon: cfg.Redis.HybridHorizon}

@@ -36,9 +36,6 @@ func TestFromProtoRejects(t *testing.T) {
 		{"nil request", nil, "domain: empty"},
 		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, "domain: empty"},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, "descriptors: none given"},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b"), {}}}, "descriptors[1].entries: none given"},
-		{"nil descriptor", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{nil}}, "descriptors[0].entries: none given"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b", "", "c")}}, "descriptors[0].entries[1].key: empty"},
 		{"unknown override unit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: desc("a", "b").Entries,
 			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3},
@@ -47,9 +44,6 @@ func TestFromProtoRejects(t *testing.T) {
 			Entries: desc("a", "b").Entries,
 			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(5)},
 		}}}, "descriptors[0].limit.unit_multiplier"},
-		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: desc("a", "b").Entries, IsNegativeHits: true,
-		}}}, "is_negative_hits"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +55,25 @@ func TestFromProtoRejects(t *testing.T) {
 				t.Errorf("FromProto error = %q, want it to contain %q", err, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// Descriptors envoyproxy/ratelimit answers OK (no entries, nil, an empty
+// key) convert as they are; is_negative_hits becomes a refund, both ways.
+func TestFromProtoEnvoyDescriptors(t *testing.T) {
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{}, nil, desc("a", "b", "", "c"), {Entries: desc("a", "b").Entries, IsNegativeHits: true, HitsAddend: wrapperspb.UInt64(3)}}}
+	got, err := FromProto(req)
+	if err != nil {
+		t.Fatalf("FromProto = %v, want accepted", err)
+	}
+	if len(got.Descriptors) != 4 || len(got.Descriptors[0].Entries) != 0 || len(got.Descriptors[1].Entries) != 0 ||
+		got.Descriptors[2].Entries[1].Key != "" || got.Descriptors[2].Refund || !got.Descriptors[3].Refund || *got.Descriptors[3].Hits != 3 {
+		t.Fatalf("FromProto = %+v", got.Descriptors)
+	}
+	back, err := Request(got)
+	if err != nil || !back.Descriptors[3].GetIsNegativeHits() || back.Descriptors[2].GetIsNegativeHits() {
+		t.Fatalf("Request(FromProto) = %v, %v; want is_negative_hits on descriptor 3 only", back, err)
 	}
 }
 

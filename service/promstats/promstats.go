@@ -14,7 +14,7 @@ import (
 )
 
 // The outcome label values, as the engine reports them (service.Outcome*).
-var outcomes = [...]string{"allowed", "denied", "shadow_denied", "failed_open", "failed_closed", "local_allowed", "local_denied"}
+var outcomes = [...]string{"allowed", "denied", "shadow_denied", "failed_open", "failed_closed", "local_allowed", "local_denied", "quota_denied"}
 
 // outcomeIndex returns the index of an outcome in outcomes, or -1.
 func outcomeIndex(o string) int {
@@ -70,7 +70,7 @@ var holdReasons = [...]string{"domain_removed", "rule_in_use"}
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Decisions: counterVec("sluice_decisions_total",
-			"Descriptor decisions by domain, rule and outcome (allowed, denied, shadow_denied, failed_open, failed_closed, local_allowed, local_denied).",
+			"Descriptor decisions by domain, rule and outcome (allowed, denied, shadow_denied, failed_open, failed_closed, local_allowed, local_denied, quota_denied).",
 			"domain", "rule", "outcome"),
 		NearLimit: counterVec("sluice_near_limit_total",
 			"Allowed descriptor hits that used more than the near-limit ratio of their limit.", "domain", "rule"),

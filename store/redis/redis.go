@@ -105,6 +105,7 @@ package redis
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"embed"
 	"errors"
 	"fmt"
@@ -200,6 +201,11 @@ type Options struct {
 	// URL names the Redis deployment: single node, Sentinel or Cluster. See
 	// ParseURL for the forms.
 	URL string
+	// TLS, if set, is the TLS configuration of every connection (a private
+	// CA in RootCAs, a client certificate in Certificates), whatever the
+	// URL's scheme says; nil keeps the URL's (rediss:// is TLS with the
+	// system's CAs). With an empty ServerName each node's host is verified.
+	TLS *tls.Config
 	// Prefix starts every key the store writes. Default DefaultPrefix. It
 	// must not contain '{' or '}' (they would change the hash slot).
 	Prefix string
@@ -363,6 +369,9 @@ func New(opts Options) (*Store, error) {
 	copt, err := clientOption(opts.URL)
 	if err != nil {
 		return nil, err
+	}
+	if opts.TLS != nil {
+		copt.TLSConfig = opts.TLS.Clone() // an empty ServerName: each node's host is verified
 	}
 	copt.DisableCache = true // no client-side caching: every decision is a write
 	copt.DisableRetry = true // a retried script would charge twice
