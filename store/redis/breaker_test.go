@@ -204,11 +204,12 @@ func TestTimeoutFromWrite(t *testing.T) {
 }
 
 // TestCancelWhileQueued: a caller that gives up while its Take is queued
-// gets its context's error at once, its Take is never sent (nothing
-// charged), and the breaker counts nothing.
+// gets its context's error at once, before the call ahead of it has been
+// answered (Redis is stopped until the test resumes it), its Take is never
+// sent (nothing charged), and the breaker counts nothing.
 func TestCancelWhileQueued(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(Options{URL: srv.URL(), Timeout: 5 * time.Second, MaxInFlight: 1})
+	st, err := New(Options{URL: srv.URL(), Timeout: time.Hour, MaxInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,30 +218,40 @@ func TestCancelWhileQueued(t *testing.T) {
 	if err := st.Take(context.Background(), []sluice.Op{{Key: "warm", Limit: limit, Cost: 1}}, make([]sluice.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
-	blocked := busy(srv, 500*time.Millisecond)
-	time.Sleep(50 * time.Millisecond)
-	var wg sync.WaitGroup
-	var errA error
-	wg.Go(func() {
-		errA = st.Take(context.Background(), []sluice.Op{{Key: "a", Limit: limit, Cost: 1}}, make([]sluice.Result, 1))
-	})
-	time.Sleep(50 * time.Millisecond)
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	doneA := make(chan error, 1)
+	go func() {
+		doneA <- st.Take(context.Background(), []sluice.Op{{Key: "a", Limit: limit, Cost: 1}}, make([]sluice.Result, 1))
+	}()
+	// a is in flight (its call taken from the queue) before b is queued.
+	waitBatcher(t, &st.one, func(inflight, queued int) bool { return inflight == 1 && queued == 0 })
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	start := time.Now()
+	go func() {
+		waitBatcher(t, &st.one, func(_, queued int) bool { return queued == 1 })
+		cancel()
+	}()
 	errB := st.Take(ctx, []sluice.Op{{Key: "b", Limit: limit, Cost: 1}}, make([]sluice.Result, 1))
-	if took := time.Since(start); !errors.Is(errB, context.Canceled) || took > 300*time.Millisecond {
-		t.Errorf("canceled Take = %v after %v, want context.Canceled at once", errB, took)
+	if !errors.Is(errB, context.Canceled) {
+		t.Errorf("canceled Take = %v, want context.Canceled", errB)
 	}
 	if errors.Is(errB, sluice.ErrStoreTimeout) || errors.Is(errB, sluice.ErrStoreUnavailable) {
 		t.Errorf("canceled Take = %v, want no store error", errB)
 	}
-	wg.Wait()
-	if err := <-blocked; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-doneA:
+		t.Errorf("the Take ahead returned (%v) before Redis was resumed, want it still waiting", err)
+	default: // b returned while a still waits: b did not wait for the queue
 	}
-	if errA != nil {
-		t.Fatalf("Take sent before the cancel = %v, want success", errA)
+	srv.Resume()
+	resumed = true
+	if err := <-doneA; err != nil {
+		t.Fatalf("Take sent before the cancel = %v, want success", err)
 	}
 	res := make([]sluice.Result, 1)
 	if err := st.Take(context.Background(), []sluice.Op{{Key: "b", Limit: limit}}, res); err != nil {
@@ -251,6 +262,26 @@ func TestCancelWhileQueued(t *testing.T) {
 	}
 	if c := st.nodes.single.cb.Counts(); c.TotalFailures != 0 {
 		t.Errorf("breaker counts %+v, want no failure", c)
+	}
+}
+
+// waitBatcher polls b until cond holds for its calls in flight and groups
+// queued, failing the test after a minute.
+func waitBatcher(t *testing.T, b *batcher, cond func(inflight, queued int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b.mu.Lock()
+		ok := cond(b.inflight, len(b.queue))
+		b.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Error("batcher state not reached within a minute")
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -307,6 +338,8 @@ func TestBreakerOnRealRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	var calls atomic.Int64 // script calls sent, answered or not
+	st.callHook = func(time.Duration, callOutcome) { calls.Add(1) }
 	limit := sluice.PerSecond(sluice.TokenBucket, 1000)
 	take := func() error {
 		return st.Take(context.Background(), []sluice.Op{{Key: "k", Limit: limit, Cost: 1}}, make([]sluice.Result, 1))
@@ -329,10 +362,14 @@ func TestBreakerOnRealRedis(t *testing.T) {
 		for i := range 50 {
 			err := take()
 			if errors.Is(err, sluice.ErrStoreUnavailable) {
-				start := time.Now()
+				sent := calls.Load()
 				err = take()
-				if d := time.Since(start); !errors.Is(err, sluice.ErrStoreUnavailable) || d > 50*time.Millisecond {
-					t.Errorf("%s, open: Take = %v after %v, want ErrStoreUnavailable at once", what, err, d)
+				if !errors.Is(err, sluice.ErrStoreUnavailable) {
+					t.Errorf("%s, open: Take = %v, want ErrStoreUnavailable", what, err)
+				}
+				// At once: refused by the breaker, no call sent to wait on.
+				if got := calls.Load(); got != sent {
+					t.Errorf("%s, open: %d script calls sent, want none", what, got-sent)
 				}
 				t.Logf("%s: open after %d failed Takes", what, i)
 				return
@@ -345,10 +382,10 @@ func TestBreakerOnRealRedis(t *testing.T) {
 	}
 	waitClosed := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for take() != nil {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: Takes still fail after 10s (breaker %s)", what, state())
+				t.Fatalf("%s: Takes still fail after 60s (breaker %s)", what, state())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
