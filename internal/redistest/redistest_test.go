@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 func TestServerLifecycle(t *testing.T) {
@@ -97,6 +99,7 @@ func TestMissingBinary(t *testing.T) {
 	for _, ci := range []string{"", "true"} {
 		t.Setenv("CI", ci)
 		r := &recorder{TB: t}
+		proctest.DiscardNotices(t)
 		need(r, "no-such-redis-server-binary")
 		if ci == "true" && (r.failed == "" || r.skipped != "") {
 			t.Errorf("CI=true: failed %q skipped %q, want a failure", r.failed, r.skipped)
