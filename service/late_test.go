@@ -87,7 +87,9 @@ func TestUndoIfUnknownPlanned(t *testing.T) {
 func TestLateReplyRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	const timeout = 200 * time.Millisecond
+	// Long enough that no call but the held one times out on a loaded
+	// machine (the held reply comes at 3 × timeout).
+	const timeout = time.Second
 	patient := redis.BreakerOptions{ConsecutiveTimeouts: 1 << 20, FailureRatio: 1, MinCalls: 1 << 20}
 	st, err := redis.New(redis.Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient})
 	if err != nil {
