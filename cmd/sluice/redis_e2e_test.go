@@ -191,9 +191,11 @@ func TestRedisHungBreaker(t *testing.T) {
 	if slow == 0 {
 		t.Logf("no check waited for the hung store before the breaker opened (the client noticed sooner)")
 	}
-	want := `sluice_store_breaker_state{node="` + rd.Addr() + `"} 2`
-	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, want) {
-		t.Errorf("/metrics: no %s (the node's breaker open) while Redis hangs", want)
+	// Open (2), or half-open (1) if the checks above took longer than its
+	// OpenTimeout on a loaded machine: not closed while Redis hangs.
+	open, halfOpen := `sluice_store_breaker_state{node="`+rd.Addr()+`"} 2`, `sluice_store_breaker_state{node="`+rd.Addr()+`"} 1`
+	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, open) && !strings.Contains(body, halfOpen) {
+		t.Errorf("/metrics: no %s (the node's breaker open) while Redis hangs: %s", open, grepLines(body, "breaker_state"))
 	}
 	// With the breaker open no check waits on the store: each is refused by
 	// the breaker, none is sent to time out (counted, not timed).
