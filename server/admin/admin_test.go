@@ -63,7 +63,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{pg: pgtest.Start(t)}
-	e.store, err = pg.Open(pg.Options{URL: e.pg.NewDatabase(t), ConnectTimeout: time.Second})
+	e.store, err = pg.Open(pg.Options{URL: e.pg.NewDatabase(t), ConnectTimeout: 10 * time.Second}) // a loaded machine is slow, not down
 	if err != nil {
 		t.Fatal(err)
 	}

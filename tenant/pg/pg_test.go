@@ -18,7 +18,9 @@ import (
 
 func open(t *testing.T, url string) *Store {
 	t.Helper()
-	s, err := Open(Options{URL: url, ConnectTimeout: time.Second, PingInterval: 200 * time.Millisecond})
+	// A connect timeout a loaded machine cannot miss (tests of an outage
+	// stop PostgreSQL: refused at once, not timed out).
+	s, err := Open(Options{URL: url, ConnectTimeout: 10 * time.Second, PingInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
