@@ -220,6 +220,9 @@ func TestCancelWhileQueued(t *testing.T) {
 	if err := st.Take(context.Background(), []sluice.Op{{Key: "warm", Limit: limit, Cost: 1}}, make([]sluice.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
+	// The warm call's batcher goroutine counts itself out after its Take
+	// returns: wait for that, so that in flight below can only be a.
+	waitBatcher(t, &st.one, func(inflight, queued int) bool { return inflight == 0 && queued == 0 })
 	srv.Pause()
 	resumed := false
 	defer func() {

@@ -18,7 +18,8 @@ import (
 func TestLateReplyRefund(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	const timeout = 200 * time.Millisecond
+	// Long enough that only the held calls time out on a loaded machine.
+	const timeout = 500 * time.Millisecond
 	st, err := New(Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestLateReplyRefund(t *testing.T) {
 func TestLateReplyNever(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	const timeout = 100 * time.Millisecond
+	const timeout = 500 * time.Millisecond // only the held call times out on a loaded machine
 	st, err := New(Options{URL: proxy.URL(), Timeout: timeout, LateReplyWait: 2 * timeout, Breaker: patient})
 	if err != nil {
 		t.Fatal(err)
