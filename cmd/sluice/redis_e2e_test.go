@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,9 +29,10 @@ func withRedis(url string, edit func(*serveConfig)) func(*serveConfig) {
 		c.Store.Kind = "redis"
 		c.Store.Redis.URL = url
 		// Generous, so that a loaded machine (-race, neighbours) does not
-		// turn a slow reply into a store failure; tests of failures set
-		// their own.
-		c.Store.Redis.Timeout = 2 * time.Second
+		// turn a slow reply into a store failure (an allotment or a charge
+		// whose outcome is unknown skews the counts); tests of failures
+		// set their own.
+		c.Store.Redis.Timeout = 10 * time.Second
 		if edit != nil {
 			edit(c)
 		}
@@ -157,9 +160,11 @@ func TestRedisKilled(t *testing.T) {
 		_, deg, _ := checkJSON(t, ts, "closed")
 		return deg == ""
 	})
-	if code, body := get(t, ts.base+"/readyz"); code != 200 || !strings.Contains(body, "store: ok") {
-		t.Errorf("/readyz after Redis restart = %d %s, want 200 with store: ok", code, body)
-	}
+	// Readiness reports the store's health, which catches up on its own.
+	eventually(t, "/readyz to say store: ok after Redis restart", func() bool {
+		code, body := get(t, ts.base+"/readyz")
+		return code == 200 && strings.Contains(body, "store: ok")
+	})
 }
 
 // TestRedisHungBreaker: with Redis hung (SIGSTOP), the first checks wait
@@ -171,9 +176,12 @@ func TestRedisHungBreaker(t *testing.T) {
 	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
 		c.Store.Redis.Timeout = storeTimeout
 	}))
-	if code, deg, _ := checkJSON(t, ts, "open"); code != "OK" || deg != "" {
-		t.Fatalf("before the pause: code %s degraded %q, want OK from the store", code, deg)
-	}
+	// The first calls load the script; on a loaded machine one may miss
+	// the short timeout: poll until the store decides.
+	eventually(t, "a decision from the store before the pause", func() bool {
+		code, deg, _ := checkJSON(t, ts, "open")
+		return code == "OK" && deg == ""
+	})
 	rd.Pause()
 	defer rd.Resume()
 	// The node's breaker opens after consecutive failures (store/redis).
@@ -190,20 +198,40 @@ func TestRedisHungBreaker(t *testing.T) {
 	if slow == 0 {
 		t.Logf("no check waited for the hung store before the breaker opened (the client noticed sooner)")
 	}
-	var worst time.Duration
+	// Open (2), or half-open (1) if the checks above took longer than its
+	// OpenTimeout on a loaded machine: not closed while Redis hangs.
+	open, halfOpen := `sluice_store_breaker_state{node="`+rd.Addr()+`"} 2`, `sluice_store_breaker_state{node="`+rd.Addr()+`"} 1`
+	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, open) && !strings.Contains(body, halfOpen) {
+		t.Errorf("/metrics: no %s (the node's breaker open) while Redis hangs: %s", open, grepLines(body, "breaker_state"))
+	}
+	// With the breaker open no check waits on the store: each is refused by
+	// the breaker, none is sent to time out (counted, not timed).
+	storeErrors := func(reason string) float64 {
+		t.Helper()
+		_, body := get(t, ts.base+"/metrics")
+		m := regexp.MustCompile(`(?m)^sluice_store_errors_total\{reason="` + reason + `"\} (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			return 0
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	timeouts, refused := storeErrors("timeout"), storeErrors("breaker_open")
 	for i := range 20 {
-		code, deg, took := checkJSON(t, ts, "closed")
+		code, deg, _ := checkJSON(t, ts, "closed")
 		if code != "OVER_LIMIT" || deg != "failed_closed" {
 			t.Errorf("breaker-open check %d: code %s degraded %q, want OVER_LIMIT failed_closed", i, code, deg)
 		}
-		worst = max(worst, took)
 	}
-	if worst >= storeTimeout/2 {
-		t.Errorf("with the breaker open, the slowest check took %v, want well under the store timeout %v (no waiting on the store)", worst, storeTimeout)
+	// Each check was refused by the breaker, or was the one probe it lets
+	// through per OpenTimeout (1s: a loaded machine may take longer for the
+	// 20 checks), which times out and opens it again.
+	probes, refusals := storeErrors("timeout")-timeouts, storeErrors("breaker_open")-refused
+	if probes+refusals != 20 || refusals == 0 {
+		t.Errorf("20 checks with the breaker open: %v refused by the breaker, %v sent (half-open probes), want all 20 accounted for, some refused", refusals, probes)
 	}
-	want := `sluice_store_breaker_state{node="` + rd.Addr() + `"} 2`
-	if _, body := get(t, ts.base+"/metrics"); !strings.Contains(body, want) {
-		t.Errorf("/metrics: no %s (the node's breaker open) while Redis hangs", want)
+	if probes > 0 {
+		t.Logf("%v of 20 checks were half-open probes (the checks took longer than OpenTimeout)", probes)
 	}
 }
 
@@ -239,7 +267,9 @@ func TestRedisDownAtStart(t *testing.T) {
 // waiting on a hung Redis) completes with its answer before serve returns.
 func TestShutdownDrainsInFlight(t *testing.T) {
 	rd := redistest.Start(t)
-	const storeTimeout = 1500 * time.Millisecond
+	// Long, so that the call is surely in flight (sent, waiting on the
+	// hung Redis) when shutdown begins, however loaded the machine.
+	const storeTimeout = 3 * time.Second // under the 5s drain timeout
 	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
 		c.Store.Redis.Timeout = storeTimeout
 	}))
@@ -256,10 +286,15 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("open", "in-flight")}})
 		answers <- answer{resp.GetOverallCode(), err}
 	}()
-	time.Sleep(storeTimeout / 3) // the call is now waiting on Redis
-	start := time.Now()
+	time.Sleep(time.Second) // the call is now waiting on Redis
+	// Happened-before, not timing: the call is unanswered when shutdown
+	// begins (Redis hangs) and answered when serve has returned.
+	select {
+	case a := <-answers:
+		t.Fatalf("the call was answered (%v, %v) before shutdown began, want it waiting on the hung Redis", a.code, a.err)
+	default:
+	}
 	ts.stop() // fails the test unless run returns nil
-	took := time.Since(start)
 	select {
 	case a := <-answers:
 		if a.err != nil || a.code != rlsv3.RateLimitResponse_OK {
@@ -267,9 +302,6 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 		}
 	default:
 		t.Errorf("serve returned before the in-flight call was answered")
-	}
-	if took < storeTimeout/3 {
-		t.Errorf("shutdown took %v, less than the in-flight call still needed: it did not wait", took)
 	}
 }
 

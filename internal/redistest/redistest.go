@@ -122,7 +122,7 @@ func need(t TB, binary string) string {
 	if err == nil {
 		return p
 	}
-	proctest.Missing(t, fmt.Sprintf("redistest: %s not found on PATH; install it (apt-get install -y redis-server redis-tools) to run the real-Redis tests", binary))
+	proctest.Missing(t, binary, fmt.Sprintf("%s not found on PATH: the tests that need a real Redis are skipped (go test -v names them); install it (apt-get install -y redis-server redis-tools) or see .ci/run", binary))
 	return ""
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/storetest"
 )
 
 // spend checks one descriptor n times with one hit each.
@@ -189,7 +190,7 @@ func memEngine(t *testing.T) (*service.Engine, *rules.Snapshot) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := memory.New(memory.Options{})
+	ms := memory.New(memory.Options{Now: storetest.NewClock().Now}) // a window never rolls over mid-test
 	t.Cleanup(func() { ms.Close() })
 	eng, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, ms, nil, nil)
 	if err != nil {
@@ -244,7 +245,7 @@ func TestWithoutKeyLister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := memory.New(memory.Options{})
+	ms := memory.New(memory.Options{Now: storetest.NewClock().Now}) // a window never rolls over mid-test
 	t.Cleanup(func() { ms.Close() })
 	eng, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, unlisted{ms}, nil, nil)
 	if err != nil {
