@@ -43,7 +43,7 @@ func sharedRedis(t *testing.T) *redistest.Server {
 	t.Helper()
 	shared.once.Do(func() { shared.srv, shared.stop, shared.err = redistest.StartProcess() })
 	if shared.err != nil {
-		proctest.Missing(t, fmt.Sprintf("redis-server: %v", shared.err))
+		proctest.Missing(t, "redis-server", fmt.Sprintf("redis-server could not be started (%v): the store/compose tests that need a real Redis are skipped; install it (apt-get install -y redis-server redis-tools) or see .ci/run", shared.err))
 	}
 	return shared.srv
 }
