@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
@@ -195,5 +197,29 @@ func TestDenyBadBodies(t *testing.T) {
 	var page DenyListJSON
 	if code, body := e.do(t, "GET", "/admin/v1/deny", roToken, "", &page); code != 200 || len(page.Deny) != 0 {
 		t.Fatalf("GET after bad bodies: got %d %s, want 200 and no entry", code, body)
+	}
+}
+
+func TestDenyBound(t *testing.T) {
+	e := newEnv(t)
+	conn, err := pgx.Connect(context.Background(), e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `INSERT INTO sluice_deny (domain, key, value, actor)
+		SELECT 'api', 'user', 'u' || i, 'test' FROM generate_series(1, $1) AS i`, tenant.MaxDenyEntries); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.do(t, "PUT", "/admin/v1/deny", rwToken, `{"domain":"api","key":"user","value":"one-more"}`, nil); code != 409 {
+		t.Fatalf("PUT at the bound: got %d %s, want 409", code, body)
+	}
+	// Replacing the reason of a kept entry adds none: allowed at the bound.
+	if code, body := e.do(t, "PUT", "/admin/v1/deny", rwToken, `{"domain":"api","key":"user","value":"u7","reason":"r"}`, nil); code != 200 {
+		t.Fatalf("PUT of a kept entry at the bound: got %d %s, want 200", code, body)
+	}
+	var n int
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM sluice_deny").Scan(&n); err != nil || n != tenant.MaxDenyEntries {
+		t.Fatalf("entries kept: got %d (%v), want %d", n, err, tenant.MaxDenyEntries)
 	}
 }
