@@ -1,6 +1,9 @@
 package tenant
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +73,41 @@ func TestRegistryDenyListDoesNotAllocate(t *testing.T) {
 	}
 	if denied != 1001 { // AllocsPerRun runs the function once more to warm up
 		t.Errorf("got %d, want 1001 (the address in range denied every run, the other never)", denied)
+	}
+}
+
+func TestFileKeepsDenyEntries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "snap")
+	s := NewSnapshot([]Record{{Tenant: "acme", Tier: rules.TierPro}}, nil, time.Unix(100, 0)).WithDeny([]DenyEntry{
+		{Domain: "api", Key: "remote_address", CIDR: "10.1.0.0/16", Reason: "not kept in the file"},
+		{Domain: "api", Key: "user", Value: "mallory"},
+	})
+	if err := WriteFile(path, s, 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadFile(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != 1 || got.DenyList("api").Len() != 2 {
+		t.Fatalf("read back: got %d records and %d deny entries, want 1 and 2", got.Len(), got.DenyList("api").Len())
+	}
+	if !got.DenyList("api").Denies(rules.Entry{Key: "remote_address", Value: "10.1.2.3"}) || got.DenyList("api").Denies(rules.Entry{Key: "user", Value: "alice"}) {
+		t.Error("read back: the lists do not deny what was written")
+	}
+	// A file whose header promises more entries than it holds is refused.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(string(b), `"deny":2`, `"deny":3`, 1)
+	if bad == string(b) {
+		t.Fatalf("the header does not count deny entries: %s", b)
+	}
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(path, 0); err == nil || !strings.Contains(err.Error(), "deny entries") {
+		t.Errorf("header says 3, file holds 2: got %v, want an error about deny entries", err)
 	}
 }

@@ -20,7 +20,8 @@ type Snapshot struct {
 	delta    map[string]*entry
 	switches map[switchKey]rules.Switch
 	// deny: domain → the deny list built from the admin API's entries.
-	deny map[string]*rules.DenyList
+	deny        map[string]*rules.DenyList
+	denyEntries []DenyEntry // what deny was built from (for the snapshot file)
 	// at is when the data was read, in Unix µs: a record effective by then
 	// needs no clock read on lookups.
 	at int64
@@ -141,7 +142,7 @@ func (s *Snapshot) withSwitches(switches []RuleSwitch) *Snapshot {
 // precompiled list per domain.
 func (s *Snapshot) withDeny(entries []DenyEntry) *Snapshot {
 	n := *s
-	n.deny = nil
+	n.deny, n.denyEntries = nil, entries
 	if len(entries) > 0 {
 		by := map[string][]rules.DenyEntry{}
 		for _, e := range entries {
