@@ -109,19 +109,12 @@ func (p *parser) denyList(n *yaml.Node) *DenyList {
 		case haveValue && haveCIDR:
 			p.add(e.Line, join(field, "cidr"), "give value or cidr, not both")
 		case haveCIDR:
-			pfx, err := netip.ParsePrefix(cidr)
+			pfx, err := ParseDenyCIDR(cidr)
 			if err != nil {
-				a, aerr := netip.ParseAddr(cidr)
-				if aerr != nil {
-					p.add(e.Line, join(field, "cidr"), "want an address range such as 10.0.0.0/8 or 2001:db8::/32, got %q", cidr)
-					continue
-				}
-				pfx = netip.PrefixFrom(a, a.BitLen())
+				p.add(e.Line, join(field, "cidr"), "%v", err)
+				continue
 			}
-			if pfx.Addr().Is4In6() {
-				pfx = netip.PrefixFrom(pfx.Addr().Unmap(), max(pfx.Bits()-96, 0))
-			}
-			d.prefixes[key] = append(d.prefixes[key], pfx.Masked())
+			d.prefixes[key] = append(d.prefixes[key], pfx)
 		case haveValue && value == "":
 			p.add(e.Line, join(field, "value"), "must not be empty (leave value out to deny every value of the key)")
 		default:
@@ -130,6 +123,59 @@ func (p *parser) denyList(n *yaml.Node) *DenyList {
 			}
 			d.values[key][value] = true
 		}
+	}
+	return d
+}
+
+// ParseDenyCIDR parses the address range of a deny entry: a prefix such as
+// 10.0.0.0/8 or 2001:db8::/32, or one address. An IPv4-mapped IPv6 range
+// becomes the IPv4 one; the result is masked.
+func ParseDenyCIDR(s string) (netip.Prefix, error) {
+	pfx, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, aerr := netip.ParseAddr(s)
+		if aerr != nil {
+			return netip.Prefix{}, fmt.Errorf("want an address range such as 10.0.0.0/8 or 2001:db8::/32, got %q", s)
+		}
+		pfx = netip.PrefixFrom(a, a.BitLen())
+	}
+	if pfx.Addr().Is4In6() {
+		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), max(pfx.Bits()-96, 0))
+	}
+	return pfx.Masked(), nil
+}
+
+// DenyEntry is one entry of a deny list built outside a rule file (see
+// NewDenyList): Key with an exact Value, with an address range CIDR, or
+// with neither (every value of the key).
+type DenyEntry struct {
+	Key, Value, CIDR string
+}
+
+// NewDenyList builds a deny list from entries; nil when there are none.
+// Entries without a key or with a CIDR that does not parse (see
+// ParseDenyCIDR) are skipped: callers validate them on the way in.
+func NewDenyList(entries []DenyEntry) *DenyList {
+	if len(entries) == 0 {
+		return nil
+	}
+	d := &DenyList{values: map[string]map[string]bool{}, prefixes: map[string][]netip.Prefix{}}
+	for _, e := range entries {
+		if e.Key == "" {
+			continue
+		}
+		if e.CIDR != "" {
+			pfx, err := ParseDenyCIDR(e.CIDR)
+			if err != nil {
+				continue
+			}
+			d.prefixes[e.Key] = append(d.prefixes[e.Key], pfx)
+			continue
+		}
+		if d.values[e.Key] == nil {
+			d.values[e.Key] = map[string]bool{}
+		}
+		d.values[e.Key][e.Value] = true
 	}
 	return d
 }

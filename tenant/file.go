@@ -21,9 +21,12 @@ import (
 //
 // Format (version 1): JSON lines. The first is a header
 // {"format":"sluice-tenant-snapshot","version":1,"at":…,"records":N,"switches":[…]},
-// then one line per tenant record, then a trailer {"end":true,"records":N}
-// that proves the file whole. It holds tenant names, tiers, overrides and
-// switches: nothing about where they came from (no database URL).
+// then one line per tenant record, then one line per deny entry
+// {"deny":{"domain":…,"key":…,"value"|"cidr":…}} (the header's "deny"
+// counts them; absent: none), then a trailer {"end":true,"records":N}
+// that proves the file whole. It holds tenant names, tiers, overrides,
+// switches and deny entries: nothing about where they came from (no
+// database URL).
 
 // FileFormat and FileVersion identify a snapshot file.
 const (
@@ -45,6 +48,16 @@ type fileHeader struct {
 	At       time.Time    `json:"at"`
 	Records  int          `json:"records"`
 	Switches []fileSwitch `json:"switches"`
+	Deny     int          `json:"deny,omitempty"`
+}
+
+type fileDeny struct {
+	Deny struct {
+		Domain string `json:"domain"`
+		Key    string `json:"key"`
+		Value  string `json:"value,omitempty"`
+		CIDR   string `json:"cidr,omitempty"`
+	} `json:"deny"`
 }
 
 type fileSwitch struct {
@@ -161,7 +174,7 @@ func WriteFile(path string, s *Snapshot, maxBytes int64) (err error) {
 	cw := &countWriter{w: f, max: maxBytes}
 	bw := bufio.NewWriterSize(cw, 64<<10)
 	enc := json.NewEncoder(bw)
-	h := fileHeader{Format: FileFormat, Version: FileVersion, At: s.At().UTC(), Records: s.Len(), Switches: []fileSwitch{}}
+	h := fileHeader{Format: FileFormat, Version: FileVersion, At: s.At().UTC(), Records: s.Len(), Switches: []fileSwitch{}, Deny: len(s.denyEntries)}
 	for k, st := range s.switches {
 		h.Switches = append(h.Switches, fileSwitch{Domain: k.domain, Rule: k.rule, State: st.String()})
 	}
@@ -179,6 +192,14 @@ func WriteFile(path string, s *Snapshot, maxBytes int64) (err error) {
 		n++
 		return enc.Encode(r)
 	})
+	for _, d := range s.denyEntries {
+		if err != nil {
+			break
+		}
+		var fd fileDeny
+		fd.Deny.Domain, fd.Deny.Key, fd.Deny.Value, fd.Deny.CIDR = d.Domain, d.Key, d.Value, d.CIDR
+		err = enc.Encode(fd)
+	}
 	if err == nil {
 		err = enc.Encode(fileTrailer{End: true, Records: n})
 	}
@@ -248,7 +269,11 @@ func ReadFile(path string, maxBytes int64) (*Snapshot, error) {
 	if h.Format != FileFormat || h.Version != FileVersion {
 		return nil, fmt.Errorf("tenant: snapshot file %s: format %q version %d; this build reads %q version %d", path, h.Format, h.Version, FileFormat, FileVersion)
 	}
+	if h.Deny < 0 || h.Deny > MaxDenyEntries {
+		return nil, fmt.Errorf("tenant: snapshot file %s:1: deny: %d entries, want 0 to %d", path, h.Deny, MaxDenyEntries)
+	}
 	b := newBuilder(h.Records, h.At)
+	var deny []DenyEntry
 	for n := 0; ; n++ {
 		if n > h.Records {
 			return nil, fmt.Errorf("tenant: snapshot file %s:%d: more records than the header's %d", path, line, h.Records)
@@ -261,7 +286,19 @@ func ReadFile(path string, maxBytes int64) (*Snapshot, error) {
 				if tr.Records != n || n != h.Records {
 					return nil, fmt.Errorf("tenant: snapshot file %s:%d: %d records, trailer says %d, header %d", path, line, n, tr.Records, h.Records)
 				}
+				if len(deny) != h.Deny {
+					return nil, fmt.Errorf("tenant: snapshot file %s:%d: %d deny entries, header says %d", path, line, len(deny), h.Deny)
+				}
 				break
+			}
+			var fd fileDeny
+			if sc.Err() == nil && json.Unmarshal(sc.Bytes(), &fd) == nil && fd.Deny.Key != "" {
+				if len(deny) >= h.Deny {
+					return nil, fmt.Errorf("tenant: snapshot file %s:%d: more deny entries than the header's %d", path, line, h.Deny)
+				}
+				deny = append(deny, DenyEntry{Domain: fd.Deny.Domain, Key: fd.Deny.Key, Value: fd.Deny.Value, CIDR: fd.Deny.CIDR})
+				n-- // not a record
+				continue
 			}
 			return nil, fmt.Errorf("tenant: snapshot file: %w", err)
 		}
@@ -279,7 +316,7 @@ func ReadFile(path string, maxBytes int64) (*Snapshot, error) {
 		}
 		sws = append(sws, RuleSwitch{Domain: sw.Domain, Rule: sw.Rule, State: st})
 	}
-	return b.done(sws), nil
+	return b.done(sws).withDeny(deny), nil
 }
 
 func fromMicros(us int64) time.Time {

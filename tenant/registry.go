@@ -18,6 +18,8 @@ type Change struct {
 	Tenant string
 	// Switches: the rule switches changed.
 	Switches bool
+	// Deny: the deny entries changed.
+	Deny bool
 }
 
 // Source is where records and switches live. tenant/pg implements it over
@@ -35,6 +37,8 @@ type Source interface {
 	Load(ctx context.Context, tenant string) (rec Record, found bool, err error)
 	// Switches returns every rule switch that is not on.
 	Switches(ctx context.Context) ([]RuleSwitch, error)
+	// DenyEntries returns every deny entry (at most MaxDenyEntries).
+	DenyEntries(ctx context.Context) ([]DenyEntry, error)
 }
 
 // Options configure a Registry. The zero value is usable.
@@ -233,6 +237,13 @@ func (g *Registry) Resolve(r *rules.Rule, entries []rules.Entry) (*rules.TierLim
 	return g.snap.Load().ResolveTier(r, entries, g.opts.Now)
 }
 
+// DenyList returns the deny list the admin API keeps for domain (nil: none),
+// from the snapshot in force. It does not allocate; service.Engine consults
+// it beside the rule files' deny lists.
+func (g *Registry) DenyList(domain string) *rules.DenyList {
+	return g.snap.Load().DenyList(domain)
+}
+
 // Snapshot returns the snapshot in force.
 func (g *Registry) Snapshot() *Snapshot { return g.snap.Load() }
 
@@ -360,7 +371,11 @@ func (g *Registry) fullLoad(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tenant: load switches: %w", err)
 	}
-	snap := b.done(sw)
+	deny, err := g.src.DenyEntries(ctx)
+	if err != nil {
+		return fmt.Errorf("tenant: load deny entries: %w", err)
+	}
+	snap := b.done(sw).withDeny(deny)
 	g.setStatus(func(s *Status) {
 		g.snap.Store(snap) // under mu: a Restore running now must not replace it
 		s.Synced, s.Live, s.LastSync, s.Err = true, true, g.opts.Now(), nil
@@ -380,6 +395,15 @@ func (g *Registry) apply(ctx context.Context, c Change) error {
 			return fmt.Errorf("tenant: load switches: %w", err)
 		}
 		cur = cur.withSwitches(sw)
+		g.snap.Store(cur)
+		g.changed()
+	}
+	if c.Deny {
+		deny, err := g.src.DenyEntries(ctx)
+		if err != nil {
+			return fmt.Errorf("tenant: load deny entries: %w", err)
+		}
+		cur = cur.withDeny(deny)
 		g.snap.Store(cur)
 		g.changed()
 	}

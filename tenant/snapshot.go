@@ -19,6 +19,9 @@ type Snapshot struct {
 	base     *table
 	delta    map[string]*entry
 	switches map[switchKey]rules.Switch
+	// deny: domain → the deny list built from the admin API's entries.
+	deny        map[string]*rules.DenyList
+	denyEntries []DenyEntry // what deny was built from (for the snapshot file)
 	// at is when the data was read, in Unix µs: a record effective by then
 	// needs no clock read on lookups.
 	at int64
@@ -133,6 +136,42 @@ func (s *Snapshot) withSwitches(switches []RuleSwitch) *Snapshot {
 	n := *s
 	n.switches = switchMap(switches)
 	return &n
+}
+
+// withDeny returns a copy of s with the deny lists of entries, one
+// precompiled list per domain.
+func (s *Snapshot) withDeny(entries []DenyEntry) *Snapshot {
+	n := *s
+	n.deny, n.denyEntries = nil, entries
+	if len(entries) > 0 {
+		by := map[string][]rules.DenyEntry{}
+		for _, e := range entries {
+			by[e.Domain] = append(by[e.Domain], rules.DenyEntry{Key: e.Key, Value: e.Value, CIDR: e.CIDR})
+		}
+		n.deny = make(map[string]*rules.DenyList, len(by))
+		for d, es := range by {
+			n.deny[d] = rules.NewDenyList(es)
+		}
+	}
+	return &n
+}
+
+// WithDeny returns a copy of s whose admin deny lists are those of entries
+// (for programs that build snapshots themselves, and tests).
+func (s *Snapshot) WithDeny(entries []DenyEntry) *Snapshot {
+	if s == nil {
+		s = &Snapshot{}
+	}
+	return s.withDeny(entries)
+}
+
+// DenyList returns the admin API's deny list of domain, or nil. It does not
+// allocate.
+func (s *Snapshot) DenyList(domain string) *rules.DenyList {
+	if s == nil || len(s.deny) == 0 {
+		return nil
+	}
+	return s.deny[domain]
 }
 
 // Len returns the number of tenants with a record.

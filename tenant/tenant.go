@@ -102,6 +102,30 @@ type RuleSwitch struct {
 	UpdatedAt time.Time
 }
 
+// DenyEntry is one entry of a domain's deny list kept by the admin API
+// (beside the rule files' deny lists; see rules.DenyList): requests naming
+// Key with Value (exact), with an address in CIDR, or with any value
+// (Value and CIDR both ""), are refused with reason deny_list.
+type DenyEntry struct {
+	Domain, Key, Value, CIDR string
+	// Reason is free text for operators (at most MaxDenyReason bytes).
+	Reason    string
+	Actor     string // the admin token that added it
+	CreatedAt time.Time
+}
+
+// ErrDenyFull is returned when adding a deny entry while MaxDenyEntries
+// are kept already.
+var ErrDenyFull = fmt.Errorf("tenant: deny list full (%d entries)", MaxDenyEntries)
+
+// Bounds of DenyEntry.
+const (
+	// MaxDenyReason bounds DenyEntry.Reason, in bytes.
+	MaxDenyReason = 512
+	// MaxDenyEntries bounds the entries kept, over every domain.
+	MaxDenyEntries = 100_000
+)
+
 // AuditEntry is one row of the audit log: who changed what, when, with the
 // subject's state before and after (JSON).
 type AuditEntry struct {

@@ -45,6 +45,11 @@ type Store interface {
 	List(ctx context.Context, tier *rules.Tier, after string, limit int) ([]tenant.Record, error)
 	SetSwitch(ctx context.Context, actor, domain, rule string, state rules.Switch) error
 	Switches(ctx context.Context) ([]tenant.RuleSwitch, error)
+	// AddDeny, RemoveDeny and ListDeny keep the deny entries (see
+	// tenant.DenyEntry); AddDeny returns tenant.ErrDenyFull at the bound.
+	AddDeny(ctx context.Context, actor string, e tenant.DenyEntry) error
+	RemoveDeny(ctx context.Context, actor string, e tenant.DenyEntry) (bool, error)
+	ListDeny(ctx context.Context, domain string, after tenant.DenyEntry, limit int) ([]tenant.DenyEntry, error)
 	// Audit writes one audit row on its own, for changes made outside the
 	// database (resetting counters); detail is marshalled to JSON.
 	Audit(ctx context.Context, actor, action, subject string, detail any) error
@@ -156,6 +161,9 @@ func (h *handler) routes() []route {
 		{"POST /admin/v1/reset", h.auth(true, h.reset)},
 		{"GET /admin/v1/switches", h.auth(false, h.withStore(h.switches))},
 		{"PUT /admin/v1/switches", h.auth(true, h.withStore(h.setSwitch))},
+		{"GET /admin/v1/deny", h.auth(false, h.withStore(h.listDeny))},
+		{"PUT /admin/v1/deny", h.auth(true, h.withStore(h.addDeny))},
+		{"DELETE /admin/v1/deny", h.auth(true, h.withStore(h.removeDeny))},
 		{"GET /admin/v1/audit", h.auth(false, h.withStore(h.audit))},
 		{"GET /admin/v1/sample", h.auth(false, h.sample)},
 	}

@@ -64,6 +64,8 @@ descriptors:
 type env struct {
 	srv   *httptest.Server
 	pg    *pgtest.Server
+	url   string // the test database's
+	snap  *rules.Snapshot
 	store *pg.Store
 	reg   *tenant.Registry
 	eng   *service.Engine
@@ -81,8 +83,9 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{pg: pgtest.Start(t)}
-	e.store, err = pg.Open(pg.Options{URL: e.pg.NewDatabase(t), ConnectTimeout: 10 * time.Second}) // a loaded machine is slow, not down
+	e := &env{pg: pgtest.Start(t), snap: snap}
+	e.url = e.pg.NewDatabase(t)
+	e.store, err = pg.Open(pg.Options{URL: e.url, ConnectTimeout: 10 * time.Second}) // a loaded machine is slow, not down
 	if err != nil {
 		t.Fatal(err)
 	}

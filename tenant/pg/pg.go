@@ -36,7 +36,7 @@ import (
 var migrations embed.FS
 
 // Channel is the LISTEN/NOTIFY channel of changes. A payload is "t:" and a
-// tenant, or "s:" for the rule switches.
+// tenant, "s:" for the rule switches, or "d:" for the deny entries.
 const Channel = "sluice_tenants"
 
 // ErrUnavailable marks an error caused by a database that could not be
@@ -711,6 +711,8 @@ func (s *Store) Listen(ctx context.Context, ready func(), changed func(tenant.Ch
 				changed(tenant.Change{Tenant: n.Payload[2:]})
 			case n.Payload == "s:":
 				changed(tenant.Change{Switches: true})
+			case n.Payload == "d:":
+				changed(tenant.Change{Deny: true})
 			}
 		case errors.Is(err, context.DeadlineExceeded):
 			pctx, cancel := context.WithTimeout(ctx, s.opts.ConnectTimeout)
@@ -723,6 +725,144 @@ func (s *Store) Listen(ctx context.Context, ready func(), changed func(tenant.Ch
 			return wrap("listen", err)
 		}
 	}
+}
+
+// ErrDenyFull is tenant.ErrDenyFull: AddDeny returns it when
+// tenant.MaxDenyEntries entries are kept already.
+var ErrDenyFull = tenant.ErrDenyFull
+
+// DenySubject is the audit subject of a deny entry:
+// "deny:<domain>/<key>=<value or cidr>".
+func DenySubject(e tenant.DenyEntry) string {
+	v := e.Value
+	if e.CIDR != "" {
+		v = e.CIDR
+	}
+	return "deny:" + e.Domain + "/" + e.Key + "=" + v
+}
+
+type auditDeny struct {
+	Domain string `json:"domain"`
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	CIDR   string `json:"cidr,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func auditDenyJSON(e tenant.DenyEntry) []byte {
+	b, _ := json.Marshal(auditDeny{Domain: e.Domain, Key: e.Key, Value: e.Value, CIDR: e.CIDR, Reason: e.Reason})
+	return b
+}
+
+// lockDeny serializes writers of the deny entries until tx ends (the
+// bound on their number is checked under it).
+func lockDeny(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('sluice deny', 7))")
+	return err
+}
+
+// AddDeny adds a deny entry (e.Domain, e.Key, e.Value or e.CIDR, both ""
+// for every value; CIDR masked), or replaces the reason of the same entry,
+// with an audit row naming actor and a notification, in one transaction.
+// It returns ErrDenyFull when tenant.MaxDenyEntries are kept already. The
+// caller validates e.
+func (s *Store) AddDeny(ctx context.Context, actor string, e tenant.DenyEntry) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockDeny(ctx, tx); err != nil {
+			return err
+		}
+		var before []byte
+		var reason string
+		err := tx.QueryRow(ctx, "SELECT reason FROM sluice_deny WHERE domain = $1 AND key = $2 AND value = $3 AND cidr = $4",
+			e.Domain, e.Key, e.Value, e.CIDR).Scan(&reason)
+		switch {
+		case err == nil:
+			old := e
+			old.Reason = reason
+			before = auditDenyJSON(old)
+		case errors.Is(err, pgx.ErrNoRows):
+			var n int
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM sluice_deny").Scan(&n); err != nil {
+				return err
+			}
+			if n >= tenant.MaxDenyEntries {
+				return ErrDenyFull
+			}
+		default:
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO sluice_deny (domain, key, value, cidr, reason, actor) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (domain, key, value, cidr) DO UPDATE SET reason = $5, actor = $6`,
+			e.Domain, e.Key, e.Value, e.CIDR, e.Reason, actor); err != nil {
+			return err
+		}
+		if err := audit(ctx, tx, actor, "deny", DenySubject(e), before, auditDenyJSON(e)); err != nil {
+			return err
+		}
+		return notify(ctx, tx, "d:")
+	})
+	if errors.Is(err, ErrDenyFull) {
+		return err
+	}
+	return wrap("deny add", err)
+}
+
+// RemoveDeny removes a deny entry, with an audit row and a notification,
+// in one transaction. found is false when there was none (nothing is
+// written then).
+func (s *Store) RemoveDeny(ctx context.Context, actor string, e tenant.DenyEntry) (found bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockDeny(ctx, tx); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, "DELETE FROM sluice_deny WHERE domain = $1 AND key = $2 AND value = $3 AND cidr = $4 RETURNING reason",
+			e.Domain, e.Key, e.Value, e.CIDR).Scan(&e.Reason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		if err := audit(ctx, tx, actor, "undeny", DenySubject(e), auditDenyJSON(e), nil); err != nil {
+			return err
+		}
+		return notify(ctx, tx, "d:")
+	})
+	return found, wrap("deny remove", err)
+}
+
+const denyColumns = "domain, key, value, cidr, reason, actor, created_at"
+
+func scanDeny(r pgx.CollectableRow) (tenant.DenyEntry, error) {
+	var e tenant.DenyEntry
+	err := r.Scan(&e.Domain, &e.Key, &e.Value, &e.CIDR, &e.Reason, &e.Actor, &e.CreatedAt)
+	return e, err
+}
+
+// ListDeny returns up to limit deny entries of domain ("" every domain),
+// ordered by domain, key, value and cidr, starting after the entry after
+// (the zero entry: the first page).
+func (s *Store) ListDeny(ctx context.Context, domain string, after tenant.DenyEntry, limit int) ([]tenant.DenyEntry, error) {
+	rows, err := s.pool.Query(ctx, "SELECT "+denyColumns+` FROM sluice_deny
+		WHERE ($1 = '' OR domain = $1) AND (domain, key, value, cidr) > ($2, $3, $4, $5)
+		ORDER BY domain, key, value, cidr LIMIT $6`, domain, after.Domain, after.Key, after.Value, after.CIDR, limit)
+	if err != nil {
+		return nil, wrap("deny list", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDeny)
+	return out, wrap("deny list", err)
+}
+
+// DenyEntries returns every deny entry (tenant.Source), at most
+// tenant.MaxDenyEntries.
+func (s *Store) DenyEntries(ctx context.Context) ([]tenant.DenyEntry, error) {
+	rows, err := s.pool.Query(ctx, "SELECT "+denyColumns+" FROM sluice_deny LIMIT $1", tenant.MaxDenyEntries)
+	if err != nil {
+		return nil, wrap("deny entries", err)
+	}
+	out, err := pgx.CollectRows(rows, scanDeny)
+	return out, wrap("deny entries", err)
 }
 
 var _ tenant.Source = (*Store)(nil)
