@@ -138,6 +138,7 @@ func (b *simBucket) decide(now time.Time) bool {
 // report sends a usage report of bs (every bucket when nil).
 func (e *simEnvoy) report(t *testing.T, now time.Time, bs []*simBucket) {
 	t.Helper()
+	elapsed := max(now.Sub(e.lastReport), 0)
 	if bs == nil {
 		keys := make([]string, 0, len(e.buckets))
 		for k := range e.buckets {
@@ -160,7 +161,7 @@ func (e *simEnvoy) report(t *testing.T, now time.Time, bs []*simBucket) {
 	for _, b := range bs {
 		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId:           &rlqspb.BucketId{Bucket: b.id},
-			TimeElapsed:        durationpb.New(max(now.Sub(e.lastReport), 0)),
+			TimeElapsed:        durationpb.New(elapsed),
 			NumRequestsAllowed: b.allowed, NumRequestsDenied: b.denied,
 		})
 		b.allowed, b.denied = 0, 0
@@ -351,8 +352,8 @@ func TestFleetBound(t *testing.T) {
 		if admitted[w] > limit {
 			t.Errorf("window %d: admitted %d, want ≤ %d", w-first, admitted[w], limit)
 		}
-		if admitted[w] == 0 {
-			t.Errorf("window %d: admitted nothing, want some (demand is 2.5× the limit)", w-first)
+		if admitted[w] < limit/2 {
+			t.Errorf("window %d: admitted %d, want ≥ %d (demand is 1.5–2.5× the limit)", w-first, admitted[w], limit/2)
 		}
 	}
 	for _, i := range []int{8, 9} {

@@ -46,6 +46,7 @@ type bucket struct {
 	sent    bool
 	expires time.Time
 	granted int64     // units of the grant in force (0: DENY_ALL until refill)
+	grantAt time.Time // when it was sent
 	winEnd  time.Time // the end of the grant's period
 }
 
@@ -110,11 +111,15 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 			ss.buckets[key] = b
 		}
 		b.lastReport = now
-		if el := u.GetTimeElapsed().AsDuration(); u.GetTimeElapsed() != nil && el > 0 {
+		if el := u.GetTimeElapsed().AsDuration(); el > 0 {
 			b.rate = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / el.Seconds()
 			b.reported = true
 		}
-		if a := ss.act(ctx, now, b, u.GetNumRequestsDenied() > 0); a != nil {
+		// Denials mean the grant in force ran short only when the whole
+		// reported period followed it (denials before it are stale).
+		el := u.GetTimeElapsed().AsDuration()
+		starved := u.GetNumRequestsDenied() > 0 && u.GetTimeElapsed() != nil && !now.Add(-el).Before(b.grantAt)
+		if a := ss.act(ctx, now, b, starved); a != nil {
 			resp = appendAction(resp, a)
 		}
 	}
@@ -260,14 +265,14 @@ func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bo
 		if wait <= 0 {
 			wait = o.ReportingInterval
 		}
-		b.sent, b.expires, b.granted, b.winEnd = true, now.Add(wait), 0, now.Add(wait)
+		b.sent, b.expires, b.granted, b.winEnd, b.grantAt = true, now.Add(wait), 0, now.Add(wait), now
 		return assignment(b.id, wait, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}})
 	}
 	ttl := a.TTL
 	if ttl <= 0 {
 		ttl = time.Millisecond // the grant ends now; the client sees it expire
 	}
-	b.sent, b.expires, b.granted, b.winEnd = true, now.Add(ttl), a.Granted, now.Add(ttl)
+	b.sent, b.expires, b.granted, b.winEnd, b.grantAt = true, now.Add(ttl), a.Granted, now.Add(ttl), now
 	ss.seq++
 	return assignment(b.id, ttl, tokenBucket(a.Granted, ttl, l.Window, ss.seq))
 }
