@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -51,6 +52,9 @@ type listenConfig struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// responses (envoy response_headers_to_add; HTTP headers).
 	ResponseHeaders bool
+	// RLQSUnmatched is the assignment of an Envoy RLQS bucket that matches
+	// no rule: "allow" or "deny" (docs/rlqs.md).
+	RLQSUnmatched string
 	// TLS, when Cert is set, serves gRPC and HTTP over TLS (not the debug
 	// listener, which is meant for loopback).
 	TLS tlsConfig
@@ -154,7 +158,7 @@ type logConfig struct {
 func defaultServeConfig() serveConfig {
 	return serveConfig{
 		Rules:  rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String()},
-		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070"},
+		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070", RLQSUnmatched: "allow"},
 		Store: storeConfig{Kind: "memory", Memory: memoryConfig{MaxKeys: memory.DefaultMaxKeys}, Redis: redisConfig{
 			URL: "redis://127.0.0.1:6379/0", DeniedCache: "auto",
 		}},
@@ -180,6 +184,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
 	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
 	fs.BoolVar(&c.Listen.ResponseHeaders, "response-headers", c.Listen.ResponseHeaders, "add RateLimit, RateLimit-Policy and Retry-After headers to answers")
+	fs.StringVar(&c.Listen.RLQSUnmatched, "rlqs-unmatched", c.Listen.RLQSUnmatched, "Envoy rate limit quota (RLQS) buckets matching no rule: allow or deny")
 	fs.StringVar(&c.Listen.TLS.Cert, "tls-cert", c.Listen.TLS.Cert, "PEM certificate chain: serve gRPC and HTTP over TLS (with --tls-key)")
 	fs.StringVar(&c.Listen.TLS.Key, "tls-key", c.Listen.TLS.Key, "PEM private key of --tls-cert")
 	fs.StringVar(&c.Listen.TLS.ClientCA, "tls-client-ca", c.Listen.TLS.ClientCA, "PEM CA certificates: require client certificates signed by them (mutual TLS)")
@@ -279,6 +284,9 @@ func (c serveConfig) Validate() error {
 	}
 	if _, err := sluice.ParseAlgorithm(c.Rules.DefaultAlgorithm); err != nil {
 		bad("--default-algorithm: %v", err)
+	}
+	if _, err := rlqs.ParseUnmatched(c.Listen.RLQSUnmatched); err != nil {
+		bad("--rlqs-unmatched: %v", err)
 	}
 	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", c.Listen.GRPC}, {"--http-addr", c.Listen.HTTP}, {"--debug-addr", c.Listen.Debug}} {
 		if a.flag == "--debug-addr" && !debugOn(a.addr) {

@@ -39,10 +39,10 @@ const (
 	DenyUnmatched
 )
 
-// ParseUnmatched parses "allow" or "deny".
+// ParseUnmatched parses "allow" or "deny" ("" is "allow").
 func ParseUnmatched(s string) (Unmatched, error) {
 	switch s {
-	case "allow":
+	case "allow", "":
 		return AllowUnmatched, nil
 	case "deny":
 		return DenyUnmatched, nil
