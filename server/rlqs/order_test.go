@@ -3,11 +3,14 @@ package rlqs
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -72,5 +75,61 @@ func TestGrantIsChecksCounter(t *testing.T) {
 	// Check took one more unit.
 	if got, want := resp.Statuses[0].Result.Remaining, 60000-granted-1; got != want {
 		t.Errorf("Check after a grant of %d: remaining %d, want %d", granted, got, want)
+	}
+}
+
+// swapRules is a RuleSource whose snapshot a test replaces (a reload).
+type swapRules struct {
+	p atomic.Pointer[rules.Snapshot]
+}
+
+func (s *swapRules) Current() *rules.Snapshot { return s.p.Load() }
+
+func parseRules(t *testing.T, yaml string) *rules.Snapshot {
+	t.Helper()
+	snap, err := rules.Parse("edge.yaml", []byte(yaml), rules.Options{})
+	if err != nil {
+		t.Fatalf("rules.Parse: %v", err)
+	}
+	return snap
+}
+
+// TestReload: after the rules are reloaded, a bucket's next report
+// matches it again; a bucket whose rule changed gets the new assignment at
+// once (here: unmatched DENY_ALL, then an unlimited rule's ALLOW_ALL).
+func TestReload(t *testing.T) {
+	clock := storetest.NewClock()
+	st, err := redis.New(redis.Options{URL: redistest.Start(t).URL(), Now: clock.Now, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	src := &swapRules{}
+	src.p.Store(parseRules(t, simRules))
+	eng, err := service.New(service.DefaultConfig(), src, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newSimEnvoy("envoy", func() *Server { return srv }, clock.Now())
+	id := map[string]string{"tenant": "other", "route": "x"}
+	e.request(t, clock.Now(), id)
+	if e.request(t, clock.Now(), id) {
+		t.Fatalf("unmatched bucket allowed before the reload, want DENY_ALL")
+	}
+	src.p.Store(parseRules(t, simRules+`  - key: tenant
+    value: other
+    descriptors:
+      - key: route
+        rate_limit: {unlimited: true}
+`))
+	now := clock.Now().Add(5 * time.Second)
+	clock.Set(now)
+	e.report(t, now, nil)
+	if !e.request(t, now, id) {
+		t.Errorf("bucket of a rule made unlimited by a reload: denied after the next report, want ALLOW_ALL")
 	}
 }

@@ -34,7 +34,8 @@ type bucket struct {
 	id      *rlqspb.BucketId
 	entries []rules.Entry
 	kind    kind
-	quota   service.Quota // kindLease only
+	quota   service.Quota   // kindLease only
+	snap    *rules.Snapshot // the rules it was matched with
 
 	lastReport time.Time
 	rate       float64 // requests per second (allowed + denied) last reported
@@ -109,6 +110,16 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 				return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %v", i, err)
 			}
 			ss.buckets[key] = b
+		} else if b.snap != ss.srv.src.Current() {
+			// The rules were reloaded: match again; a bucket whose rule,
+			// limit or kind changed gets a new assignment now.
+			old := *b
+			if err := ss.resolve(b); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %v", i, err)
+			}
+			if b.kind != old.kind || b.quota.Limit != old.quota.Limit || ruleID(b.quota.Rule) != ruleID(old.quota.Rule) {
+				b.sent, b.granted = false, 0
+			}
 		}
 		b.lastReport = now
 		if el := u.GetTimeElapsed().AsDuration(); el > 0 {
@@ -188,7 +199,7 @@ func (ss *session) resolve(b *bucket) error {
 	if err != nil {
 		return err
 	}
-	b.entries, b.quota = entries, q
+	b.entries, b.quota, b.snap = entries, q, snap
 	switch {
 	case q.Rule == nil:
 		b.kind = ss.srv.unmatched
@@ -201,6 +212,13 @@ func (ss *session) resolve(b *bucket) error {
 		b.kind = kindLease
 	}
 	return nil
+}
+
+func ruleID(r *rules.Rule) string {
+	if r == nil {
+		return ""
+	}
+	return r.ID
 }
 
 // act returns the action b needs now, or nil. starved: the client reported
