@@ -18,6 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -257,4 +260,73 @@ func TestRedisDown(t *testing.T) {
 		t.Errorf("no grant after Redis came back")
 	}
 	t.Logf("grant held %d; admitted %d while Redis was down; %+v", grant, admitted, srv.Stats())
+}
+
+// TestPushAtWindowEnd: over gRPC, on the real clock, the server pushes the
+// next window's assignment when the grant in force ends, without waiting
+// for a report (a 1 s window; the test waits for two pushes after the
+// first answer, with a generous deadline and no bound on the time taken).
+func TestPushAtWindowEnd(t *testing.T) {
+	const yaml = `
+domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {window: 1s, requests_per_unit: 100}
+`
+	st, err := redis.New(redis.Options{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	snap, err := rules.Parse("edge.yaml", []byte(yaml), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := service.StaticRules{Snapshot: snap}
+	eng, err := service.New(service.DefaultConfig(), src, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(eng, src, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(func() { srv.Shutdown(); g.Stop() })
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: simDomain, BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"tenant": "acme"}, 50, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // the answer, then two pushes
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("Recv %d: %v", i, err)
+		}
+		qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+		if qa.GetRateLimitStrategy().GetTokenBucket().GetMaxTokens() == 0 && qa.GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+			t.Errorf("message %d: %v, want a token bucket or DENY_ALL", i, resp)
+		}
+		if ttl := qa.GetAssignmentTimeToLive().AsDuration(); ttl <= 0 || ttl > time.Second {
+			t.Errorf("message %d: TTL %v, want within (0, 1s]", i, ttl)
+		}
+	}
+	if s := srv.Stats(); s.Reports != 1 || s.Responses < 3 {
+		t.Errorf("stats %+v: want 1 report, ≥ 3 responses", s)
+	}
 }
