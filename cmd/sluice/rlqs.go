@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -16,13 +17,27 @@ func (s *server) registerRLQS(limits service.Limits) error {
 		return fmt.Errorf("--rlqs-unmatched: %w", err)
 	}
 	log := s.log.With("component", "rlqs")
-	s.rlqs, err = rlqs.New(s.engine, s.watcher, rlqs.Options{Unmatched: un, Limits: limits, Logger: log})
+	allotter := storeAllotter(s.store)
+	s.rlqs, err = rlqs.New(s.engine, s.watcher, rlqs.Options{Unmatched: un, Limits: limits, Logger: log, Allotter: allotter})
 	if err != nil {
 		return err
 	}
-	if !s.engine.CanAllot() {
+	if allotter == nil {
 		log.Info("the store cannot lease allotments: RLQS buckets get the --rlqs-unmatched assignment", "rlqs_unmatched", s.cfg.Listen.RLQSUnmatched)
 	}
 	s.rlqs.Register(s.grpc)
 	return nil
+}
+
+// storeAllotter is the store beneath serve's placement routing and
+// denied-key cache that leases allotments (Redis), or nil (memory).
+func storeAllotter(st sluice.Store) sluice.Allotter {
+	if p, ok := st.(*service.Placed); ok {
+		st = p.Global
+	}
+	if g, ok := st.(*clusterGate); ok {
+		return g.g
+	}
+	a, _ := st.(sluice.Allotter)
+	return a
 }

@@ -11,6 +11,8 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
 // TestServeRLQS: `sluice serve` answers Envoy's rate limit quota stream on
@@ -48,5 +50,33 @@ func TestServeRLQS(t *testing.T) {
 				t.Errorf("after shutdown: Recv error %v, want io.EOF", err)
 			}
 		})
+	}
+}
+
+// TestServeRLQSRedis: with --store redis, a bucket of a fixed-window rule
+// gets a token bucket leased from Redis (through the placement-routing
+// store serve builds): 3 an hour for remote_address, so at most 3 tokens.
+func TestServeRLQSRedis(t *testing.T) {
+	rd := redistest.Start(t)
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/envoy"), withRedis(rd.URL(), nil))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := rlqspb.NewRateLimitQuotaServiceClient(ts.conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+		BucketId: &rlqspb.BucketId{Bucket: map[string]string{"remote_address": "10.0.0.1"}}, TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 100,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatalf("Recv: %v", err)
+	}
+	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+	if n := qa.GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(); n < 1 || n > 3 {
+		t.Errorf("bucket of a 3-an-hour rule: %v, want a token bucket of 1–3 tokens", qa)
 	}
 }

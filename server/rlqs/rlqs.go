@@ -14,6 +14,7 @@
 package rlqs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -80,6 +83,13 @@ type Options struct {
 	Headroom float64
 	// AllotTimeout bounds one allotment call. Default 1 s.
 	AllotTimeout time.Duration
+	// Allotter, if set, is the store grants are leased from instead of the
+	// engine's (service.Engine.Allot). It must hold the counters Check
+	// charges: for `sluice serve`, the Redis store beneath its placement
+	// routing and denied-key cache. With it, a bucket is leased when its
+	// rule's algorithm allots (sluice.AllotAlgorithm) and the rule is not
+	// placed local.
+	Allotter sluice.Allotter
 	// Limits bound domains and bucket entries (see service.Limits). The
 	// zero value is the defaults.
 	Limits service.Limits
@@ -188,6 +198,22 @@ func (s *Server) Stats() Stats {
 		Grants: s.grants.Load(), GrantedUnits: s.grantedUnits.Load(), AllotErrors: s.allotErrors.Load(),
 		Abandoned: s.abandoned.Load(), Unleasable: s.unleasable.Load(),
 	}
+}
+
+// allot leases from Options.Allotter or else the engine.
+func (s *Server) allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+	if s.opts.Allotter != nil {
+		return s.opts.Allotter.Allot(ctx, reqs, out)
+	}
+	return s.engine.Allot(ctx, reqs, out)
+}
+
+// leasable reports whether q's counter can be leased.
+func (s *Server) leasable(q service.Quota) bool {
+	if s.opts.Allotter == nil {
+		return q.Leasable
+	}
+	return q.Key != "" && q.Rule != nil && sluice.AllotAlgorithm(q.Limit.Algorithm) && q.Rule.Placement != rules.PlacementLocal
 }
 
 func (s *Server) logAllotError(err error) {

@@ -205,7 +205,7 @@ func (ss *session) resolve(b *bucket) error {
 		b.kind = ss.srv.unmatched
 	case q.Unlimited || q.Shadow:
 		b.kind = kindAllow
-	case !sluice.AllotAlgorithm(q.Limit.Algorithm) || !ss.srv.engine.CanAllot():
+	case !ss.srv.leasable(q):
 		b.kind = ss.srv.unmatched
 		ss.srv.unleasable.Add(1)
 	default:
@@ -258,7 +258,13 @@ func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bo
 	reqs := []sluice.AllotRequest{{Key: b.quota.Key, Limit: l, Want: w, Split: o.Split}}
 	out := make([]sluice.Allotment, 1)
 	actx, cancel := context.WithTimeout(ctx, o.AllotTimeout)
-	err := ss.srv.engine.Allot(actx, reqs, out)
+	err := ss.srv.allot(actx, reqs, out)
+	if err == nil && out[0].Granted == 0 && out[0].Remaining > 0 {
+		// Less than Split units are left: 1/Split of them rounds down to
+		// nothing, so they go one at a time.
+		reqs[0].Want, reqs[0].Split = 1, 1
+		err = ss.srv.allot(actx, reqs, out)
+	}
 	cancel()
 	if err != nil {
 		// Nothing new is sent: the client keeps what it has until that
