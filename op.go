@@ -112,6 +112,14 @@ const (
 	// ReasonCostTooHigh: the cost exceeds what the limit can ever admit
 	// (Limit.Capacity); waiting will not help and RetryAfter is zero.
 	ReasonCostTooHigh
+	// ReasonPenalty: the key exceeded its limit lately and is kept denied
+	// for the rule's penalty time (rules' rate_limit.penalty), whatever its
+	// counter says. Set by the engine, never by a store.
+	ReasonPenalty
+	// ReasonDenyList: an entry of the request is on its domain's deny list
+	// (rules' deny); waiting will not help. Set by the engine, never by a
+	// store.
+	ReasonDenyList
 )
 
 // String names the reason.
@@ -123,6 +131,10 @@ func (r Reason) String() string {
 		return "limited"
 	case ReasonCostTooHigh:
 		return "cost_too_high"
+	case ReasonPenalty:
+		return "penalty"
+	case ReasonDenyList:
+		return "deny_list"
 	}
 	return "unknown"
 }

@@ -29,9 +29,12 @@ import (
 
 // Field names, in their canonical spelling.
 const (
-	RateLimit           = "RateLimit"
-	RateLimitPolicy     = "RateLimit-Policy"
-	RetryAfter          = "Retry-After"
+	RateLimit       = "RateLimit"
+	RateLimitPolicy = "RateLimit-Policy"
+	RetryAfter      = "Retry-After"
+	// SluiceReason carries a refusal's reason when it is not plain
+	// "limited" (penalty), for transports without a body (Envoy).
+	SluiceReason        = "Sluice-Reason"
 	XRateLimitLimit     = "X-RateLimit-Limit"
 	XRateLimitRemaining = "X-RateLimit-Remaining"
 	XRateLimitReset     = "X-RateLimit-Reset"

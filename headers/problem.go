@@ -14,6 +14,12 @@ const (
 	// ReasonCostTooHigh: the request costs more than a limit can ever admit.
 	// Waiting does not help, so no Retry-After is sent.
 	ReasonCostTooHigh = "cost_too_high"
+	// ReasonPenalty: the key went over its limit lately and is kept out for
+	// the rule's penalty time; Retry-After says when it ends.
+	ReasonPenalty = "penalty"
+	// ReasonDenyList: the request names an entry on a deny list; waiting
+	// does not help, so no Retry-After is sent.
+	ReasonDenyList = "deny_list"
 	// ReasonUnavailable: the limit could not be decided (its store is down
 	// and it fails closed) or the server is shedding load: a 503.
 	ReasonUnavailable = "unavailable"

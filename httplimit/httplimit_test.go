@@ -279,7 +279,7 @@ func getStatus(t *testing.T, url string) (int, http.Header) {
 // the response, so the next request may race it by a moment).
 func waitFree(t *testing.T, url, why string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		code, _ := getStatus(t, url)
 		if code == 200 {

@@ -23,6 +23,11 @@ type Options struct {
 	// DefaultAlgorithm is the algorithm of every rate_limit that names none.
 	// Zero means sluice.FixedWindow, envoy's behaviour.
 	DefaultAlgorithm sluice.Algorithm
+	// MergeDomains lets several files of a directory (LoadDir) declare one
+	// domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: their
+	// top-level descriptors are merged, and a descriptor two of them
+	// declare is an error. False: a domain in two files is an error.
+	MergeDomains bool
 }
 
 func (o Options) algorithm() sluice.Algorithm {
@@ -49,6 +54,7 @@ type parser struct {
 // dnode is one parsed descriptor.
 type dnode struct {
 	step     Step
+	file     string
 	line     int
 	field    string
 	rule     *Rule
@@ -67,6 +73,8 @@ type domainTree struct {
 	// rule's tiers (see tiers.go).
 	tenantKey string
 	tierLines map[*Rule]int
+	// deny is the file's deny list (deny.go), nil without one.
+	deny *DenyList
 }
 
 // walk calls f for every descriptor with a rule, depth first in file order.
@@ -255,7 +263,7 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 	t := &domainTree{file: p.file, line: n.Line}
 	var descs *yaml.Node
 	haveDomain := false
-	ok := p.fields(n, "", []string{"domain", "descriptors", "tenant_key"}, func(key string, k, v *yaml.Node) {
+	ok := p.fields(n, "", []string{"domain", "descriptors", "tenant_key", "deny"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "domain":
 			haveDomain = true
@@ -267,6 +275,8 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 			}
 		case "descriptors":
 			descs = v
+		case "deny":
+			t.deny = p.denyList(v)
 		case "tenant_key":
 			if s, ok := p.str(v, "tenant_key"); ok && s == "" {
 				p.add(v.Line, "tenant_key", "must not be empty")
@@ -329,11 +339,12 @@ var descriptorKeys = []string{
 }
 
 func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domainTree) *dnode {
-	d := &dnode{line: n.Line, field: field}
+	d := &dnode{file: p.file, line: n.Line, field: field}
 	var rl, children *yaml.Node
 	var rlField string
 	haveKey, valid := false, true
-	var shadow, detailed bool
+	var shadow, detailed, quota bool
+	var meta map[string]any
 	ok := p.fields(n, field, descriptorKeys, func(key string, k, v *yaml.Node) {
 		f := join(field, key)
 		var good bool
@@ -357,12 +368,14 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 			detailed, good = p.boolean(v, f)
 		case "share_threshold":
 			d.step.Shared, good = p.boolean(v, f)
-		case "value_to_metric", "quota_mode":
-			// Accepted for compatibility; Sluice's metrics label by rule
-			// and has no quota mode, so they change nothing.
+		case "value_to_metric":
+			// Accepted for compatibility; Sluice's metrics label by rule,
+			// so it changes nothing.
 			_, good = p.boolean(v, f)
+		case "quota_mode":
+			quota, good = p.boolean(v, f)
 		case "metadata":
-			good = true // free-form in envoy; ignored
+			meta, good = p.metadata(v, f)
 		}
 		valid = valid && good
 	})
@@ -391,6 +404,7 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 			r.Path = path
 			r.ShadowMode = shadow
 			r.DetailedMetric = detailed
+			r.QuotaMode, r.Metadata = quota, meta
 			d.rule = r
 		} else {
 			valid = false
@@ -405,17 +419,102 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 	return d
 }
 
+// maxMetadataBytes bounds one descriptor's metadata, as the bytes of its
+// YAML scalars and keys, so a rule file cannot make every response huge.
+const maxMetadataBytes = 4096
+
+// metadata reads a descriptor's metadata: a mapping with string keys whose
+// values are scalars, lists or mappings (as google.protobuf.Struct holds).
+func (p *parser) metadata(v *yaml.Node, field string) (map[string]any, bool) {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
+		return nil, true
+	}
+	if v.Kind != yaml.MappingNode {
+		p.add(v.Line, field, "want a mapping, got %s", kindName(v))
+		return nil, false
+	}
+	size := 0
+	var conv func(n *yaml.Node, f string, depth int) (any, bool)
+	conv = func(n *yaml.Node, f string, depth int) (any, bool) {
+		n = p.resolve(n)
+		if depth > 16 || p.nodes > maxNodes {
+			p.add(n.Line, f, "nested more than 16 levels deep")
+			return nil, false
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			m := make(map[string]any, len(n.Content)/2)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := p.resolve(n.Content[i])
+				if k.Kind != yaml.ScalarNode {
+					p.add(k.Line, f, "want a key name, got %s", kindName(k))
+					return nil, false
+				}
+				if _, dup := m[k.Value]; dup {
+					p.add(k.Line, join(f, k.Value), "key given twice")
+					return nil, false
+				}
+				size += len(k.Value)
+				x, ok := conv(n.Content[i+1], join(f, k.Value), depth+1)
+				if !ok {
+					return nil, false
+				}
+				m[k.Value] = x
+			}
+			return m, true
+		case yaml.SequenceNode:
+			l := make([]any, 0, len(n.Content))
+			for i, c := range n.Content {
+				x, ok := conv(c, fmt.Sprintf("%s[%d]", f, i), depth+1)
+				if !ok {
+					return nil, false
+				}
+				l = append(l, x)
+			}
+			return l, true
+		case yaml.ScalarNode:
+			size += len(n.Value)
+			if size > maxMetadataBytes {
+				p.add(n.Line, field, "more than %d bytes", maxMetadataBytes)
+				return nil, false
+			}
+			switch n.ShortTag() {
+			case "!!null":
+				return nil, true
+			case "!!bool":
+				var b bool
+				if n.Decode(&b) == nil {
+					return b, true
+				}
+			case "!!int", "!!float":
+				var x float64
+				if n.Decode(&x) == nil {
+					return x, true
+				}
+			}
+			return n.Value, true
+		}
+		p.add(n.Line, f, "want a value, got %s", kindName(n))
+		return nil, false
+	}
+	x, ok := conv(v, field, 0)
+	if !ok {
+		return nil, false
+	}
+	return x.(map[string]any), true
+}
+
 var rateLimitKeys = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
 	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
-	"tiers", "calendar", "time_zone",
+	"tiers", "calendar", "time_zone", "penalty", "settle",
 }
 
 func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	r := &Rule{File: p.file, Line: n.Line}
 	valid := true
 	var unitNode, rpuNode, algNode, burstNode, windowNode, placeNode, subNode, tiersNode *yaml.Node
-	var calNode, tzNode *yaml.Node
+	var calNode, tzNode, penNode, settleNode *yaml.Node
 	var cal Calendar
 	var burst uint64
 	alg := p.opts.algorithm()
@@ -492,12 +591,28 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 			}
 		case "tiers":
 			tiersNode = v
+		case "penalty":
+			penNode = v
+			r.Penalty, good = p.penalty(v, f)
 		case "calendar", "time_zone":
 			good = p.calendarField(key, v, f, &cal)
 			if key == "calendar" {
 				calNode = v
 			} else {
 				tzNode = v
+			}
+		case "settle":
+			settleNode = v
+			var s string
+			if s, good = p.str(v, f); good {
+				switch strings.ToLower(s) {
+				case "before":
+				case "after":
+					r.SettleAfter = true
+				default:
+					p.add(v.Line, f, "unknown settle %q (want before or after)", s)
+					good = false
+				}
 			}
 		case "failure_mode":
 			var s string
@@ -511,6 +626,16 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		}
 		valid = valid && good
 	})
+	for i, name := range r.Replaces {
+		if name == r.Name {
+			line := n.Line
+			if ls := t.replLines[r]; i < len(ls) {
+				line = ls[i]
+			}
+			p.add(line, fmt.Sprintf("%s.replaces[%d].name", field, i), "names this rule itself (%q); a rule cannot replace itself", name)
+			valid = false
+		}
+	}
 	if !ok || !valid {
 		return nil
 	}
@@ -518,7 +643,7 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		for _, x := range []struct {
 			n    *yaml.Node
 			name string
-		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}} {
+		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}, {penNode, "penalty"}, {settleNode, "settle"}} {
 			if x.n != nil {
 				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
 				valid = false
@@ -556,6 +681,10 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		p.add(placeNode.Line, join(field, "placement"), "hybrid placement supports fixed_window, gcra and token_bucket, not %v", alg)
 		valid = false
 	}
+	if r.SettleAfter && alg == sluice.Concurrency {
+		p.add(settleNode.Line, join(field, "settle"), "concurrency limits count requests in flight; they cannot settle after")
+		valid = false
+	}
 	if subNode != nil && r.SubCounters > 1 && alg == sluice.Concurrency {
 		p.add(subNode.Line, join(field, "sub_counters"), "concurrency limits cannot be split")
 		valid = false
@@ -563,6 +692,19 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	if subNode != nil && r.SubCounters > 1 && int64(r.RequestsPerUnit) < int64(r.SubCounters) {
 		p.add(subNode.Line, join(field, "sub_counters"), "%d sub-counters of requests_per_unit %d would leave some with no quota", r.SubCounters, r.RequestsPerUnit)
 		valid = false
+	}
+	if penNode != nil {
+		switch {
+		case alg == sluice.Concurrency:
+			p.add(penNode.Line, join(field, "penalty"), "not allowed with algorithm concurrency (a slot is given back, not exceeded)")
+			valid = false
+		case r.SubCounters > 1:
+			p.add(penNode.Line, join(field, "penalty"), "not allowed with sub_counters")
+			valid = false
+		case r.Placement == PlacementHybrid:
+			p.add(penNode.Line, join(field, "penalty"), "not allowed with placement hybrid")
+			valid = false
+		}
 	}
 	if !valid {
 		return nil
@@ -584,6 +726,27 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		t.tierLines[r] = tiersNode.Line
 	}
 	return r
+}
+
+// MaxPenalty bounds rate_limit.penalty.
+const MaxPenalty = 7 * 24 * time.Hour
+
+// penalty reads rate_limit.penalty: a duration from 1s to MaxPenalty.
+func (p *parser) penalty(v *yaml.Node, field string) (time.Duration, bool) {
+	s, ok := p.str(v, field)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		p.add(v.Line, field, "want a duration such as 10m, got %q", s)
+	case d < time.Second || d > MaxPenalty:
+		p.add(v.Line, field, "%v: want 1s to %v", d, MaxPenalty)
+	default:
+		return d, true
+	}
+	return 0, false
 }
 
 func firstNode(ns ...*yaml.Node) *yaml.Node {

@@ -8,6 +8,7 @@ package rules
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 )
@@ -93,9 +94,28 @@ type Rule struct {
 	// (rate_limit.sub_counters), each enforcing its share, so that a hot key
 	// spreads over Redis Cluster slots. 0 or 1: one counter.
 	SubCounters int
+	// Penalty, when above zero, keeps a key that went over the limit
+	// denied for this long afterwards, whatever its counter says
+	// (rate_limit.penalty; answers carry reason penalty).
+	Penalty time.Duration
 	// Replaces names the rules (by Name) this rule overrides when both match
-	// one request.
+	// one request. A rule never names itself.
 	Replaces []string
+	// SettleAfter (rate_limit.settle: after): the rule's hits are costs
+	// known only after the fact (Envoy's apply_on_stream_done sends them
+	// when the response ends, e.g. LLM tokens used). A check that carries
+	// hits charges them whether or not they fit (never denied; the counter
+	// may go into debt, as sluice.Charge does), and a check with zero hits
+	// is denied while not one unit is left (in debt or used up).
+	SettleAfter bool
+	// QuotaMode (the descriptor's quota_mode, as envoyproxy/ratelimit's):
+	// this rule's denial alone does not deny the request; a request is
+	// denied by its quota-mode rules only when every one of them denies.
+	QuotaMode bool
+	// Metadata is the descriptor's free-form metadata mapping (maps with
+	// string keys, lists, strings, numbers, booleans), returned in Envoy's
+	// dynamic metadata when the server is asked to; nil when none.
+	Metadata map[string]any
 	// File and Line locate the rule's rate_limit in its source.
 	File string
 	Line int

@@ -22,6 +22,8 @@ type Snapshot struct {
 	byName  map[string]map[string]*Rule
 	// tenantKeys holds each domain's tenant_key, if it names one.
 	tenantKeys map[string]string
+	// deny holds each domain's deny list, if its file has one.
+	deny map[string]*DenyList
 }
 
 // level is one level of a domain's descriptor tree, indexed for matching.
@@ -208,7 +210,61 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 		// without any limit must not happen by accident.
 		probs = append(probs, Problem{File: dir, Msg: "no rule files (*.yaml, *.yml)"})
 	}
+	if opts.MergeDomains {
+		trees = mergeTrees(trees, &probs)
+	}
 	return compile(trees, probs)
+}
+
+// mergeTrees merges the files that share a domain into the first of them
+// (in file name order), as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG
+// does: their top-level descriptors join one list, and one that another
+// file of the domain already has (same key and value) is an error, as are
+// two different tenant_keys.
+func mergeTrees(trees []*domainTree, probs *Errors) []*domainTree {
+	first := map[string]*domainTree{}
+	out := trees[:0:0]
+	for _, t := range trees {
+		f, dup := first[t.domain]
+		if !dup || t.domain == "" {
+			first[t.domain] = t
+			out = append(out, t)
+			continue
+		}
+		if t.tenantKey != "" && f.tenantKey != "" && t.tenantKey != f.tenantKey {
+			*probs = append(*probs, Problem{File: t.file, Line: t.line, Field: "tenant_key",
+				Msg: fmt.Sprintf("tenant_key %q differs from %q in %s, which has the same domain", t.tenantKey, f.tenantKey, f.file)})
+			continue
+		}
+		if f.tenantKey == "" {
+			f.tenantKey = t.tenantKey
+		}
+		have := map[string]*dnode{}
+		for _, d := range f.top {
+			have[d.step.Key+"\x00"+d.step.Value] = d
+		}
+		for _, d := range t.top {
+			if o := have[d.step.Key+"\x00"+d.step.Value]; o != nil {
+				*probs = append(*probs, Problem{File: t.file, Line: d.line, Field: d.field,
+					Msg: fmt.Sprintf("descriptor %s is also at the top of domain %q in %s:%d (merged domains)", joinSteps([]Step{d.step}, '.', '='), t.domain, o.file, o.line)})
+				continue
+			}
+			f.top = append(f.top, d)
+		}
+		for r, ls := range t.replLines {
+			if f.replLines == nil {
+				f.replLines = map[*Rule][]int{}
+			}
+			f.replLines[r] = ls
+		}
+		for r, l := range t.tierLines {
+			if f.tierLines == nil {
+				f.tierLines = map[*Rule]int{}
+			}
+			f.tierLines[r] = l
+		}
+	}
+	return out
 }
 
 // compile builds a Snapshot from parsed files, adding the problems only the
@@ -231,6 +287,12 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 		if t.tenantKey != "" {
 			s.tenantKeys[t.domain] = t.tenantKey
 		}
+		if t.deny.Len() > 0 {
+			if s.deny == nil {
+				s.deny = map[string]*DenyList{}
+			}
+			s.deny[t.domain] = t.deny
+		}
 		var domainRules []*Rule
 		ids := map[string]*Rule{}
 		names := map[string]*Rule{}
@@ -239,7 +301,7 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 			r.Domain = t.domain
 			r.ID = ruleID(r.Path)
 			if o, dup := ids[r.ID]; dup {
-				probs = append(probs, Problem{File: t.file, Line: r.Line, Field: d.field + ".rate_limit",
+				probs = append(probs, Problem{File: r.File, Line: r.Line, Field: d.field + ".rate_limit",
 					Msg: fmt.Sprintf("rule ID %q is also the ID of the rule at line %d; rename a key or value", r.ID, o.Line)})
 				return
 			}
@@ -256,7 +318,7 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 					if ls := t.replLines[d.rule]; i < len(ls) {
 						line = ls[i]
 					}
-					probs = append(probs, Problem{File: t.file, Line: line, Field: fmt.Sprintf("%s.rate_limit.replaces[%d].name", d.field, i),
+					probs = append(probs, Problem{File: d.rule.File, Line: line, Field: fmt.Sprintf("%s.rate_limit.replaces[%d].name", d.field, i),
 						Msg: fmt.Sprintf("no rule in domain %q is named %q", t.domain, n)})
 				}
 			}

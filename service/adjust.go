@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -17,9 +16,10 @@ import (
 // the code that names Check's, so they touch exactly Check's counters.
 
 // ErrNoKeyLister: the store cannot list its keys (it is not a
-// sluice.KeyLister), so a tenant's counters cannot be found. Test with
-// errors.Is.
-var ErrNoKeyLister = errors.New("service: the store cannot list its keys")
+// sluice.KeyLister, or a layer of it forwards to one that cannot), so a
+// tenant's counters cannot be found. It is sluice.ErrNoKeyLister, which
+// composed stores wrap; test with errors.Is.
+var ErrNoKeyLister = sluice.ErrNoKeyLister
 
 // Charge settles costs known only after the fact on the counters a Check of
 // the same descriptors uses (tenant overrides and tiers, calendar quotas,

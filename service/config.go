@@ -38,6 +38,17 @@ type Config struct {
 	// (tenant tiers and overrides, kill switches; see Overrides). Nil keeps
 	// the rule files' limits.
 	Overrides Overrides
+	// Sample, when set, records a bounded sample of checks for previews
+	// of rule changes (see Sample). Nil records nothing.
+	Sample *Sample
+	// ShadowMode puts every limit in shadow mode, as if each rule said
+	// shadow_mode: true (envoyproxy/ratelimit's SHADOW_MODE): limits count,
+	// and a denial is reported as allowed (outcome shadow_denied).
+	ShadowMode bool
+	// QuotaMode treats every descriptor of every request as quota mode
+	// (envoyproxy/ratelimit's QUOTA_MODE; see rules.Rule.QuotaMode): a
+	// request is denied only when all its limited descriptors are over.
+	QuotaMode bool
 	// Now is the clock that places calendar quotas (rules.Calendar) in
 	// their month or day; nil means time.Now. Give it the store's clock in
 	// tests with a fake one.

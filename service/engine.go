@@ -16,8 +16,10 @@ import (
 )
 
 // ErrInvalidRequest marks a request the engine refuses to decide: an empty
-// domain, no descriptors, a descriptor without entries, an entry with an
-// empty key, an unknown override unit, or a hit count above sluice.MaxExact.
+// domain, no descriptors, an unknown override unit, or a hit count above
+// sluice.MaxExact. (A descriptor without entries, or with an entry whose key
+// is empty, matches no rule and is answered OK, as envoyproxy/ratelimit
+// answers it; the request's other descriptors are decided as usual.)
 // Servers map it to InvalidArgument (gRPC) or 400 (HTTP); test with
 // errors.Is.
 var ErrInvalidRequest = errors.New("invalid request")
@@ -60,6 +62,8 @@ type Engine struct {
 	suppressed atomic.Int64 // store failures not logged since
 
 	detailed detailedLabels // detailed_metric label values in use (detailed.go)
+
+	lastHits map[[2]string]*atomic.Int64 // guarded by mu; see LastHit
 }
 
 // New returns an Engine deciding with the rules of src and the state in
@@ -140,6 +144,18 @@ func (e *Engine) Ready(ctx context.Context) error {
 // An admitted concurrency limit holds a lease (Status.Lease) until Release
 // gives it back or the limit's window passes.
 //
+// Envoy's additions: a descriptor with Refund gives its hits back
+// (sluice.Refund); on a rule with settle: after, hits are charged whether
+// or not they fit (sluice.Charge) and a look (zero hits) is denied, with
+// the exact wait for one unit, while not one unit is left. Charges and
+// refunds are never denied and are applied even when another limit denies
+// the request (then in a store call of their own). A quota-mode limit
+// (rules.Rule.QuotaMode, Config.QuotaMode) that is over reports
+// OVER_LIMIT, but the request is denied for it only when every quota-mode
+// limit of the request is over; otherwise it is retried as a look, as
+// shadow-mode limits are, so the admitted request is charged elsewhere. A
+// descriptor with no entries or an empty key matches no rule and is OK.
+//
 // When only shadow-mode limits deny, the batch is taken a second time with
 // those limits as looks, so the enforced limits are charged: shadow mode
 // must not change what is admitted.
@@ -156,9 +172,18 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	if err := validate(&req, e.cfg.Limits); err != nil {
 		return Response{}, err
 	}
+	if resp, ok := e.denied(&req); ok {
+		e.m.CheckDuration(time.Since(start))
+		return resp, nil
+	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	resp := e.plan(sc, &req, nil)
+	if e.cfg.Now != nil {
+		touch(sc, e.cfg.Now())
+	} else {
+		touch(sc, start)
+	}
 	if len(sc.ops) > 0 {
 		if err := e.decide(ctx, sc, &resp); err != nil {
 			return Response{}, err
@@ -168,6 +193,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		}
 	}
 	e.record(sc, &req, &resp)
+	if e.cfg.Sample != nil {
+		e.cfg.Sample.record(&req, &resp)
+	}
 	if e.cfg.Observer != nil {
 		e.observe(start, sc, &req, &resp)
 	}
@@ -191,14 +219,6 @@ func validate(req *Request, lim Limits) error {
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		if len(d.Entries) == 0 {
-			return fmt.Errorf("service: %w: descriptor %d has no entries", ErrInvalidRequest, i)
-		}
-		for j := range d.Entries {
-			if d.Entries[j].Key == "" {
-				return fmt.Errorf("service: %w: descriptor %d: entry %d has an empty key", ErrInvalidRequest, i, j)
-			}
-		}
 		if d.Hits != nil && *d.Hits > sluice.MaxExact {
 			return fmt.Errorf("service: %w: descriptor %d: hits %d above %d", ErrInvalidRequest, i, *d.Hits, uint64(sluice.MaxExact))
 		}

@@ -234,8 +234,6 @@ func TestCheckInvalidRequests(t *testing.T) {
 	}{
 		{"empty domain", Request{Descriptors: []Descriptor{desc("ip", "1")}}, "empty domain"},
 		{"no descriptors", Request{Domain: "test"}, "no descriptors"},
-		{"descriptor without entries", req(desc("ip", "1"), Descriptor{}), "descriptor 1 has no entries"},
-		{"empty key", req(desc("ip", "1", "", "x")), "descriptor 0: entry 1 has an empty key"},
 		{"invalid override unit", req(badUnit), `limit unit "fortnight"`},
 		{"hits too large", req(tooMany), "hits 9007199254740992 above"},
 		{"request hits too large", Request{Domain: "test", Hits: 1 << 60, Descriptors: []Descriptor{desc("ip", "1")}}, "hits 1152921504606846976 above"},

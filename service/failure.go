@@ -73,7 +73,11 @@ func (e *Engine) fail(ctx context.Context, sc *scratch, resp *Response, err erro
 			}
 		case rules.FailureLocal:
 			st.Degraded = Local
-			sc.local = append(sc.local, sluice.Op{Key: sc.ops[p.op].Key, Limit: p.local, Cost: sc.ops[p.op].Cost})
+			op := sluice.Op{Key: sc.ops[p.op].Key, Limit: p.local, Cost: sc.ops[p.op].Cost, Action: sc.ops[p.op].Action}
+			if p.probing {
+				op.Cost = 0 // a look: the fallback has no probe refund
+			}
+			sc.local = append(sc.local, op)
 		default:
 			st.Degraded = FailedOpen
 			st.Code = CodeOK

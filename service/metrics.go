@@ -18,6 +18,11 @@ const (
 	OutcomeLocalAllowed = "local_allowed"
 	// OutcomeLocalDenied: the store failed and the local fallback denied.
 	OutcomeLocalDenied = "local_denied"
+	// OutcomeQuotaDenied: a quota-mode rule (rules.Rule.QuotaMode, or
+	// Config.QuotaMode) was over its limit; its status is OVER_LIMIT, but the
+	// request was denied for it only if every quota-mode limit of the
+	// request was over (then the request's other limits charged nothing).
+	OutcomeQuotaDenied = "quota_denied"
 )
 
 const (
@@ -28,12 +33,13 @@ const (
 	outFailedClosed
 	outLocalAllowed
 	outLocalDenied
+	outQuotaDenied
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
 	OutcomeAllowed, OutcomeDenied, OutcomeShadowDenied, OutcomeFailedOpen,
-	OutcomeFailedClosed, OutcomeLocalAllowed, OutcomeLocalDenied,
+	OutcomeFailedClosed, OutcomeLocalAllowed, OutcomeLocalDenied, OutcomeQuotaDenied,
 }
 
 // Metrics receives what an Engine counts. *promstats.Metrics (package

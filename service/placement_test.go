@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
@@ -50,7 +51,7 @@ func TestPlacedRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := newHarnessSnap(t, snap, DefaultConfig(), &Placed{Global: g, Hybrid: h, Local: l})
+	hs := newHarnessSnap(t, snap, DefaultConfig(), &compose.Placed{Global: g, Hybrid: h, Local: l})
 	for _, k := range []string{"g", "h", "l"} {
 		hs.check(t, Request{Domain: "p", Descriptors: []Descriptor{desc(k, "1")}})
 	}
@@ -118,11 +119,11 @@ func (healthyStore) Health() []sluice.NodeHealth {
 
 // Placed passes the global store's node health through.
 func TestPlacedHealth(t *testing.T) {
-	p := &Placed{Global: healthyStore{}}
+	p := &compose.Placed{Global: healthyStore{}}
 	if h := p.Health(); len(h) != 1 || h[0].Node != "n1:6379" {
 		t.Fatalf("Health() = %v, want the global store's one node", h)
 	}
-	if h := (&Placed{Global: &recordingStore{}}).Health(); h != nil {
+	if h := (&compose.Placed{Global: &recordingStore{}}).Health(); h != nil {
 		t.Fatalf("Health() over a store without health = %v, want nil", h)
 	}
 }

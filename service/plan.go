@@ -3,6 +3,7 @@ package service
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -22,6 +23,12 @@ type ruleInfo struct {
 	mode    rules.FailureMode
 	current CurrentLimit
 	count   func(outcome string, near bool) // Metrics.Rule's recorder
+	// pen is the limit of the rule's penalty key (see penaltyLimit); zero
+	// when the rule has no penalty.
+	pen sluice.Limit
+	// last is when a check last matched the rule (unix seconds), shared
+	// by the ruleInfos of every snapshot holding the rule (Engine.LastHit).
+	last *atomic.Int64
 }
 
 // rulesFor returns the per-rule data of snapshot s, building it on the first
@@ -38,6 +45,9 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 	}
 	c := &compiled{snap: s, rules: map[*rules.Rule]*ruleInfo{}}
 	live := map[[2]string]bool{}
+	if e.lastHits == nil {
+		e.lastHits = map[[2]string]*atomic.Int64{}
+	}
 	for _, r := range s.Rules() {
 		info := &ruleInfo{mode: r.FailureMode}
 		if info.mode == rules.FailureDefault {
@@ -47,10 +57,18 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 			info.middle = ruleMiddle(r)
 			info.local = scaleLimit(r.Limit, e.cfg.ExpectedReplicas)
 		}
+		if r.Penalty > 0 {
+			info.pen = penaltyLimit(r.Penalty)
+		}
 		info.current = CurrentLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Limit.Window}
 		info.count = e.m.Rule(r.Domain, r.ID)
+		id := [2]string{r.Domain, r.ID}
+		if info.last = e.lastHits[id]; info.last == nil {
+			info.last = new(atomic.Int64)
+			e.lastHits[id] = info.last
+		}
 		c.rules[r] = info
-		live[[2]string{r.Domain, r.ID}] = true
+		live[id] = true
 	}
 	if old != nil { // drop the series of rules that are gone
 		for r := range old.rules {
@@ -59,8 +77,43 @@ func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
 			}
 		}
 	}
+	for id := range e.lastHits {
+		if !live[id] {
+			delete(e.lastHits, id)
+		}
+	}
 	e.cache.Store(c)
 	return c
+}
+
+// LastHit returns when a check last matched the rule of domain with ID id
+// in the rules in force (to the second), or the zero time when none has
+// since the engine started (or the rule is not in force). Matches of rules
+// switched off are not counted. Safe for concurrent use; a reload guard
+// (watch.Guard.InUse) uses it to tell rules in use.
+func (e *Engine) LastHit(domain, id string) time.Time {
+	e.rulesFor(e.src.Current())
+	e.mu.Lock()
+	last := e.lastHits[[2]string{domain, id}]
+	e.mu.Unlock()
+	if last == nil {
+		return time.Time{}
+	}
+	if sec := last.Load(); sec != 0 {
+		return time.Unix(sec, 0)
+	}
+	return time.Time{}
+}
+
+// touch records that the rules of sc's plans were hit at now: one atomic
+// load per rule, and a store only when the second changed.
+func touch(sc *scratch, now time.Time) {
+	sec := now.Unix()
+	for i := range sc.plans {
+		if info := sc.plans[i].info; info != nil && info.last.Load() != sec {
+			info.last.Store(sec)
+		}
+	}
 }
 
 // scaleLimit divides a limit's quota and burst by the replica count, rounding
@@ -109,9 +162,22 @@ type plan struct {
 	// sub-counters; own: it is not the rule's own, so keys carry it.
 	lim sluice.Limit
 	own bool
+	// pen is 1 + the index in ops of the rule's penalty look (0: none);
+	// its key is scratch.key[pks:pke].
+	pen, pks, pke int
 	// subs, for Charge and Reset of a rule with sub-counters: the ops of
 	// sub-counters 1 … S−1 are ops[subs:subs+S−1] (op is sub-counter 0's).
 	subs int
+	// quota: the limit is in quota mode (rules.Rule.QuotaMode or
+	// Config.QuotaMode); shadowHit then marks a quota-mode denial retried
+	// as a look.
+	quota bool
+	// probing: a look at a settle-after rule, planned as a Take of 1 that
+	// ops[probe], a Refund of 1 on the same key, gives back in the same
+	// batch: denied with the exact RetryAfter of one unit when not one unit
+	// is left, and charging nothing either way.
+	probing bool
+	probe   int
 }
 
 // adjust makes plan build the ops of Engine.Charge or Engine.Reset
@@ -193,7 +259,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
 		st.Code = CodeOK
-		if !knownDomain {
+		if !knownDomain || !matchable(d.Entries) {
 			continue
 		}
 		hits := req.Hits
@@ -204,8 +270,11 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 			hits = *d.Hits
 		}
 		cost, act := int64(hits), sluice.Take // validated: hits ≤ sluice.MaxExact
-		if adj != nil {
+		switch {
+		case adj != nil:
 			cost, act = adj.op(i)
+		case d.Refund && cost > 0:
+			act = sluice.Refund
 		}
 		if d.Limit != nil {
 			window, _ := rules.UnitWindow(d.Limit.Unit) // validated
@@ -218,7 +287,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 			ks := len(sc.key)
 			sc.key = appendKey(sc.key, req.Domain, d.Entries, nil, string(overrideMiddle(lim)))
 			sc.plans = append(sc.plans, plan{desc: i, mode: e.cfg.DefaultFailureMode, local: scaleLimit(lim, e.cfg.ExpectedReplicas),
-				op: len(sc.ops), ks: ks, ke: len(sc.key), lim: lim})
+				op: len(sc.ops), ks: ks, ke: len(sc.key), lim: lim, shadow: e.cfg.ShadowMode, quota: e.cfg.QuotaMode})
 			sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: cost, Action: act})
 			continue
 		}
@@ -245,10 +314,20 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		}
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
-		if adj != nil && !adj.reset && r.Limit.Algorithm == sluice.Concurrency {
-			st.Skipped = SkipConcurrency
+		if r.Limit.Algorithm == sluice.Concurrency && ((adj != nil && !adj.reset) || act == sluice.Refund) {
+			if adj != nil {
+				st.Skipped = SkipConcurrency
+			}
 			sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, op: -1})
 			continue
+		}
+		probing := false
+		if adj == nil && r.SettleAfter && act == sluice.Take {
+			if cost > 0 {
+				act = sluice.Charge // spent already: charged whether or not it fits
+			} else {
+				cost, probing = 1, true
+			}
 		}
 		ks := len(sc.key)
 		lim, excess := e.limitFor(r, &ov, &currents[i])
@@ -262,10 +341,17 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		}
 		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, sub, own)
 		sc.calendar = sc.calendar || excess != 0
-		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow, local: local,
+		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow || e.cfg.ShadowMode, local: local,
 			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier,
-			lim: lim, own: own != nil})
+			lim: lim, own: own != nil, quota: r.QuotaMode || e.cfg.QuotaMode, probing: probing})
 		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act})
+		if p := &sc.plans[len(sc.plans)-1]; r.Penalty > 0 && adj == nil && !p.shadow {
+			p.pks = len(sc.key)
+			sc.key = append(sc.key, sc.key[ks:p.ke]...)
+			sc.key = append(sc.key, penaltySuffix...)
+			p.pke, p.pen = len(sc.key), len(sc.ops)+1
+			sc.ops = append(sc.ops, sluice.Op{Limit: info.pen, Cost: 1, Action: sluice.Take})
+		}
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
@@ -277,10 +363,36 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		for i := range sc.plans {
 			if p := &sc.plans[i]; p.op >= 0 {
 				sc.ops[p.op].Key = keys[p.ks:p.ke]
+				if p.pen > 0 {
+					sc.ops[p.pen-1].Key = keys[p.pks:p.pke]
+				}
+			}
+		}
+		for i := range sc.plans {
+			if p := &sc.plans[i]; p.probing && p.op >= 0 {
+				take := &sc.ops[p.op]
+				take.UndoIfUnknown = false // its refund rides in the same atomic step
+				p.probe = len(sc.ops)
+				sc.ops = append(sc.ops, sluice.Op{Key: take.Key, Limit: take.Limit, Cost: 1, Action: sluice.Refund})
 			}
 		}
 	}
 	return resp
+}
+
+// matchable reports whether a descriptor's entries can match a rule: at
+// least one entry, and no empty key. envoyproxy/ratelimit answers any other
+// descriptor OK without a limit, and so does the engine.
+func matchable(entries []rules.Entry) bool {
+	if len(entries) == 0 {
+		return false
+	}
+	for i := range entries {
+		if entries[i].Key == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // markUndo sets sluice.Op.UndoIfUnknown on the Takes (of cost > 0) that a

@@ -1,17 +1,9 @@
 package service
 
 import (
-	"context"
-	"errors"
-	"fmt"
-
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 )
-
-// ErrNoAllotter is returned by Engine.Allot when the engine's store cannot
-// lease allotments (it does not implement sluice.Allotter).
-var ErrNoAllotter = errors.New("service: the store cannot lease allotments")
 
 // Quota is the counter a check of one descriptor charges: the store key and
 // limit Check would use, so that quota leased for it (Engine.Allot) and
@@ -27,10 +19,6 @@ type Quota struct {
 	// Key and Limit name the counter (empty when Rule is nil or Unlimited).
 	Key   string
 	Limit sluice.Limit
-	// Leasable: Engine.Allot can lease from the counter (its algorithm
-	// satisfies sluice.AllotAlgorithm and the store that holds it is a
-	// sluice.Allotter: not a rule placed local).
-	Leasable bool
 }
 
 // Quota returns the counter that Check charges for one descriptor of
@@ -57,50 +45,5 @@ func (e *Engine) Quota(domain string, entries []rules.Entry) (Quota, error) {
 		q.Key = string([]byte(sc.ops[p.op].Key)) // the scratch's keys are reused
 		q.Limit = sc.ops[p.op].Limit
 	}
-	q.Leasable = q.Key != "" && sluice.AllotAlgorithm(q.Limit.Algorithm) && e.allotterFor(q.Key) != nil
 	return q, nil
-}
-
-// allotterFor returns the store that can lease key's quota, or nil: the
-// engine's store, or for a Placed store the global store (which also holds
-// the counters placement: hybrid instances lease from), never a local one.
-func (e *Engine) allotterFor(key string) sluice.Allotter {
-	st := e.store
-	if p, ok := st.(*Placed); ok {
-		if i, _ := p.storeOf(key); i == 0 {
-			return nil // placement: local counters are per instance
-		}
-		st = p.Global
-	}
-	a, _ := st.(sluice.Allotter)
-	return a
-}
-
-// Allot leases allotments from the engine's store (see sluice.Allotter),
-// for counters named by Quota. It returns an error wrapping ErrNoAllotter
-// when the store cannot lease, and the store's error (nothing granted)
-// otherwise.
-//
-// Every key must be leasable (Quota.Leasable); they are all leased from one
-// store (with a Placed store, the global one).
-func (e *Engine) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
-	if len(reqs) == 0 {
-		return nil
-	}
-	a := e.allotterFor(reqs[0].Key)
-	if a == nil {
-		return fmt.Errorf("service: allot %q: %w", reqs[0].Key, ErrNoAllotter)
-	}
-	for i := range reqs[1:] {
-		if e.allotterFor(reqs[1+i].Key) == nil {
-			return fmt.Errorf("service: allot %q: %w", reqs[1+i].Key, ErrNoAllotter)
-		}
-	}
-	return a.Allot(ctx, reqs, out)
-}
-
-// CanAllot reports whether the engine's store can lease allotments (for
-// a Placed store: whether its global store can).
-func (e *Engine) CanAllot() bool {
-	return e.allotterFor("") != nil
 }

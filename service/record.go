@@ -3,12 +3,15 @@ package service
 import (
 	"time"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 )
 
 // record applies shadow mode to the statuses, sets the overall code, and
 // counts the decisions.
 func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
+	quotaTotal, quotaDenied := e.noLimitQuota(resp), 0
+	var charged, refunded uint64
 	for i := range sc.plans {
 		p := &sc.plans[i]
 		if p.dropped {
@@ -35,12 +38,29 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 		default:
 			out = outAllowed
 		}
-		if p.shadowHit {
+		if p.shadowHit && p.shadow {
 			st.Code, st.Shadowed = CodeOK, true
 			out = outShadowDenied
 		}
-		if st.Code == CodeOverLimit {
+		if p.quota && !p.shadow && p.op >= 0 {
+			quotaTotal++
+			if st.Code == CodeOverLimit {
+				quotaDenied++
+				if out == outDenied {
+					out = outQuotaDenied
+				}
+			}
+		}
+		if st.Code == CodeOverLimit && !(p.quota && !p.shadow) {
 			resp.OverallCode = CodeOverLimit
+		}
+		if p.op >= 0 && st.Degraded == NotDegraded {
+			switch op := &sc.ops[p.op]; op.Action {
+			case sluice.Charge:
+				charged += uint64(op.Cost)
+			case sluice.Refund:
+				refunded += uint64(op.Cost)
+			}
 		}
 		near := out == outAllowed && p.op >= 0 && st.Result.Limit > 0 &&
 			float64(st.Result.Limit-st.Result.Remaining) > e.cfg.NearLimitRatio*float64(st.Result.Limit)
@@ -56,6 +76,15 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 		if p.tenant {
 			e.m.Tier(p.tier.String(), outcomeNames[out])
 		}
+	}
+	if quotaTotal > 0 && quotaDenied == quotaTotal {
+		resp.OverallCode = CodeOverLimit
+	}
+	if charged > 0 {
+		e.m.Adjusted(req.Domain, ActionCharge, charged)
+	}
+	if refunded > 0 {
+		e.m.Adjusted(req.Domain, ActionRefund, refunded)
 	}
 }
 

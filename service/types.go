@@ -31,6 +31,12 @@ type Descriptor struct {
 	// Hits, when set, overrides Request.Hits for this descriptor; 0 checks
 	// without charging.
 	Hits *uint64
+	// Refund (envoy's is_negative_hits) gives the descriptor's hits back
+	// instead of taking them: never denied, never past a fresh counter (a
+	// counter gives back at most what it holds, and nothing of a window
+	// that has passed). A concurrency rule's hits are not refunded (give
+	// its lease back with Engine.Release).
+	Refund bool
 }
 
 // LimitOverride is a limit given in the request itself (envoy's

@@ -52,9 +52,20 @@ type Options struct {
 	// Now is the clock for effective and expiry times. Nil means time.Now.
 	Now func() time.Time
 	// OnError, if set, is told of every failure of the source (the registry
-	// keeps serving its last snapshot and retries). Packages do not log;
-	// servers pass a function that does.
+	// keeps serving its last snapshot and retries) and of the snapshot
+	// file. Packages do not log; servers pass a function that does.
 	OnError func(error)
+	// File, if set, is where the registry keeps the last snapshot it loaded
+	// from the source (see WriteFile), and where Restore reads it from, so
+	// that an instance started while the source is down enforces the
+	// tenants it last knew. "" keeps nothing on disk.
+	File string
+	// FileMaxBytes bounds the file; zero means DefaultMaxFileBytes.
+	FileMaxBytes int64
+	// FileEvery is the least time between two writes of the file (a burst
+	// of changes writes it once); zero means 10s. A full load is written as
+	// soon as the previous write is that old.
+	FileEvery time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -76,11 +87,35 @@ func (o Options) withDefaults() Options {
 	if o.OnError == nil {
 		o.OnError = func(error) {}
 	}
+	if o.FileEvery <= 0 {
+		o.FileEvery = 10 * time.Second
+	}
 	return o
 }
 
+// Where a Registry's snapshot came from (Status.Source).
+const (
+	// SourceNone: nothing loaded yet; every tenant is on the free tier.
+	SourceNone = "none"
+	// SourceLive: loaded from the Source by this process.
+	SourceLive = "live"
+	// SourceFile: read from the snapshot file (Options.File) at start,
+	// the Source being out of reach; replaced by the first full load.
+	SourceFile = "snapshot"
+)
+
 // Status says how current a Registry's snapshot is.
 type Status struct {
+	// Source is where the snapshot in force came from: SourceNone,
+	// SourceLive or SourceFile.
+	Source string
+	// DataAt is when the snapshot's data was read from the source (by this
+	// process, or by the one that wrote the file); zero with SourceNone.
+	DataAt time.Time
+	// FileWritten is when this process last wrote Options.File (zero:
+	// never); FileErr the last failure to write it, nil after a success.
+	FileWritten time.Time
+	FileErr     error
 	// Synced: a full load has completed at least once.
 	Synced bool
 	// Live: the registry is listening to the source and its last full load
@@ -108,15 +143,85 @@ type Registry struct {
 	status Status
 	synced chan struct{} // closed after the first full load
 	once   sync.Once
+	dirty  chan struct{} // a snapshot to write to Options.File (1 slot)
 }
 
 // NewRegistry returns a registry over src (nil: no source; the snapshot
 // stays empty until Set). It serves an empty snapshot, every tenant on the
 // free tier, until Run has loaded the source.
 func NewRegistry(src Source, opts Options) *Registry {
-	g := &Registry{src: src, opts: opts.withDefaults(), synced: make(chan struct{})}
+	g := &Registry{src: src, opts: opts.withDefaults(), synced: make(chan struct{}), dirty: make(chan struct{}, 1)}
 	g.snap.Store(&Snapshot{})
+	g.status.Source = SourceNone
 	return g
+}
+
+// Restore reads Options.File into the registry, for a process starting
+// before its first full load: call it before Run. It does nothing once a
+// full load has completed, and returns an error (the registry keeps what
+// it has) when the file is missing, unreadable or invalid.
+func (g *Registry) Restore() error {
+	if g.opts.File == "" {
+		return errors.New("tenant: Restore: no Options.File")
+	}
+	s, err := ReadFile(g.opts.File, g.opts.FileMaxBytes)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.status.Synced {
+		return nil
+	}
+	g.snap.Store(s)
+	g.status.Source, g.status.DataAt = SourceFile, s.At()
+	return nil
+}
+
+// changed marks the snapshot to be written to Options.File.
+func (g *Registry) changed() {
+	if g.opts.File == "" {
+		return
+	}
+	select {
+	case g.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// keepFile writes the snapshot to Options.File when it changes, at most
+// once per Options.FileEvery, until ctx is done (then once more if a
+// change is pending).
+func (g *Registry) keepFile(ctx context.Context) {
+	write := func() {
+		err := WriteFile(g.opts.File, g.snap.Load(), g.opts.FileMaxBytes)
+		g.setStatus(func(s *Status) {
+			s.FileErr = err
+			if err == nil {
+				s.FileWritten = g.opts.Now()
+			}
+		})
+		if err != nil {
+			g.opts.OnError(err)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			select {
+			case <-g.dirty:
+				write()
+			default:
+			}
+			return
+		case <-g.dirty:
+			write()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(g.opts.FileEvery):
+		}
+	}
 }
 
 // Resolve returns the limit rule r enforces for a request with these
@@ -159,6 +264,12 @@ func (g *Registry) setStatus(f func(*Status)) {
 func (g *Registry) Run(ctx context.Context) error {
 	if g.src == nil {
 		return errors.New("tenant: Run: no source")
+	}
+	if g.opts.File != "" {
+		fctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { g.keepFile(fctx); close(done) }()
+		defer func() { stop(); <-done }()
 	}
 	wait := g.opts.RetryMin
 	for ctx.Err() == nil {
@@ -249,11 +360,14 @@ func (g *Registry) fullLoad(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tenant: load switches: %w", err)
 	}
-	g.snap.Store(b.done(sw))
+	snap := b.done(sw)
 	g.setStatus(func(s *Status) {
+		g.snap.Store(snap) // under mu: a Restore running now must not replace it
 		s.Synced, s.Live, s.LastSync, s.Err = true, true, g.opts.Now(), nil
+		s.Source, s.DataAt = SourceLive, at
 	})
 	g.once.Do(func() { close(g.synced) })
+	g.changed()
 	return nil
 }
 
@@ -267,6 +381,7 @@ func (g *Registry) apply(ctx context.Context, c Change) error {
 		}
 		cur = cur.withSwitches(sw)
 		g.snap.Store(cur)
+		g.changed()
 	}
 	if c.Tenant == "" {
 		return nil
@@ -284,5 +399,6 @@ func (g *Registry) apply(ctx context.Context, c Change) error {
 		p = &rec
 	}
 	g.snap.Store(cur.withTenant(c.Tenant, p, at))
+	g.changed()
 	return nil
 }

@@ -34,6 +34,7 @@ type entry struct {
 }
 
 type ovr struct {
+	domain      string // AnyDomain: every domain
 	path        string
 	lim         rules.TierLimit
 	from, until int64
@@ -56,7 +57,11 @@ func toEntry(rec *Record) entry {
 			if o.Limit.Validate() != nil || o.Limit.Algorithm == sluice.Concurrency {
 				continue
 			}
-			e.ovs = append(e.ovs, ovr{path: o.Descriptor, from: micros(o.EffectiveAt), until: micros(o.ExpiresAt),
+			d := o.Domain
+			if d == "" {
+				d = AnyDomain
+			}
+			e.ovs = append(e.ovs, ovr{domain: d, path: o.Descriptor, from: micros(o.EffectiveAt), until: micros(o.ExpiresAt),
 				lim: rules.TierLimit{Limit: o.Limit, RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, Calendar: o.Calendar}})
 		}
 	}
@@ -170,12 +175,29 @@ func active(from, until, at int64, now func() time.Time) bool {
 	return from <= t && (until == 0 || t < until)
 }
 
-// Switch returns the kill-switch state of a rule.
+// Switch returns the kill-switch state in force for a rule: the strongest
+// of the rule's own switch, its domain's (RuleSwitch.Rule "") and the
+// global one (Domain and Rule ""), where off is stronger than shadow and
+// shadow than on. It does not allocate.
 func (s *Snapshot) Switch(domain, ruleID string) rules.Switch {
 	if s == nil || len(s.switches) == 0 {
 		return rules.SwitchOn
 	}
-	return s.switches[switchKey{domain, ruleID}]
+	sw := s.switches[switchKey{domain, ruleID}]
+	sw = strongerSwitch(sw, s.switches[switchKey{domain, ""}])
+	return strongerSwitch(sw, s.switches[switchKey{"", ""}])
+}
+
+// strongerSwitch returns the switch that enforces less: off, then shadow,
+// then on.
+func strongerSwitch(a, b rules.Switch) rules.Switch {
+	if a == rules.SwitchOff || b == rules.SwitchOff {
+		return rules.SwitchOff
+	}
+	if a == rules.SwitchShadow || b == rules.SwitchShadow {
+		return rules.SwitchShadow
+	}
+	return rules.SwitchOn
 }
 
 // Resolve returns the limit rule r enforces for a request with entries
@@ -207,11 +229,21 @@ func (s *Snapshot) ResolveTier(r *rules.Rule, entries []rules.Entry, now func() 
 		return r.Tiers[rules.TierFree], rules.TierFree, sw
 	}
 	tier := rules.Tier(e.tier)
+	var wild *ovr // an override of every domain: used when none names r's
 	for i := range e.ovs {
 		o := &e.ovs[i]
-		if o.path == r.TenantPath && active(o.from, o.until, s.at, now) {
+		if o.path != r.TenantPath || !active(o.from, o.until, s.at, now) {
+			continue
+		}
+		if o.domain == r.Domain {
 			return &o.lim, tier, sw
 		}
+		if o.domain == AnyDomain && wild == nil {
+			wild = o
+		}
+	}
+	if wild != nil {
+		return &wild.lim, tier, sw
 	}
 	if e.tier < rules.NumTiers {
 		return r.Tiers[e.tier], tier, sw

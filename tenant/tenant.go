@@ -4,13 +4,15 @@
 // atomically, so that a check never waits on the database.
 //
 // A matched rule's limit for one request is resolved in this order: the
-// tenant's own override for the rule (named by its path below the tenant
-// key, rules.Rule.TenantPath), then the limit the rule file gives the
-// tenant's tier, then the rule's own limit. A tenant without a record, or
-// whose record is not in effect, is on the free tier.
+// tenant's own override for the rule (named by the rule's domain and its
+// path below the tenant key, rules.Rule.TenantPath; an override of the
+// rule's own domain before one of AnyDomain), then the limit the rule file
+// gives the tenant's tier, then the rule's own limit. A tenant without a
+// record, or whose record is not in effect, is on the free tier.
 package tenant
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -34,11 +36,23 @@ const (
 	MaxDescriptorLen = 1024
 	// MaxOverrides is the most overrides one tenant may have.
 	MaxOverrides = 256
+	// MaxDomainLen is the longest domain an override may name, in bytes.
+	MaxDomainLen = 256
 )
 
-// Override is one tenant's own limit for the rules whose path below the
-// tenant key is Descriptor.
+// AnyDomain is the domain of an override that applies in every domain: the
+// overrides written before overrides had a domain (PostgreSQL migration
+// 0002 gives them this one, so their effect does not change on upgrade).
+// Prepare refuses it for new overrides. An Override whose Domain is ""
+// (the zero value, in snapshots built by programs) means the same.
+const AnyDomain = "*"
+
+// Override is one tenant's own limit for the rules of one domain whose
+// path below the tenant key is Descriptor.
 type Override struct {
+	// Domain is the rule file's domain ("api"); AnyDomain for an override
+	// kept from before domains (see AnyDomain).
+	Domain string
 	// Descriptor is the rules' TenantPath: "endpoint:POST /api/v1/orders",
 	// steps joined by "|", "" for the rule at the tenant key itself.
 	Descriptor string
@@ -64,7 +78,8 @@ type Record struct {
 	Tenant string
 	// Tier is the tenant's plan.
 	Tier rules.Tier
-	// Overrides are the tenant's own limits, at most one per Descriptor.
+	// Overrides are the tenant's own limits, at most one per Domain and
+	// Descriptor.
 	Overrides []Override
 	// EffectiveAt and ExpiresAt bound when the record (its tier) applies;
 	// outside them the tenant is on the free tier. A zero ExpiresAt never
@@ -76,7 +91,9 @@ type Record struct {
 	UpdatedAt time.Time
 }
 
-// RuleSwitch is the kill-switch state of one rule.
+// RuleSwitch is the kill-switch state of one rule, of a whole domain
+// (Rule ""), or of every rule (Domain and Rule ""); see Snapshot.Switch
+// for how they combine.
 type RuleSwitch struct {
 	Domain string
 	// Rule is the rule's ID (rules.Rule.ID).
@@ -84,6 +101,39 @@ type RuleSwitch struct {
 	State     rules.Switch
 	UpdatedAt time.Time
 }
+
+// AuditEntry is one row of the audit log: who changed what, when, with the
+// subject's state before and after (JSON).
+type AuditEntry struct {
+	// ID orders the rows: a row written later has a larger ID.
+	ID      int64
+	At      time.Time
+	Actor   string          // the admin token's name
+	Action  string          // put, delete, switch, reset
+	Subject string          // "tenant:acme", "rule:<domain>/<rule ID>"
+	Before  json.RawMessage // nil when there was nothing before
+	After   json.RawMessage // nil when nothing is left
+}
+
+// AuditQuery selects audit rows. The zero value selects every row, newest
+// first, in pages of 100.
+type AuditQuery struct {
+	// Tenant, if set, keeps the rows about that tenant (subject
+	// "tenant:<Tenant>": its record's changes and its resets).
+	Tenant string
+	// Actor, if set, keeps the rows of that actor.
+	Actor string
+	// Since and Until, if set, keep rows with Since <= At < Until.
+	Since, Until time.Time
+	// Before, if above 0, keeps rows with an ID below it: the cursor of the
+	// next page (the ID of the last row of the previous one).
+	Before int64
+	// Limit is the page size, 1 to MaxAuditPage; zero means 100.
+	Limit int
+}
+
+// MaxAuditPage is the largest page of audit rows one query returns.
+const MaxAuditPage = 1000
 
 // FieldError is one invalid field of a record, named as in the admin API's
 // JSON ("overrides[0].unit").
@@ -117,9 +167,10 @@ func ValidTenant(s string) error {
 // as a *FieldError (joined with errors.Join), and changes nothing of rec
 // when there is one.
 //
-// An override must name a rule that some domain with a tenant_key has
-// (rules.Rule.TenantPath), that is not a concurrency limit; its limit must
-// be valid; ExpiresAt must be after EffectiveAt.
+// An override must name a loaded domain with a tenant_key (not AnyDomain)
+// and a rule of that domain (its rules.Rule.TenantPath) that is not a
+// concurrency limit; its limit must be valid; ExpiresAt must be after
+// EffectiveAt.
 func Prepare(rec *Record, snap *rules.Snapshot) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -138,30 +189,50 @@ func Prepare(rec *Record, snap *rules.Snapshot) error {
 		bad("overrides", "%d overrides; at most %d", len(rec.Overrides), MaxOverrides)
 		return errors.Join(errs...)
 	}
-	byPath := map[string]*rules.Rule{}
+	type pathKey struct{ domain, path string }
+	byPath := map[pathKey]*rules.Rule{}
+	domains := map[string]bool{} // domains with a tenant key
 	for _, r := range snap.Rules() {
+		if r.TenantDepth > 0 {
+			domains[r.Domain] = true
+		}
 		if r.TenantDepth > 0 && !r.Unlimited {
-			if _, seen := byPath[r.TenantPath]; !seen {
-				byPath[r.TenantPath] = r
+			if _, seen := byPath[pathKey{r.Domain, r.TenantPath}]; !seen {
+				byPath[pathKey{r.Domain, r.TenantPath}] = r
 			}
 		}
 	}
 	out := make([]Override, len(rec.Overrides))
-	seen := map[string]int{}
+	seen := map[pathKey]int{}
 	for i, o := range rec.Overrides {
 		f := fmt.Sprintf("overrides[%d]", i)
+		switch {
+		case o.Domain == "":
+			bad(f+".domain", "required: the domain of the rule file whose rule this overrides")
+			continue
+		case o.Domain == AnyDomain:
+			bad(f+".domain", "%q (every domain) is kept only for overrides written before overrides had a domain; name one domain", AnyDomain)
+			continue
+		case len(o.Domain) > MaxDomainLen:
+			bad(f+".domain", "longer than %d bytes", MaxDomainLen)
+			continue
+		case !domains[o.Domain]:
+			bad(f+".domain", "no domain %q with a tenant_key is loaded", o.Domain)
+			continue
+		}
 		if len(o.Descriptor) > MaxDescriptorLen {
 			bad(f+".descriptor", "longer than %d bytes", MaxDescriptorLen)
 			continue
 		}
-		if j, dup := seen[o.Descriptor]; dup {
-			bad(f+".descriptor", "%q is also overrides[%d]", o.Descriptor, j)
+		k := pathKey{o.Domain, o.Descriptor}
+		if j, dup := seen[k]; dup {
+			bad(f+".descriptor", "%q in domain %q is also overrides[%d]", o.Descriptor, o.Domain, j)
 			continue
 		}
-		seen[o.Descriptor] = i
-		r := byPath[o.Descriptor]
+		seen[k] = i
+		r := byPath[k]
 		if r == nil {
-			bad(f+".descriptor", "no rule below a tenant key has the path %q", o.Descriptor)
+			bad(f+".descriptor", "domain %q has no rule below its tenant key with the path %q", o.Domain, o.Descriptor)
 			continue
 		}
 		if r.Limit.Algorithm == sluice.Concurrency {

@@ -28,22 +28,22 @@ func TestPrepare(t *testing.T) {
 		check  func(t *testing.T, rec Record)
 	}{
 		{name: "algorithm from the rule", rec: Record{Tenant: "a", Tier: rules.TierPro, EffectiveAt: t0,
-			Overrides: []Override{{Descriptor: "endpoint:POST /orders", Limit: perMin(5), Unit: "minute"}}},
+			Overrides: []Override{{Domain: "api", Descriptor: "endpoint:POST /orders", Limit: perMin(5), Unit: "minute"}}},
 			check: func(t *testing.T, rec Record) {
 				if o := rec.Overrides[0]; o.Limit.Algorithm != sluice.FixedWindow || !o.EffectiveAt.Equal(t0) {
 					t.Errorf("override %+v, want fixed_window effective at the record's time", o)
 				}
 			}},
-		{name: "no unit for a rule without a calendar", rec: Record{Tenant: "a", Overrides: []Override{{Descriptor: "", Limit: sluice.Limit{Quota: 5}}}},
+		{name: "no unit for a rule without a calendar", rec: Record{Tenant: "a", Overrides: []Override{{Domain: "api", Descriptor: "", Limit: sluice.Limit{Quota: 5}}}},
 			fields: []string{"overrides[0].unit"}},
-		{name: "unknown descriptor", rec: Record{Tenant: "a", Overrides: []Override{{Descriptor: "nope", Limit: perMin(1), Unit: "minute"}}},
+		{name: "unknown descriptor", rec: Record{Tenant: "a", Overrides: []Override{{Domain: "api", Descriptor: "nope", Limit: perMin(1), Unit: "minute"}}},
 			fields: []string{"overrides[0].descriptor"}},
-		{name: "concurrency rule", rec: Record{Tenant: "a", Overrides: []Override{{Descriptor: "lease", Limit: perMin(1), Unit: "minute"}}},
+		{name: "concurrency rule", rec: Record{Tenant: "a", Overrides: []Override{{Domain: "api", Descriptor: "lease", Limit: perMin(1), Unit: "minute"}}},
 			fields: []string{"overrides[0].descriptor"}},
 		{name: "duplicate and bad limit", rec: Record{Tenant: "a", Overrides: []Override{
-			{Descriptor: "", Limit: perMin(1), Unit: "minute"},
-			{Descriptor: "", Limit: perMin(2), Unit: "minute"},
-			{Descriptor: "endpoint:POST /orders", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Minute, Burst: 3}, Unit: "minute"},
+			{Domain: "api", Descriptor: "", Limit: perMin(1), Unit: "minute"},
+			{Domain: "api", Descriptor: "", Limit: perMin(2), Unit: "minute"},
+			{Domain: "api", Descriptor: "endpoint:POST /orders", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Minute, Burst: 3}, Unit: "minute"},
 		}}, fields: []string{"overrides[1].descriptor", "overrides[2].burst"}},
 		{name: "expiry before effect", rec: Record{Tenant: "a", EffectiveAt: t0, ExpiresAt: t0}, fields: []string{"expires_at"}},
 		{name: "bad tenant", rec: Record{Tenant: "a\x00b"}, fields: []string{"tenant"}},
@@ -78,7 +78,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := Record{Tenant: "a", Overrides: []Override{{Descriptor: "", Limit: sluice.Limit{Quota: 1_000_000}, RequestsPerUnit: 1_000_000}}}
+	rec := Record{Tenant: "a", Overrides: []Override{{Domain: "api", Descriptor: "", Limit: sluice.Limit{Quota: 1_000_000}, RequestsPerUnit: 1_000_000}}}
 	if err := Prepare(&rec, rs); err != nil {
 		t.Fatal(err)
 	}

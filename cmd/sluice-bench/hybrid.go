@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
@@ -45,8 +46,18 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 	fs.StringVar(&other, "other", "", "NAME,HOST:PORT,PID: also drive this running RLS server (e.g. envoyproxy/ratelimit on the same Redis)")
 	var sluiceBin string
 	fs.StringVar(&sluiceBin, "sluice", "sluice", "the sluice binary to run (a path, or a name looked up on PATH)")
+	cost, costOn, costWork, costQuota, costWindow := costFlags(fs)
 	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
+	}
+	if *costOn {
+		cost.redisURL = redisURL
+		cost.workloads = strings.Split(*costWork, ",")
+		cost.limit = sluice.Limit{Algorithm: sluice.TokenBucket, Quota: *costQuota, Window: *costWindow}
+		if err := cost.limit.Validate(); err != nil {
+			return fmt.Errorf("hybrid: --cost-quota, --cost-window: %w: %w", err, errUsage)
+		}
+		return runHybridCost(ctx, cost, stdout)
 	}
 	bin, err := exec.LookPath(sluiceBin)
 	if err != nil {

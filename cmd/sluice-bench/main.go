@@ -64,7 +64,8 @@ const usage = `usage: sluice-bench <command> [flags]   (sluice-bench <command> -
   grpc       gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server
   redis      drive a Redis with the Redis store: decisions/s and latency from many goroutines
   baseline   serve a bare grpc-go health server (the baseline grpc --compare drives)
-  hybrid     load figures of placement hybrid beside the memory store and Redis (global)
+  hybrid     load figures of placement hybrid beside the memory store and Redis (global);
+             --cost: Redis CPU and commands per decision, hybrid vs global (hot, Zipf, cold users)
   memory     fill the memory store to its key cap and report the process's memory (RSS)
 `
 

@@ -12,7 +12,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -28,6 +27,7 @@ type checkArgs struct {
 	hitsSet bool
 	timeout time.Duration
 	entries []*ratelimitv3.RateLimitDescriptor_Entry
+	tls     clientTLSConfig
 }
 
 // parseCheckArgs parses flags and key=value entries in any order (flags may
@@ -47,6 +47,7 @@ func parseCheckArgs(args []string, getenv env, stderr io.Writer) (checkArgs, err
 		return nil
 	})
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for the answer")
+	c.tls.flags(fs, "", "the server")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice check [--addr host:port] --domain D [--hits N] key=value [key=value…]")
 		fmt.Fprintln(stderr, "\nSends one RateLimitRequest with one descriptor made of the key=value entries, in order,")
@@ -96,7 +97,11 @@ func runCheck(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := c.tls.credentials()
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	conn, err := grpc.NewClient(c.addr, creds)
 	if err != nil {
 		return fmt.Errorf("check: %s: %w", c.addr, err)
 	}
@@ -135,8 +140,14 @@ func printDecision(w io.Writer, resp *rlsv3.RateLimitResponse) {
 			if cl.GetName() != "" {
 				name = fmt.Sprintf(" (%s)", cl.GetName())
 			}
-			fmt.Fprintf(w, "  limit %d per %s%s  remaining %d  reset in %v",
-				cl.GetRequestsPerUnit(), per, name, s.GetLimitRemaining(), s.GetDurationUntilReset().AsDuration())
+			fmt.Fprintf(w, "  limit %d per %s%s", cl.GetRequestsPerUnit(), per, name)
+			if s.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+				// A denial's limit_remaining is envoy's 0 whatever is left
+				// (a cost above capacity takes nothing): RateLimit's r,
+				// printed below with --response-headers, says.
+				fmt.Fprintf(w, "  remaining %d", s.GetLimitRemaining())
+			}
+			fmt.Fprintf(w, "  reset in %v", s.GetDurationUntilReset().AsDuration())
 		case s.GetLimitRemaining() == 4294967295:
 			fmt.Fprint(w, "  unlimited")
 		default:

@@ -29,6 +29,8 @@ type serveConfig struct {
 	Limits  limitsConfig
 	Tenants tenantsConfig
 	Log     logConfig
+	Guard   guardConfig // guard.go
+	Envoy   envoyConfig
 	// ShutdownTimeout bounds the drain of in-flight calls on SIGINT/SIGTERM;
 	// what is still running after it is cut off.
 	ShutdownTimeout time.Duration
@@ -39,6 +41,23 @@ type rulesConfig struct {
 	Dir string
 	// DefaultAlgorithm applies to rate_limits that name none.
 	DefaultAlgorithm string
+	// Guard holds back reloads that remove domains or rules in use.
+	Guard ruleGuardConfig
+}
+
+// ruleGuardConfig is the removal guard of rule reloads (watch.Guard) and
+// what readiness says about reloads.
+type ruleGuardConfig struct {
+	// AllowRemoval applies every valid reload, removals included.
+	AllowRemoval bool
+	// InUse is how recent a rule's last match must be for its removal to
+	// be held; 0: only removed domains are held.
+	InUse time.Duration
+	// Settle applies a held removal once it has stayed unchanged this
+	// long; 0: only a confirmation applies it.
+	Settle time.Duration
+	// FailReady makes /readyz fail while the last reload failed.
+	FailReady bool
 }
 
 type listenConfig struct {
@@ -108,6 +127,11 @@ type engineConfig struct {
 	ExpectedReplicas int
 	// DefaultFailureMode applies to rules that name none.
 	DefaultFailureMode string
+	// SampleSize is how many recent checks the server keeps for previews
+	// of rule changes (GET /admin/v1/sample, sluice diff); 0: none.
+	SampleSize int
+	// SampleEvery records one check in this many.
+	SampleEvery int
 }
 
 // defaultMaxRequestBytes bounds an HTTP body and a gRPC message: far above
@@ -144,6 +168,10 @@ type tenantsConfig struct {
 	// (file or SLUICE_ADMIN_TOKEN / SLUICE_ADMIN_READONLY_TOKEN) the admin
 	// API is off, and so is POST /v1/charge (it needs a read-write or charge token).
 	AdminTokenFile string
+	// Snapshot is the file that keeps the last tenant snapshot loaded, read
+	// at start (see docs/tenants.md): "" means the default,
+	// <user cache dir>/sluice/tenants-<database id>.snapshot; "off" keeps none.
+	Snapshot string
 }
 
 type logConfig struct {
@@ -157,19 +185,22 @@ type logConfig struct {
 // loopback listeners.
 func defaultServeConfig() serveConfig {
 	return serveConfig{
-		Rules:  rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String()},
+		Rules: rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String(),
+			Guard: ruleGuardConfig{InUse: 15 * time.Minute}},
 		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070", RLQSUnmatched: "allow"},
 		Store: storeConfig{Kind: "memory", Memory: memoryConfig{MaxKeys: memory.DefaultMaxKeys}, Redis: redisConfig{
 			URL: "redis://127.0.0.1:6379/0", DeniedCache: "auto",
 		}},
-		Service: engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open"},
+		Service: engineConfig{ExpectedReplicas: 1, DefaultFailureMode: "open", SampleSize: 1000, SampleEvery: 10},
 		Limits: limitsConfig{
 			KeyBytes: service.DefaultMaxKeyBytes, ValueBytes: service.DefaultMaxValueBytes,
 			Descriptors: service.DefaultMaxDescriptors, Entries: service.DefaultMaxEntries,
 			RequestBytes: defaultMaxRequestBytes, DetailedMetricValues: service.DefaultMaxDetailedMetricValues,
 		},
 		Tenants:         tenantsConfig{Resync: time.Minute},
+		Envoy:           defaultEnvoyConfig(),
 		Log:             logConfig{Format: "text", Level: "info"},
+		Guard:           defaultGuardConfig(),
 		ShutdownTimeout: 10 * time.Second,
 	}
 }
@@ -180,6 +211,10 @@ func defaultServeConfig() serveConfig {
 func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Rules.Dir, "rules", c.Rules.Dir, "directory of rule files (watched for changes)")
 	fs.StringVar(&c.Rules.DefaultAlgorithm, "default-algorithm", c.Rules.DefaultAlgorithm, "algorithm of rules that name none: "+algorithmList())
+	fs.BoolVar(&c.Rules.Guard.AllowRemoval, "rules-allow-removal", c.Rules.Guard.AllowRemoval, "apply rule reloads that remove a domain or a rule in use (off: such a reload is held until confirmed in "+rules.AllowRemovalFile+")")
+	fs.DurationVar(&c.Rules.Guard.InUse, "rules-in-use-window", c.Rules.Guard.InUse, "a rule matched within this window is in use: a reload removing it is held (0: only removed domains are held)")
+	fs.DurationVar(&c.Rules.Guard.Settle, "rules-removal-settle", c.Rules.Guard.Settle, "apply a held removal once it has stayed unchanged this long (0: only a confirmation applies it)")
+	fs.BoolVar(&c.Rules.Guard.FailReady, "readyz-fail-on-reload-error", c.Rules.Guard.FailReady, "/readyz fails while the last rule reload failed")
 	fs.StringVar(&c.Listen.GRPC, "grpc-addr", c.Listen.GRPC, "gRPC listen address (envoy RLS v3, health, reflection)")
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
 	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
@@ -189,13 +224,15 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen.TLS.Key, "tls-key", c.Listen.TLS.Key, "PEM private key of --tls-cert")
 	fs.StringVar(&c.Listen.TLS.ClientCA, "tls-client-ca", c.Listen.TLS.ClientCA, "PEM CA certificates: require client certificates signed by them (mutual TLS)")
 	fs.StringVar(&c.Store.Kind, "store", c.Store.Kind, "where counters live: memory or redis")
-	fs.IntVar(&c.Store.Memory.MaxKeys, "memory-max-keys", c.Store.Memory.MaxKeys, "most keys the memory store holds (see the README for the memory this takes)")
+	fs.IntVar(&c.Store.Memory.MaxKeys, "memory-max-keys", c.Store.Memory.MaxKeys, "most keys the memory store holds (docs/service.md gives the memory this takes)")
 	fs.StringVar(&c.Store.Redis.URL, "redis-url", c.Store.Redis.URL, "Redis URL: redis://host:port/db, redis-sentinel://h:p,h:p/master, redis-cluster://h:p,h:p (with a password, prefer SLUICE_REDIS_URL or --redis-url-file)")
 	fs.StringVar(&c.Store.Redis.URLFile, "redis-url-file", c.Store.Redis.URLFile, "file holding the Redis URL (wins over --redis-url; keeps a password off the command line)")
 	fs.StringVar(&c.Store.Redis.Prefix, "redis-prefix", c.Store.Redis.Prefix, "prefix of every Redis key (default: the store's, sluice:)")
 	fs.DurationVar(&c.Store.Redis.Timeout, "redis-timeout", c.Store.Redis.Timeout, "timeout of one Redis script call, from when it is written to Redis (0: the store's default, 1s)")
 	fs.StringVar(&c.Store.Redis.DeniedCache, "denied-cache", c.Store.Redis.DeniedCache, "answer keys denied lately from memory until their RetryAfter: auto (on unless Redis Cluster), on, off")
 	fs.DurationVar(&c.Store.Redis.HybridHorizon, "hybrid-horizon", c.Store.Redis.HybridHorizon, "placement hybrid: allotments last this long at a key's observed rate (0: 10s)")
+	fs.IntVar(&c.Service.SampleSize, "sample-size", c.Service.SampleSize, "recent checks kept for sluice diff (GET /admin/v1/sample, needs admin tokens); 0: none")
+	fs.IntVar(&c.Service.SampleEvery, "sample-every", c.Service.SampleEvery, "record one check in this many in the sample")
 	fs.IntVar(&c.Service.ExpectedReplicas, "expected-replicas", c.Service.ExpectedReplicas, "replicas sharing the store; failure_mode local enforces limit ÷ this")
 	fs.StringVar(&c.Service.DefaultFailureMode, "default-failure-mode", c.Service.DefaultFailureMode, "failure mode of rules that name none: open, closed or local")
 	fs.IntVar(&c.Limits.KeyBytes, "max-key-bytes", c.Limits.KeyBytes, "longest descriptor key (and domain) accepted, in bytes")
@@ -207,10 +244,13 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tenants.PostgresURL, "postgres-url", c.Tenants.PostgresURL, "PostgreSQL URL of tenant quotas (prefer SLUICE_POSTGRES_URL); empty: tenants off")
 	fs.BoolVar(&c.Tenants.Migrate, "migrate", c.Tenants.Migrate, "apply the PostgreSQL schema migrations at start (as sluice migrate does)")
 	fs.DurationVar(&c.Tenants.Resync, "tenants-resync", c.Tenants.Resync, "period of the full reload of tenant records (backs up LISTEN/NOTIFY)")
+	fs.StringVar(&c.Tenants.Snapshot, "tenant-snapshot", c.Tenants.Snapshot, "file keeping the last tenant snapshot, used when PostgreSQL is unreachable at start (default: <user cache dir>/sluice/tenants-<database id>.snapshot; off: none)")
 	fs.StringVar(&c.Tenants.AdminTokenFile, "admin-token-file", c.Tenants.AdminTokenFile, "file of admin API bearer tokens, lines of: <name> <rw|ro|charge> <token> (charge: only POST /v1/charge); none: admin API and POST /v1/charge off")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")
+	c.Guard.flags(fs)
+	c.Envoy.flags(fs)
 }
 
 func algorithmList() string {
@@ -288,6 +328,12 @@ func (c serveConfig) Validate() error {
 	if _, err := rlqs.ParseUnmatched(c.Listen.RLQSUnmatched); err != nil {
 		bad("--rlqs-unmatched: %v", err)
 	}
+	if c.Rules.Guard.InUse < 0 {
+		bad("--rules-in-use-window: %v is negative", c.Rules.Guard.InUse)
+	}
+	if c.Rules.Guard.Settle < 0 {
+		bad("--rules-removal-settle: %v is negative", c.Rules.Guard.Settle)
+	}
 	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", c.Listen.GRPC}, {"--http-addr", c.Listen.HTTP}, {"--debug-addr", c.Listen.Debug}} {
 		if a.flag == "--debug-addr" && !debugOn(a.addr) {
 			continue
@@ -340,6 +386,12 @@ func (c serveConfig) Validate() error {
 			bad("%s: %d, want at least 1 (every input has a bound)", l.flag, l.v)
 		}
 	}
+	if c.Service.SampleSize < 0 || c.Service.SampleSize > service.MaxSampleSize {
+		bad("--sample-size: %d, want 0 to %d", c.Service.SampleSize, service.MaxSampleSize)
+	}
+	if c.Service.SampleEvery < 1 {
+		bad("--sample-every: %d, want at least 1", c.Service.SampleEvery)
+	}
 	if c.Service.ExpectedReplicas < 1 {
 		bad("--expected-replicas: %d, want at least 1", c.Service.ExpectedReplicas)
 	}
@@ -364,6 +416,8 @@ func (c serveConfig) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		bad("--shutdown-timeout: %v, want a positive duration", c.ShutdownTimeout)
 	}
+	c.Guard.validate(bad)
+	errs = append(errs, c.Envoy.validate(c.Listen.TLS, c.Store.Kind)...)
 	return errors.Join(errs...)
 }
 

@@ -53,25 +53,18 @@ func (s *server) withDashboard(h http.Handler, toks *admin.Tokens, reg prometheu
 	return mux, nil
 }
 
-// redisFleet is the dashboard's Fleet over the Redis store, which may still
-// be connecting.
-type redisFleet struct{ get func() *redis.Store }
+// errRedisNotConnected is what the dashboard's fleet answers until the
+// Redis store is connected.
+var errRedisNotConnected = fmt.Errorf("redis store not connected yet: %w", sluice.ErrStoreUnavailable)
 
-// fleetOf returns the Fleet of a store connectRedis returned.
-func fleetOf(st sluice.Store) dashboard.Fleet {
-	switch st := st.(type) {
-	case *redis.Store:
-		return redisFleet{get: func() *redis.Store { return st }}
-	case *connectingStore:
-		return redisFleet{get: st.current}
-	}
-	return nil
-}
+// redisFleet is the dashboard's Fleet over the Redis store, which may still
+// be connecting (get returns nil until then).
+type redisFleet struct{ get func() *redis.Store }
 
 func (f redisFleet) Publish(ctx context.Context, instance string, blob []byte) error {
 	st := f.get()
 	if st == nil {
-		return errNotConnected
+		return errRedisNotConnected
 	}
 	return st.Publish(ctx, instance, blob)
 }
@@ -79,7 +72,7 @@ func (f redisFleet) Publish(ctx context.Context, instance string, blob []byte) e
 func (f redisFleet) Collect(ctx context.Context) (map[string][]byte, error) {
 	st := f.get()
 	if st == nil {
-		return nil, errNotConnected
+		return nil, errRedisNotConnected
 	}
 	return st.Collect(ctx)
 }

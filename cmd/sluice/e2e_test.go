@@ -75,6 +75,7 @@ func startServer(t *testing.T, dir string, edit func(*serveConfig)) *testServer 
 	cfg.Rules.Dir = dir
 	cfg.Listen = listenConfig{GRPC: "127.0.0.1:0", HTTP: "127.0.0.1:0", Debug: "127.0.0.1:0"}
 	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.Tenants.Snapshot = filepath.Join(t.TempDir(), "tenants.snapshot") // not the user's cache
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -292,10 +293,6 @@ func TestInvalidArgument(t *testing.T) {
 		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("a", "b")}},
 			`{"descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`, "domain: empty"},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, `{"domain":"edge"}`, "descriptors: none given"},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
-			`{"domain":"edge","descriptors":[{}]}`, "descriptors[0].entries: none given"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("", "b")}},
-			`{"domain":"edge","descriptors":[{"entries":[{"key":"","value":"b"}]}]}`, "descriptors[0].entries[0].key: empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -308,6 +305,31 @@ func TestInvalidArgument(t *testing.T) {
 				if code != http.StatusBadRequest || !strings.Contains(body, tt.wantText) {
 					t.Errorf("POST %s = %d %s, want 400 containing %q", path, code, body, tt.wantText)
 				}
+			}
+		})
+	}
+	// Envoy's descriptors without entries or with an empty key are OK over
+	// gRPC and /json, as envoyproxy/ratelimit answers them; /v1/check, Sluice's
+	// own API, still refuses them.
+	for _, tt := range []struct {
+		name, json, wantText string
+		req                  *rlsv3.RateLimitRequest
+	}{
+		{"descriptor without entries", `{"domain":"edge","descriptors":[{}]}`, "descriptors[0].entries: none given",
+			&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}},
+		{"empty key", `{"domain":"edge","descriptors":[{"entries":[{"key":"","value":"b"}]}]}`, "descriptors[0].entries[0].key: empty",
+			&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("", "b")}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := ts.client.ShouldRateLimit(context.Background(), tt.req)
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				t.Errorf("gRPC = %v, %v; want OK", resp, err)
+			}
+			if code, body := post(t, ts.base+"/json", tt.json); code != http.StatusOK {
+				t.Errorf("POST /json = %d %s, want 200", code, body)
+			}
+			if code, body := post(t, ts.base+"/v1/check", tt.json); code != http.StatusBadRequest || !strings.Contains(body, tt.wantText) {
+				t.Errorf("POST /v1/check = %d %s, want 400 containing %q", code, body, tt.wantText)
 			}
 		})
 	}
@@ -422,7 +444,7 @@ func TestHTTP(t *testing.T) {
 		{"/readyz", "ready", 200},
 		{"/healthcheck", "ready", 200},
 		{"/metrics", `sluice_decisions_total{domain="edge"`, 200},
-		{"/debug/rules", `"id":"tenant=acme.user"`, 200},
+		{"/debug/rules", "no endpoint", 404}, // no admin tokens: on the debug listener only
 		{"/debug/pprof/", "no endpoint", 404},
 		{"/nope", "no endpoint", 404},
 	} {
@@ -430,6 +452,9 @@ func TestHTTP(t *testing.T) {
 		if code != tt.code || !strings.Contains(body, tt.want) {
 			t.Errorf("GET %s = %d %.200q, want %d containing %q", tt.path, code, body, tt.code, tt.want)
 		}
+	}
+	if code, body := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/rules"); code != 200 || !strings.Contains(body, `"id":"tenant=acme.user"`) {
+		t.Errorf("debug listener GET /debug/rules = %d %.200q, want 200 listing tenant=acme.user", code, body)
 	}
 	code, index := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/pprof/")
 	if code != 200 || !strings.Contains(index, "goroutine") {
@@ -491,10 +516,11 @@ func TestResponseHeadersOverGRPC(t *testing.T) {
 	}
 }
 
-// eventually polls cond until it holds or 5 seconds pass.
+// eventually polls cond until it holds, failing after a minute (a loaded
+// machine is slow, not wrong).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -524,7 +550,9 @@ func TestHotReload(t *testing.T) {
 		return "domain: hot\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: " + itoa(rpu) + "\n"
 	}
 	write("hot.yaml", rule(5))
-	ts := startServer(t, dir, nil)
+	// Removals are applied at once here; the guard that holds them is
+	// TestGuardedReload's.
+	ts := startServer(t, dir, func(c *serveConfig) { c.Rules.Guard.AllowRemoval = true })
 	limitOf := func(domain string) uint32 {
 		resp := ts.should(t, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{withLook(descriptor("k", "v"))}})
 		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
@@ -541,7 +569,7 @@ func TestHotReload(t *testing.T) {
 
 	write("hot.yaml", "domain: hot\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n")
 	eventually(t, "the broken file to be reported on /debug/rules", func() bool {
-		_, body := get(t, ts.base+"/debug/rules")
+		_, body := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/rules")
 		return strings.Contains(body, "hot.yaml:5") && strings.Contains(body, "unit")
 	})
 	if got := limitOf("hot"); got != 7 {

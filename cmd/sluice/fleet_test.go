@@ -37,7 +37,7 @@ import (
 // fleetClients goroutines against a limit of fleetLimit per day.
 const (
 	fleetLimit   = 300
-	fleetCalls   = 3000
+	fleetCalls   = 1500 // 5 × the limit: most checks are denials, under overload
 	fleetClients = 100
 	// The concurrency limit checked by in-flight count (with releases).
 	fleetInFlight = 20

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"syscall"
 )
@@ -71,7 +72,7 @@ func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Write
 		usage(stdout)
 		return nil
 	case "version", "--version", "-version":
-		fmt.Fprintf(stdout, "sluice %s\n", version)
+		fmt.Fprintln(stdout, versionLine(debug.ReadBuildInfo))
 		return nil
 	}
 	c, ok := commands[name]
@@ -98,4 +99,40 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-10s %s\n", "version", "print the version")
 	fmt.Fprintf(w, "  %-10s %s\n", "help", "show this help, or a command's flags: sluice help <command>")
+}
+
+// versionLine says which build this is: the version stamped with -ldflags
+// (else the module's version when it has one; "dev" in a checkout), the VCS revision and
+// time the go command recorded (with "+dirty" for uncommitted changes), and
+// the Go version.
+func versionLine(info func() (*debug.BuildInfo, bool)) string {
+	v := version
+	bi, ok := info()
+	if !ok {
+		return "sluice " + v
+	}
+	if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	line := "sluice " + v + " (" + bi.GoVersion
+	if rev != "" {
+		line += ", revision " + rev + dirty
+		if at != "" {
+			line += " of " + at
+		}
+	}
+	return line + ")"
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,34 @@ func TestRunBuiltins(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), tt.wantOut) {
 			t.Errorf("run(%q) stdout = %q, want it to contain %q", tt.args, out.String(), tt.wantOut)
+		}
+	}
+}
+
+// TestVersionLine: `sluice version` names the stamped version, else the
+// module's, and the VCS revision the go command recorded.
+func TestVersionLine(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.4.0"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "aaeb3df"}, {Key: "vcs.time", Value: "2026-11-26T05:00:00Z"}, {Key: "vcs.modified", Value: "true"},
+	}}
+	for _, tc := range []struct {
+		stamped string
+		info    func() (*debug.BuildInfo, bool)
+		want    string
+	}{
+		{"dev", func() (*debug.BuildInfo, bool) { return bi, true }, "sluice v0.4.0 (go1.26.8, revision aaeb3df+dirty of 2026-11-26T05:00:00Z)"},
+		{"1.2.3", func() (*debug.BuildInfo, bool) { return bi, true }, "sluice 1.2.3 (go1.26.8, revision aaeb3df+dirty of 2026-11-26T05:00:00Z)"},
+		{"dev", func() (*debug.BuildInfo, bool) {
+			return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true
+		}, "sluice dev (go1.26.8)"},
+		{"dev", func() (*debug.BuildInfo, bool) { return nil, false }, "sluice dev"},
+	} {
+		old := version
+		version = tc.stamped
+		got := versionLine(tc.info)
+		version = old
+		if got != tc.want {
+			t.Errorf("versionLine (stamped %q) = %q, want %q", tc.stamped, got, tc.want)
 		}
 	}
 }

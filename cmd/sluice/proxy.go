@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/httplimit"
@@ -24,7 +23,7 @@ import (
 	"github.com/sluice-rl/sluice/rules/watch"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/shed"
-	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/redis"
 )
 
@@ -48,11 +47,12 @@ func (s *specList) Set(v string) error {
 func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	var (
 		configFile, upstream, rulesDir, rlsAddr, listen, domain, trusted, algo, logLevel string
-		metricsAddr, shedRedis                                                           string
+		metricsAddr, shedRedis, failureMode                                              string
 		descriptors                                                                      specList
 		legacy, failClosed                                                               bool
 		maxDelay                                                                         time.Duration
 		inflight                                                                         int64
+		rlsTLS                                                                           clientTLSConfig
 	)
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -60,12 +60,14 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.StringVar(&upstream, "upstream", "", "URL of the API to forward to (required)")
 	fs.StringVar(&rulesDir, "rules", "", "directory of rule files, applied in process and reloaded on change")
 	fs.StringVar(&rlsAddr, "rls", "", "host:port of a rate limit service (sluice serve --grpc-addr) to ask instead of --rules")
+	rlsTLS.flags(fs, "rls-", "the --rls service")
 	fs.StringVar(&listen, "listen", "", "address to serve on (default "+defaultProxyListen+", loopback only; :8080 for every interface)")
 	fs.StringVar(&domain, "domain", "", "rule domain to apply (required)")
 	fs.StringVar(&trusted, "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For/Forwarded are believed (default: none)")
 	fs.Var(&descriptors, "descriptor", "descriptor spec, repeatable: key=ip|ipnet:V4:V6|route|method|header:NAME|static:VALUE[, …] (default remote_address=ip)")
 	fs.BoolVar(&legacy, "legacy-headers", false, "also send X-RateLimit-Limit/-Remaining/-Reset/-Used")
-	fs.BoolVar(&failClosed, "fail-closed", false, "answer 503 when the limiter cannot decide (default: let requests through)")
+	fs.BoolVar(&failClosed, "fail-closed", false, "same as --failure-mode closed")
+	fs.StringVar(&failureMode, "failure-mode", "", "when the limiter cannot decide (--rls unreachable): open lets requests through, closed answers 503 (default open)")
 	fs.DurationVar(&maxDelay, "max-delay", 0, "longest leaky_bucket queueing delay before answering 503 (default 5s)")
 	fs.Int64Var(&inflight, "max-inflight", 0, "shed (503) requests beyond this many in flight through the proxy; 0: no limit")
 	fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the load shedder's) at /metrics on this address; default off")
@@ -104,6 +106,11 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if set["rls"] {
 		cfg.RLS = rlsAddr
 	}
+	for _, f := range []string{"rls-tls", "rls-tls-ca", "rls-tls-cert", "rls-tls-key", "rls-tls-server-name"} {
+		if set[f] && cfg.RLS == "" {
+			return fmt.Errorf("proxy: --%s: needs --rls (it says how to reach the rate limit service): %w", f, errUsage)
+		}
+	}
 	if set["listen"] {
 		cfg.Listen = listen
 	}
@@ -121,6 +128,14 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	if set["fail-closed"] {
 		cfg.FailClosed = failClosed
+	}
+	if set["failure-mode"] {
+		switch failureMode {
+		case "open", "closed":
+			cfg.FailClosed = failureMode == "closed"
+		default:
+			return fmt.Errorf("proxy: --failure-mode: %q, want open or closed: %w", failureMode, errUsage)
+		}
 	}
 	if set["max-delay"] {
 		cfg.MaxDelay = maxDelay
@@ -154,18 +169,32 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
-	store := memory.New(memory.Options{}) // concurrency leases, and the counters when in process
+	// The store stack (store/compose): in process, for the concurrency
+	// leases and, with --rules, the counters.
+	store, err := compose.New(compose.DefaultConfig())
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
 	defer store.Close()
 	var checker httplimit.Checker
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	var rls *rlsState
 	if cfg.RLS != "" {
-		conn, err := grpc.NewClient(cfg.RLS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds, err := rlsTLS.credentials()
+		if err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+		conn, err := grpc.NewClient(cfg.RLS, creds)
 		if err != nil {
 			return fmt.Errorf("proxy: --rls: %w", err)
 		}
 		defer conn.Close()
 		checker = remote.New(conn, remote.Options{})
+		// Say at start whether the service answers, and then on each change.
+		rls = &rlsState{addr: cfg.RLS, failClosed: cfg.FailClosed, log: log.With("component", "rls")}
+		rls.probe(ctx, conn, 2*time.Second)
+		go rls.watch(wctx, conn)
 	} else {
 		watcher, err := watch.New(cfg.Rules, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
 		if err != nil {
@@ -195,13 +224,18 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		defer rs.Close()
 		sopts.Store = rs
 	}
+	failed := &sampledWarn{log: glog, period: 10 * time.Second}
 	handler, shedder, err := gateway.NewHandler(cfg, checker, store, sopts, func(r *http.Request, err error) {
-		glog.Warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		failed.warn("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	})
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
-	stopShed, err := startShed(wctx, cfg, shedder, glog)
+	var readyz http.Handler
+	if rls != nil {
+		readyz = rls
+	}
+	stopShed, err := startShed(wctx, cfg, shedder, glog, readyz)
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}

@@ -19,8 +19,9 @@ import (
 
 // startShed starts what the gateway's load shedder needs beside the
 // requests: the scheduler-latency sampler of the worker layer when it
-// watches queueing delay, and the metrics listener. stop ends them.
-func startShed(ctx context.Context, cfg gateway.Config, s *shed.Shedder, log *slog.Logger) (stop func(), err error) {
+// watches queueing delay, and the metrics listener (which also serves
+// readyz at /readyz when it is not nil). stop ends them.
+func startShed(ctx context.Context, cfg gateway.Config, s *shed.Shedder, log *slog.Logger, readyz http.Handler) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var stops []func()
 	stop = func() {
@@ -46,6 +47,9 @@ func startShed(ctx context.Context, cfg gateway.Config, s *shed.Shedder, log *sl
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if readyz != nil {
+			mux.Handle("GET /readyz", readyz) // with --rls: whether the service answers, and the failure mode
+		}
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

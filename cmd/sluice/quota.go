@@ -22,12 +22,33 @@ func init() {
 	register("quota", "manage tenant quotas through the admin API: sluice quota set|get|rm|list|reset", runQuota)
 }
 
-// quotaOverrides collects --override DESCRIPTOR=N/UNIT flags.
-type quotaOverrides []admin.OverrideJSON
+// quotaOverrides collects --override DESCRIPTOR=N/UNIT flags, each in the
+// domain of the --domain flag given before it.
+type quotaOverrides struct {
+	domain string
+	list   []admin.OverrideJSON
+}
+
+// domainFlag is --domain: it sets the domain of the --override flags that
+// follow it.
+type domainFlag struct{ q *quotaOverrides }
+
+func (d domainFlag) String() string { return "" }
+
+func (d domainFlag) Set(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	d.q.domain = s
+	return nil
+}
 
 func (q *quotaOverrides) String() string { return "" }
 
 func (q *quotaOverrides) Set(s string) error {
+	if q.domain == "" {
+		return fmt.Errorf("%q: give --domain DOMAIN (the rule file's domain) before the --override flags of that domain", s)
+	}
 	i := strings.LastIndexByte(s, '=')
 	if i < 0 {
 		return fmt.Errorf("%q: want DESCRIPTOR=N/UNIT, such as 'endpoint:POST /api/v1/orders=500/minute'", s)
@@ -38,13 +59,13 @@ func (q *quotaOverrides) Set(s string) error {
 	if !ok || err != nil || rpu < 0 {
 		return fmt.Errorf("%q: want N/UNIT after the last '=', such as 500/minute or 10/90s", s)
 	}
-	o := admin.OverrideJSON{Descriptor: desc, RequestsPerUnit: rpu}
+	o := admin.OverrideJSON{Domain: q.domain, Descriptor: desc, RequestsPerUnit: rpu}
 	if _, err := time.ParseDuration(per); err == nil {
 		o.Window = per
 	} else {
 		o.Unit = per
 	}
-	*q = append(*q, o)
+	q.list = append(q.list, o)
 	return nil
 }
 
@@ -111,16 +132,24 @@ func (c *adminClient) do(ctx context.Context, getenv env, what, method, path str
 
 func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	usage := func(w io.Writer) {
-		fmt.Fprintln(w, "Usage: sluice quota set TENANT --tier T [--override 'DESCRIPTOR=N/UNIT']… [--effective-at T] [--expires-at T]")
+		fmt.Fprintln(w, "Usage: sluice quota set TENANT --tier T [--domain D --override 'DESCRIPTOR=N/UNIT'…]… [--effective-at T] [--expires-at T]")
 		fmt.Fprintln(w, "       sluice quota get TENANT")
 		fmt.Fprintln(w, "       sluice quota rm TENANT")
 		fmt.Fprintln(w, "       sluice quota list [--tier T] [--limit N] [--after TENANT]")
 		fmt.Fprintln(w, "       sluice quota reset TENANT       (forget every counter of the tenant: quota back in full)")
+		fmt.Fprintln(w, "\nAn override belongs to the --domain given before it: --domain api --override '=7/minute'")
+		fmt.Fprintln(w, "--domain billing --override '=5000/month' overrides the rule at the tenant key of both files.")
 		fmt.Fprintln(w, "\nTalks to a server's admin API (--admin-url, SLUICE_ADMIN_URL) with the bearer token in")
 		fmt.Fprintln(w, "SLUICE_ADMIN_TOKEN or --token-file, and prints its JSON answer.")
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		usage(stderr)
+		// The flags every action takes; `sluice quota ACTION -h` lists the action's own too.
+		common := flag.NewFlagSet("quota", flag.ContinueOnError)
+		new(adminClient).flags(common)
+		common.SetOutput(stderr)
+		fmt.Fprintln(stderr, "\nFlags of every action (sluice quota ACTION -h for the action's own):")
+		common.PrintDefaults()
 		if len(args) == 0 {
 			return fmt.Errorf("quota: no action given: %w", errUsage)
 		}
@@ -137,7 +166,8 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	switch action {
 	case "set":
 		fs.StringVar(&tier, "tier", "", "free, pro, enterprise or custom (required)")
-		fs.Var(&ovs, "override", "an override DESCRIPTOR=N/UNIT (UNIT: second…year, or a duration such as 90s); repeatable")
+		fs.Var(domainFlag{&ovs}, "domain", "the rule file's domain of the --override flags that follow (required before them); repeatable")
+		fs.Var(&ovs, "override", "an override DESCRIPTOR=N/UNIT (UNIT: second…year, or a duration such as 90s) in the --domain before it; repeatable")
 		fs.StringVar(&effective, "effective-at", "", "RFC 3339 time the record applies from (default: now)")
 		fs.StringVar(&expires, "expires-at", "", "RFC 3339 time the record stops (default: never)")
 	case "list":
@@ -169,7 +199,7 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		if tier == "" {
 			return fmt.Errorf("quota set: --tier is required: %w", errUsage)
 		}
-		req := admin.QuotaRequest{Tier: tier, Overrides: ovs}
+		req := admin.QuotaRequest{Tier: tier, Overrides: ovs.list}
 		for _, t := range []struct {
 			flag, v string
 			dst     **time.Time

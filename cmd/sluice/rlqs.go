@@ -6,6 +6,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/compose"
 )
 
 // registerRLQS serves Envoy's rate limit quota service on the gRPC server
@@ -17,7 +18,10 @@ func (s *server) registerRLQS(limits service.Limits) error {
 		return fmt.Errorf("--rlqs-unmatched: %w", err)
 	}
 	log := s.log.With("component", "rlqs")
-	allotter := storeAllotter(s.store)
+	var allotter sluice.Allotter
+	if a, ok := s.store.(sluice.Allotter); ok && s.cfg.Store.Kind == compose.KindRedis {
+		allotter = a // the stack's Allot is the Redis store's
+	}
 	s.rlqs, err = rlqs.New(s.engine, s.watcher, rlqs.Options{Unmatched: un, Limits: limits, Logger: log, Allotter: allotter})
 	if err != nil {
 		return err
@@ -27,17 +31,4 @@ func (s *server) registerRLQS(limits service.Limits) error {
 	}
 	s.rlqs.Register(s.grpc)
 	return nil
-}
-
-// storeAllotter is the store beneath serve's placement routing and
-// denied-key cache that leases allotments (Redis), or nil (memory).
-func storeAllotter(st sluice.Store) sluice.Allotter {
-	if p, ok := st.(*service.Placed); ok {
-		st = p.Global
-	}
-	if g, ok := st.(*clusterGate); ok {
-		return g.g
-	}
-	a, _ := st.(sluice.Allotter)
-	return a
 }

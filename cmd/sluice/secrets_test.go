@@ -27,7 +27,7 @@ func runServeArgs(t *testing.T, args []string, envs map[string]string) (httpAddr
 		done <- run(ctx, append([]string{"serve"}, args...), func(k string) string { return envs[k] }, io.Discard, logs)
 	}()
 	serving := regexp.MustCompile(`msg="sluice serving" grpc=\S+ http=(\S+) .*debug=(\S+)`)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		if m := serving.FindStringSubmatch(logs.String()); m != nil {
 			httpAddr, debugAddr = m[1], m[2]

@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/sluice-rl/sluice/server/rls"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/service/promstats"
+	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/tenant"
 	"github.com/sluice-rl/sluice/tenant/pg"
@@ -108,6 +110,7 @@ type server struct {
 	pg      *pg.Store          // nil without --postgres-url
 	tenants *tenant.Registry   // nil without --postgres-url
 	tracker *observe.Tracker   // nil without admin tokens
+	sample  *service.Sample    // nil without admin tokens or --sample-size
 	dash    *dashboard.Handler // nil without admin tokens
 	fleet   dashboard.Fleet    // the Redis store, for a fleet-wide dashboard
 	rls     *rls.Server
@@ -144,8 +147,12 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --default-algorithm: %w", err)
 	}
-	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg}, log.With("component", "rules"))
+	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg, MergeDomains: cfg.Envoy.MergeDomains}, log.With("component", "rules"))
 	if err != nil {
+		if _, statErr := os.Stat(cfg.Rules.Dir); errors.Is(statErr, fs.ErrNotExist) && cfg.Rules.Dir == defaultServeConfig().Rules.Dir {
+			// The default names the repository's examples: say what to pass elsewhere.
+			return nil, fmt.Errorf("serve: no rule directory %s here (the default works in a checkout of Sluice): pass --rules DIR or set SLUICE_RULES: %w", cfg.Rules.Dir, errUsage)
+		}
 		return nil, fmt.Errorf("serve: rules: %w", err)
 	}
 
@@ -157,6 +164,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	ecfg := service.DefaultConfig()
 	ecfg.ExpectedReplicas = cfg.Service.ExpectedReplicas
 	ecfg.Limits = cfg.Limits.serviceLimits()
+	cfg.Envoy.engine(&ecfg)
 	memOpts := memory.Options{Now: d.now, MaxKeys: cfg.Store.Memory.MaxKeys}
 	memStores := map[string]*memory.Store{}
 	if ecfg.DefaultFailureMode, err = rules.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
@@ -168,32 +176,25 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		}
 		ecfg.Overrides = s.tenants
 	}
-	switch cfg.Store.Kind {
-	case "redis":
-		ropts, err := redisOptions(cfg.Store.Redis, d.now)
-		if err != nil {
-			return nil, fmt.Errorf("serve: %w", err)
-		}
-		rs, closeStore := connectRedis(ropts, log.With("component", "store"))
-		s.fleet = fleetOf(rs)
-		s.closers = append(s.closers, closerFunc(closeStore))
-		fallback := memory.New(memOpts)
-		s.closers = append(s.closers, fallback)
-		ecfg.Fallback = fallback
-		memStores["fallback"] = fallback
-		placed, closeHybrid, err := placedRedis(rs, fallback, cfg.Store.Redis, reg)
-		if err != nil {
-			return nil, fmt.Errorf("serve: %w", err)
-		}
-		s.store = placed
-		s.closers = append(s.closers, closeHybrid)
-	default:
-		ms := memory.New(memOpts)
-		s.store = ms
-		s.closers = append(s.closers, ms)
-		memStores["memory"] = ms
+	redisTLS, err := cfg.Envoy.redisTLS()
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
 	}
-	if hr, ok := s.store.(sluice.HealthReporter); ok {
+	st, err := newStack(cfg.Store, redisTLS, memOpts, d.now, log.With("component", "store"))
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	s.closers = append(s.closers, st)
+	s.store = st
+	if cfg.Store.Kind == compose.KindRedis {
+		s.fleet = redisFleet{get: st.Redis}
+		ecfg.Fallback = st.Fallback()
+		memStores["fallback"] = st.Memory()
+		registerStackStats(reg, st)
+	} else {
+		memStores["memory"] = st.Memory()
+	}
+	if hr, ok := s.store.(sluice.HealthReporter); ok && cfg.Store.Kind == compose.KindRedis {
 		reg.MustRegister(promstats.NewHealthCollector(hr))
 	}
 	reg.MustRegister(newMemoryCollector(cfg.Store.Memory.MaxKeys, memStores))
@@ -208,21 +209,56 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if toks.Len() > 0 { // the admin API is on: keep the top offenders it serves
 		s.tracker = observe.NewTracker(observe.Options{})
 		ecfg.Observer = s.tracker
+		if err := s.guardTokens(toks, reg, log.With("component", "auth")); err != nil {
+			return nil, err
+		}
+	}
+	if toks.Len() > 0 && cfg.Service.SampleSize > 0 { // for sluice diff
+		s.sample = service.NewSample(cfg.Service.SampleSize, cfg.Service.SampleEvery)
+		ecfg.Sample = s.sample
 	}
 	s.engine, err = service.New(ecfg, s.watcher, s.store, metrics, log.With("component", "engine"))
 	if err != nil {
 		return nil, fmt.Errorf("serve: engine: %w", err)
 	}
+	s.watcher.Guard = ruleGuard(cfg.Rules.Guard, s.engine)
+	s.watcher.OnHold = func(h *rules.Hold) {
+		var reasons []string
+		if h != nil {
+			reasons = h.Reasons
+		}
+		metrics.ObserveHold(reasons)
+	}
 
-	reg.MustRegister(newDetailedCollector(s.engine))
+	reg.MustRegister(newDetailedCollector(s.engine), storeUpGauge(s.engine))
 
 	tlsCfg, err := serverTLS(cfg.Listen.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	s.rls = rls.New(s.engine, rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders,
-		Limits: ecfg.Limits})
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes)}
+	ropts := rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders, Limits: ecfg.Limits}
+	cfg.Envoy.rlsOptions(&ropts)
+	s.rls = rls.New(s.engine, ropts)
+	if tlsCfg != nil && cfg.Envoy.ClientTLSSAN != "" {
+		requireSAN(tlsCfg, cfg.Envoy.ClientTLSSAN)
+	}
+	// Metadata is bounded like bodies: without MaxHeaderListSize a call's
+	// headers may be as large as the client likes (15 MiB were accepted).
+	gopts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes), grpc.MaxHeaderListSize(uint32(cfg.Limits.RequestBytes))},
+		cfg.Envoy.grpcOptions()...)
+	if cfg.Envoy.Tracing.On {
+		tp, err := cfg.Envoy.Tracing.provider(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		s.closers = append(s.closers, closerFunc(func() error {
+			// Flush what is buffered, but never hang on a collector that is down.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			return tp.Shutdown(ctx)
+		}))
+		gopts = append(gopts, tracingOptions(tp)...)
+	}
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
@@ -232,22 +268,25 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 
+	publicMetrics, debugMetrics := s.metricsHandlers(reg, toks)
 	aopts := api.Options{
 		Checker:         s.engine,
 		Ready:           s.ready,
-		Metrics:         promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Metrics:         publicMetrics,
 		Rules:           s.watcher,
 		Logger:          log.With("component", "http"),
 		ResponseHeaders: cfg.Listen.ResponseHeaders,
 		MaxBodyBytes:    int64(cfg.Limits.RequestBytes),
 		Limits:          ecfg.Limits,
 		ReadyNotes:      s.readyNotes,
+		StoreHealth:     s.engine.Ready,
 		RuleSwitch:      s.ruleSwitch,
 	}
 	if toks.Len() > 0 {
 		// A charge can refund quota: it needs a read-write or a
 		// charge-only admin token, and is off without tokens.
 		aopts.Charger, aopts.ChargeAuth = s.engine, toks.Charge()
+		aopts.ReadAuth = toks.Read() // /debug/rules names every limit and file path
 	}
 	h, err := api.New(aopts)
 	if err != nil {
@@ -269,7 +308,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		TLSConfig:         tlsCfg,
 	}
 	if debugOn(cfg.Listen.Debug) {
-		dh, err := api.NewDebug(aopts)
+		dopts := aopts
+		dopts.Metrics = debugMetrics
+		dh, err := api.NewDebug(dopts)
 		if err != nil {
 			return nil, fmt.Errorf("serve: debug: %w", err)
 		}
@@ -278,7 +319,11 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
 
-	if s.grpcLn, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
+	if cfg.Envoy.GRPCUDS != "" {
+		if s.grpcLn, err = listenUDS(cfg.Envoy.GRPCUDS); err != nil {
+			return nil, fmt.Errorf("serve: --grpc-uds: %w", err)
+		}
+	} else if s.grpcLn, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("serve: --grpc-addr: %w", err)
 	}
 	if s.httpLn, err = net.Listen("tcp", cfg.Listen.HTTP); err != nil {
@@ -296,13 +341,38 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 // it off (SLUICE_DEBUG_ADDR=off, since an empty variable means unset).
 func debugOn(addr string) bool { return addr != "" && addr != "off" }
 
-// ready is /readyz: not while draining; otherwise the engine's readiness
-// (rules loaded, store answering).
+// ready is /readyz: not while draining, nor before rules are loaded; with
+// --readyz-strict, not while the store does not answer either. By default a
+// down store leaves the instance ready: it still decides, by each limit's
+// failure_mode, and a store outage would otherwise take every instance of
+// the fleet out of its Service at once (docs/operations.md).
 func (s *server) ready(ctx context.Context) error {
 	if s.draining.Load() {
 		return errors.New("shutting down")
 	}
-	return s.engine.Ready(ctx)
+	if s.cfg.Rules.Guard.FailReady && s.watcher.LastError() != nil {
+		return errors.New("the last rule reload failed (see /debug/rules); serving the last good rules")
+	}
+	if s.cfg.Guard.ReadyzStrict {
+		return s.engine.Ready(ctx)
+	}
+	if s.watcher.Current() == nil {
+		return errors.New("no rules loaded")
+	}
+	return nil
+}
+
+// ruleGuard is the removal guard of rule reloads: a rule is in use when
+// the engine matched it within cfg.InUse.
+func ruleGuard(cfg ruleGuardConfig, e *service.Engine) *watch.Guard {
+	g := &watch.Guard{AllowRemoval: cfg.AllowRemoval, Settle: cfg.Settle}
+	if cfg.InUse > 0 {
+		g.InUse = func(r rules.RuleRef) bool {
+			t := e.LastHit(r.Domain, r.ID)
+			return !t.IsZero() && time.Since(t) < cfg.InUse
+		}
+	}
+	return g
 }
 
 // grpcAddr, httpAddr and debugAddr are the bound addresses.
@@ -383,27 +453,26 @@ func (s *server) run(ctx context.Context) error {
 	return serveErr
 }
 
-// shutdown stops accepting and drains in-flight calls within the timeout.
+// shutdown drains within the timeout: readiness and gRPC health turn
+// NOT_SERVING, gRPC stops accepting and drains its calls while the HTTP
+// listeners still answer (so /readyz says 503 "shutting down" instead of
+// refusing connections), then the HTTP listeners stop and drain.
 func (s *server) shutdown() {
 	s.draining.Store(true)
 	s.rls.Shutdown()
 	s.rlqs.Shutdown() // RLQS streams never end by themselves: end them so the drain can finish
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Warn("gRPC drain timed out; closing remaining calls")
+		s.grpc.Stop()
+		<-done
+	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		done := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			s.log.Warn("gRPC drain timed out; closing remaining calls")
-			s.grpc.Stop()
-			<-done
-		}
-	}()
 	for _, hs := range []*http.Server{s.http, s.debug} {
 		if hs == nil {
 			continue

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 	// Calendar quotas name IANA time zones; embed the database so a rule
 	// file does not depend on the host having one (≈ 450 KB).
@@ -68,9 +71,14 @@ func (s *server) openTenants(cfg tenantsConfig, reg prometheus.Registerer, log *
 		log.Info("PostgreSQL migrations applied", "applied", applied)
 	}
 	tlog := log.With("component", "tenants")
+	file, err := snapshotPath(cfg.Snapshot, st.Identity())
+	if err != nil {
+		tlog.Warn("tenant snapshot file off: no cache directory; give --tenant-snapshot PATH", "err", err)
+	}
 	var lastLog time.Time
 	s.tenants = tenant.NewRegistry(st, tenant.Options{
 		Resync: cfg.Resync,
+		File:   file,
 		OnError: func(err error) { // one line per 10s at most while it keeps failing
 			if time.Since(lastLog) >= 10*time.Second {
 				lastLog = time.Now()
@@ -79,6 +87,17 @@ func (s *server) openTenants(cfg tenantsConfig, reg prometheus.Registerer, log *
 		},
 	})
 	g := s.tenants
+	if file != "" {
+		// Before serving: until PostgreSQL answers, enforce the tenants last
+		// known rather than the rule files' defaults. A live load replaces it.
+		if err := g.Restore(); err != nil {
+			tlog.Info("tenant snapshot file not used", "file", file, "err", err)
+		} else {
+			st := g.Status()
+			tlog.Info("tenant snapshot file restored; PostgreSQL's data replaces it once loaded", "file", file,
+				"records", st.Tenants, "read_from_postgres_at", st.DataAt.UTC().Format(time.RFC3339))
+		}
+	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_tenants_stale",
 			Help: "1 while the tenant overrides snapshot may be out of date (PostgreSQL unreachable or not loaded yet), else 0."},
@@ -103,19 +122,52 @@ func (s *server) openTenants(cfg tenantsConfig, reg prometheus.Registerer, log *
 	return nil
 }
 
-// readyNotes says, on /readyz, when the tenant snapshot is stale.
+// snapshotPath is the tenant snapshot file of --tenant-snapshot v for the
+// database id: "" when off.
+func snapshotPath(v, id string) (string, error) {
+	switch v {
+	case "off":
+		return "", nil
+	case "":
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(dir, "sluice", "tenants-"+id+".snapshot"), nil
+	}
+	return v, nil
+}
+
+// tenantsReady is the tenant line of /readyz, as JSON.
+type tenantsReady struct {
+	// Source: "live" (loaded from PostgreSQL by this process), "snapshot"
+	// (the snapshot file, PostgreSQL not reached yet) or "none" (rule-file
+	// limits apply).
+	Source string `json:"source"`
+	// Stale: not listening to PostgreSQL now; changes do not arrive.
+	Stale bool `json:"stale"`
+	// DataAt is when the data was read from PostgreSQL; AgeSeconds its age.
+	DataAt     *time.Time `json:"data_at,omitempty"`
+	AgeSeconds *float64   `json:"age_seconds,omitempty"`
+	Records    int        `json:"records"`
+}
+
+// readyNotes says, on /readyz, where the tenant snapshot comes from and how
+// old it is: "tenants: {json}".
 func (s *server) readyNotes() []string {
 	if s.tenants == nil {
 		return nil
 	}
 	st := s.tenants.Status()
-	switch {
-	case !st.Synced:
-		return []string{"tenants: stale: not loaded from PostgreSQL yet; rule-file limits apply"}
-	case !st.Live:
-		return []string{fmt.Sprintf("tenants: stale: PostgreSQL unreachable; serving the snapshot loaded at %s", st.LastSync.UTC().Format(time.RFC3339))}
+	r := tenantsReady{Source: st.Source, Stale: !st.Live, Records: st.Tenants}
+	if !st.DataAt.IsZero() {
+		at := st.DataAt.UTC()
+		age := max(0, time.Since(st.DataAt).Seconds())
+		age = float64(int64(age*1000)) / 1000
+		r.DataAt, r.AgeSeconds = &at, &age
 	}
-	return []string{fmt.Sprintf("tenants: live, %d records", st.Tenants)}
+	b, _ := json.Marshal(r)
+	return []string{"tenants: " + string(b)}
 }
 
 // ruleSwitch is /debug/rules's view of the kill switches.
@@ -132,7 +184,7 @@ func (s *server) withAdmin(h http.Handler, toks *admin.Tokens, log *slog.Logger)
 	if toks.Len() == 0 {
 		return h, nil
 	}
-	opts := admin.Options{Tokens: toks, Rules: s.watcher.Current, Checker: s.engine, Counters: s.engine, Logger: log}
+	opts := admin.Options{Tokens: toks, Rules: s.watcher.Current, Checker: s.engine, Counters: s.engine, Logger: log, Sample: s.sample}
 	if s.pg != nil {
 		opts.Store = s.pg
 	}

@@ -25,6 +25,7 @@ func serverTLS(c tlsConfig) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   aeadSuites,
 		GetCertificate: kp.get,
 	}
 	if c.ClientCA != "" {
@@ -40,6 +41,15 @@ func serverTLS(c tlsConfig) (*tls.Config, error) {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// aeadSuites are the TLS 1.2 suites offered: ECDHE (forward secrecy) with
+// an AEAD cipher only, no CBC-mode suite (Lucky13-style padding oracles,
+// SHA-1 MACs). TLS 1.3 suites are not configurable and are all AEAD.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // certCheckEvery is how often a handshake may look at the key pair's files.

@@ -146,6 +146,25 @@ func TestTLS(t *testing.T) {
 	if _, err := httpCheck(&http.Client{Timeout: 5 * time.Second}, "https", ts.httpAddr()); err == nil {
 		t.Errorf("HTTPS check trusting no CA succeeded, want a certificate error")
 	}
+	// TLS 1.2 offers AEAD suites only: a client offering nothing but a
+	// CBC suite finds no suite in common; one offering GCM is served.
+	for _, tc := range []struct {
+		suite uint16
+		ok    bool
+	}{
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, true},
+	} {
+		conn, err := tls.Dial("tcp", ts.httpAddr(), &tls.Config{RootCAs: roots, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tc.suite}})
+		if err == nil {
+			conn.Close()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("TLS 1.2 handshake offering only %s: err %v, want success %v", tls.CipherSuiteName(tc.suite), err, tc.ok)
+		}
+	}
 }
 
 func TestMutualTLS(t *testing.T) {

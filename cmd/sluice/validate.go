@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -26,8 +27,9 @@ func runValidate(_ context.Context, args []string, getenv env, stdout, stderr io
 	fs.SetOutput(stderr)
 	alg := fs.String("default-algorithm", sluice.FixedWindow.String(),
 		"algorithm of rules that name none, as for sluice serve (env SLUICE_DEFAULT_ALGORITHM): "+algorithmNames())
+	merge := fs.Bool("merge-domains", false, "let rule files share a domain, as sluice serve --merge-domains (env SLUICE_MERGE_DOMAINS)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice validate [--default-algorithm A] DIR|FILE…")
+		fmt.Fprintln(stderr, "Usage: sluice validate [--default-algorithm A] [--merge-domains] DIR|FILE…")
 		fmt.Fprintln(stderr, "\nLoads rule directories (every *.yaml and *.yml, as `sluice serve --rules` does) or single")
 		fmt.Fprintln(stderr, "rule files and prints every problem as file:line: field: message. Exit status 0 when all are")
 		fmt.Fprintln(stderr, "valid, 1 when any problem is found, 2 on a usage error.")
@@ -40,8 +42,18 @@ func runValidate(_ context.Context, args []string, getenv env, stdout, stderr io
 		}
 		return fmt.Errorf("validate: %w: %w", errUsage, err)
 	}
-	algSet := false
-	fs.Visit(func(f *flag.Flag) { algSet = algSet || f.Name == "default-algorithm" })
+	algSet, mergeSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		algSet = algSet || f.Name == "default-algorithm"
+		mergeSet = mergeSet || f.Name == "merge-domains"
+	})
+	if v := getenv("SLUICE_MERGE_DOMAINS"); v != "" && !mergeSet {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("validate: SLUICE_MERGE_DOMAINS=%q: want true or false: %w", v, errUsage)
+		}
+		*merge = b
+	}
 	if v := getenv("SLUICE_DEFAULT_ALGORITHM"); v != "" && !algSet {
 		*alg = v
 	}
@@ -53,7 +65,7 @@ func runValidate(_ context.Context, args []string, getenv env, stdout, stderr io
 		fs.Usage()
 		return fmt.Errorf("validate: no rule directory or file given: %w", errUsage)
 	}
-	opts := rules.Options{DefaultAlgorithm: a}
+	opts := rules.Options{DefaultAlgorithm: a, MergeDomains: *merge}
 	problems := 0
 	for _, path := range fs.Args() {
 		snap, err := load(path, opts)

@@ -18,7 +18,7 @@ import (
 	"github.com/sluice-rl/sluice/httplimit"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
-	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/compose"
 )
 
 const ruleFile = `
@@ -41,7 +41,13 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store := memory.New(memory.Options{})
+	// The store stack every Sluice program gets (store/compose): in
+	// process by default; set Kind "redis" and Redis.URL to share counters
+	// with a fleet (placement hybrid and local then work as in sluice serve).
+	store, err := compose.New(compose.DefaultConfig())
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer store.Close()
 	engine, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, store, nil, nil)
 	if err != nil {

@@ -11,11 +11,17 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
-	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/compose"
 )
 
 func main() {
-	store := memory.New(memory.Options{})
+	// The store stack every Sluice program gets (store/compose): in
+	// process by default; set Kind "redis" and Redis.URL to share counters
+	// with a fleet (placement hybrid and local then work as in sluice serve).
+	store, err := compose.New(compose.DefaultConfig())
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer store.Close()
 	ctx := context.Background()
 

@@ -8,6 +8,7 @@
 package edge
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -59,6 +60,8 @@ type Decision struct {
 	legacyRemaining int64
 	storeDown       bool
 	costTooHigh     bool
+	penalty         bool // a refused limit is a penalty (reason penalty)
+	denyList        bool // an entry is on a deny list (reason deny_list)
 }
 
 // Reset empties d, keeping its slices' capacity.
@@ -81,6 +84,10 @@ func (d *Decision) Add(resp *service.Response) {
 		switch {
 		case st.Rule != nil && st.Rule.ShadowMode, st.Shadowed:
 			continue // counted, never enforced, not advertised
+		case st.Code == service.CodeOverLimit && st.Result.Reason == sluice.ReasonDenyList:
+			d.denyList = true
+			d.Violated = append(d.Violated, headers.ReasonDenyList)
+			continue
 		case st.Degraded == service.FailedClosed && st.Code == service.CodeOverLimit:
 			d.storeDown = true
 			continue
@@ -96,9 +103,23 @@ func (d *Decision) Add(resp *service.Response) {
 		if quota <= 0 {
 			quota = int64(st.CurrentLimit.RequestsPerUnit)
 		}
+		window = burstWindow(st, quota, window)
 		d.add(StatusName(st), quota, window, unit, st.Rule, &st.Result, st.Code == service.CodeOverLimit)
 	}
 	d.settle()
+}
+
+// burstWindow is the window to publish with quota for a bucket algorithm,
+// whose Result.Limit is its burst, not its rate's quota: the time the rate
+// takes to refill the whole burst (burst ÷ rate), so that q/w is the rate a
+// generic client reads, and r ≤ q still holds. Otherwise it is window.
+func burstWindow(st *service.Status, quota int64, window time.Duration) time.Duration {
+	rate := int64(st.CurrentLimit.RequestsPerUnit)
+	if st.Rule == nil || !st.Rule.Limit.Algorithm.HasBurst() || rate <= 0 || quota == rate || window <= 0 {
+		return window
+	}
+	secs := math.Ceil(float64(quota) * window.Seconds() / float64(rate))
+	return time.Duration(min(secs, float64(math.MaxInt64/int64(time.Second))) * float64(time.Second))
 }
 
 // AddLimit adds a policy the caller applied itself (the middleware's own
@@ -120,6 +141,10 @@ func (d *Decision) add(name string, quota int64, window time.Duration, unit head
 	case !refused:
 	case res.Reason == sluice.ReasonCostTooHigh:
 		d.costTooHigh = true
+	case res.Reason == sluice.ReasonPenalty:
+		d.penalty = true
+		reset = max(headers.Seconds(res.RetryAfter), 1)
+		d.RetryAfter = max(d.RetryAfter, reset)
 	case unit == headers.ConcurrentRequests:
 		// A slot comes back when a holder finishes, usually well before
 		// its lease would expire.
@@ -153,9 +178,15 @@ func (d *Decision) add(name string, quota int64, window time.Duration, unit head
 // settle derives Status, Reason and Retry-After from what was added.
 func (d *Decision) settle() {
 	switch {
+	case d.denyList:
+		// Refused outright: waiting is pointless.
+		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonDenyList, 0
 	case len(d.Violated) > 0 && d.costTooHigh:
 		// Some limit can never admit this request: waiting is pointless.
 		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonCostTooHigh, 0
+	case len(d.Violated) > 0 && d.penalty:
+		d.Status, d.Reason = http.StatusTooManyRequests, headers.ReasonPenalty
+		d.RetryAfter = max(d.RetryAfter, 1)
 	case len(d.Violated) > 0:
 		d.Status, d.Reason = http.StatusTooManyRequests, headers.ReasonLimited
 		d.RetryAfter = max(d.RetryAfter, 1)
@@ -206,6 +237,9 @@ func (d *Decision) Fields() []Field {
 	}
 	if d.RetryAfter > 0 {
 		out = append(out, Field{headers.RetryAfter, strconv.FormatInt(d.RetryAfter, 10)})
+	}
+	if d.Reason == headers.ReasonPenalty || d.Reason == headers.ReasonDenyList {
+		out = append(out, Field{headers.SluiceReason, d.Reason})
 	}
 	return out
 }

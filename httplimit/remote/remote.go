@@ -7,7 +7,8 @@
 // middleware's fields are built from what it does carry: q is
 // requests_per_unit (or the remaining count, when a burst makes that
 // larger), w the unit's length, and a refused request's wait is
-// duration_until_reset.
+// duration_until_reset (which a Sluice server sets, for a refused status,
+// to when the request would pass: the in-process Retry-After).
 //
 // The Checker is not an httplimit.Releaser: Envoy's protocol has no way to
 // give a concurrency lease back, so a server-side concurrency rule's leases

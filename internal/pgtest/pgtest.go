@@ -73,7 +73,7 @@ func need(t testing.TB) string {
 	if d := binDir(); d != "" {
 		return d
 	}
-	proctest.Missing(t, "pgtest: initdb and postgres not found (looked in /usr/lib/postgresql/*/bin and PATH); install them (apt-get install -y postgresql) to run the PostgreSQL tests")
+	proctest.Missing(t, "postgres", "PostgreSQL (initdb, postgres) not found in /usr/lib/postgresql/*/bin or on PATH: the tests that need a real PostgreSQL are skipped (go test -v names them); install it (apt-get install -y postgresql) or see .ci/run")
 	return ""
 }
 

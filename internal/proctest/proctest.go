@@ -5,11 +5,16 @@
 package proctest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -21,16 +26,88 @@ type TB interface {
 	Skip(args ...any)
 }
 
-// Missing reports that a binary the test needs is absent: it skips the test
-// with msg, or fails it when the environment variable CI is "true", so that
-// CI never passes by skipping the real-server tests.
-func Missing(t TB, msg string) {
+// Missing reports that binary, which the test needs, is absent. With the
+// environment variable CI "true" it fails the test with notice, so that CI
+// never passes by skipping the real-server tests. Otherwise it skips the
+// test (the skip message, shown by go test -v, is notice), and tells the
+// developer once: the first skip for binary in a go test run writes notice
+// as one line to the terminal (/dev/tty, else stderr), because go test
+// shows nothing of a passing package's output. notice names the binary,
+// what is skipped and how to install it. Missing is safe for concurrent
+// use.
+func Missing(t TB, binary, notice string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
-		t.Fatal(msg + " (CI=true: failing instead of skipping)")
+		t.Fatal(notice + " (CI=true: failing instead of skipping)")
 		return
 	}
-	t.Skip(msg)
+	once, _ := announced.LoadOrStore(binary, new(sync.Once))
+	once.(*sync.Once).Do(func() { announce(binary, notice) })
+	t.Skip(notice)
+}
+
+// announced holds a *sync.Once per binary: one notice per test binary.
+var announced sync.Map
+
+// announce writes notice once per go test run: go test runs each package's
+// test binary as a child of the go command, so the first binary of a run to
+// create a marker file named by that parent (pid and start time) and binary
+// writes the line, and the others, seeing the file, do not.
+func announce(binary, notice string) {
+	marker := filepath.Join(os.TempDir(), fmt.Sprintf("sluice-missing-%s-%s", runID(), strings.Map(safe, binary)))
+	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return // another package of this run said it
+		}
+	} else {
+		_ = f.Close()
+	}
+	out := noticeTo
+	if out == nil {
+		out = os.Stderr
+		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+			defer tty.Close()
+			out = tty
+		}
+	}
+	fmt.Fprintln(out, notice)
+}
+
+// noticeTo, if set (by tests), receives the notices instead of the
+// terminal.
+var noticeTo io.Writer
+
+// DiscardNotices makes Missing print no notice until t ends: for tests of
+// the helpers themselves, which skip on made-up binaries. Not for parallel
+// tests.
+func DiscardNotices(t interface{ Cleanup(func()) }) {
+	old := noticeTo
+	noticeTo = io.Discard
+	t.Cleanup(func() { noticeTo = old })
+}
+
+// runID names the go command running this test binary: its pid and, on
+// Linux, its start time (so that a reused pid is another run).
+func runID() string {
+	pp := os.Getppid()
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pp)); err == nil {
+		// Field 22 is the start time; fields after the command (in
+		// parentheses, which may hold spaces) are space-separated.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 {
+			if f := strings.Fields(string(b[i+1:])); len(f) > 19 {
+				return fmt.Sprintf("%d-%s", pp, f[19])
+			}
+		}
+	}
+	return strconv.Itoa(pp)
+}
+
+func safe(r rune) rune {
+	if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+		return r
+	}
+	return '_'
 }
 
 // portMu keeps concurrent FreePort calls in one process from picking the

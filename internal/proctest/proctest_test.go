@@ -1,7 +1,13 @@
 package proctest
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -38,7 +44,13 @@ func TestWaitReady(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls := 0
-			err := WaitReady(tt.exited, 20*time.Millisecond, time.Millisecond, func() error {
+			// Ready cases get a minute (a loaded machine is slow); the
+			// case that never gets ready times out after 20ms.
+			timeout := time.Minute
+			if tt.readyAt == 0 {
+				timeout = 20 * time.Millisecond
+			}
+			err := WaitReady(tt.exited, timeout, time.Millisecond, func() error {
 				calls++
 				if calls == tt.readyAt {
 					return nil
@@ -49,5 +61,53 @@ func TestWaitReady(t *testing.T) {
 				t.Errorf("WaitReady: got %v after %d calls", err, calls)
 			}
 		})
+	}
+}
+
+// fakeTB records what Missing does with a test.
+type fakeTB struct{ fatal, skip []string }
+
+func (f *fakeTB) Helper()           {}
+func (f *fakeTB) Fatal(args ...any) { f.fatal = append(f.fatal, fmt.Sprint(args...)) }
+func (f *fakeTB) Skip(args ...any)  { f.skip = append(f.skip, fmt.Sprint(args...)) }
+
+// TestMissing: outside CI every test needing an absent binary is skipped
+// with the notice, and the notice is printed once per binary, however many
+// tests skip; with CI=true each such test fails.
+func TestMissing(t *testing.T) {
+	var out bytes.Buffer
+	noticeTo = &out
+	t.Cleanup(func() { noticeTo = nil })
+	bin := fmt.Sprintf("no-such-binary-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		_ = os.Remove(filepath.Join(os.TempDir(), "sluice-missing-"+runID()+"-"+bin))
+	})
+	notice := bin + " not found: the tests that need it are skipped"
+
+	t.Setenv("CI", "")
+	var tbs [3]fakeTB
+	var wg sync.WaitGroup
+	for i := range tbs {
+		wg.Go(func() { Missing(&tbs[i], bin, notice) })
+	}
+	wg.Wait()
+	Missing(&tbs[0], "other-"+bin, "other "+notice)
+	t.Cleanup(func() {
+		_ = os.Remove(filepath.Join(os.TempDir(), "sluice-missing-"+runID()+"-other-"+bin))
+	})
+	for i, tb := range tbs {
+		if len(tb.fatal) != 0 || len(tb.skip) == 0 || tb.skip[0] != notice {
+			t.Errorf("test %d without CI: fatal %q, skip %q; want skipped with %q", i, tb.fatal, tb.skip, notice)
+		}
+	}
+	if got, want := out.String(), notice+"\nother "+notice+"\n"; got != want {
+		t.Errorf("notices printed: %q, want each binary's once: %q", got, want)
+	}
+
+	t.Setenv("CI", "true")
+	var ci fakeTB
+	Missing(&ci, bin, notice)
+	if len(ci.fatal) != 1 || !strings.Contains(ci.fatal[0], notice) || len(ci.skip) != 0 {
+		t.Errorf("with CI=true: fatal %q, skip %q; want the test failed with the notice", ci.fatal, ci.skip)
 	}
 }

@@ -122,18 +122,20 @@ func need(t TB, binary string) string {
 	if err == nil {
 		return p
 	}
-	proctest.Missing(t, fmt.Sprintf("redistest: %s not found on PATH; install it (apt-get install -y redis-server redis-tools) to run the real-Redis tests", binary))
+	proctest.Missing(t, binary, fmt.Sprintf("%s not found on PATH: the tests that need a real Redis are skipped (go test -v names them); install it (apt-get install -y redis-server redis-tools) or see .ci/run", binary))
 	return ""
 }
 
 // Server is one redis-server process. Its methods are safe for concurrent
 // use; Kill, Pause, Resume and Restart fail the test on error.
 type Server struct {
-	t     TB
-	bin   string
-	dir   string
-	port  int
-	extra []string
+	t    TB
+	bin  string
+	dir  string
+	port int
+	// tlsPort is the TLS port of a StartTLS server, else 0.
+	tlsPort int
+	extra   []string
 	// sentinel is the config file of a Sentinel; empty for a data node.
 	sentinel string
 	mu       sync.Mutex
@@ -153,6 +155,30 @@ func Start(t TB) *Server {
 	s.start()
 	return s
 }
+
+// StartTLS is Start with a TLS port beside the plain one (which the helper
+// uses to see that the server answers): the server presents certFile and
+// keyFile and, with requireClient, demands a client certificate signed by a
+// CA in caFile (tls-auth-clients yes). It needs a redis-server built with
+// TLS; one without is a test failure naming the cause.
+func StartTLS(t TB, certFile, keyFile, caFile string, requireClient bool) *Server {
+	t.Helper()
+	bin := need(t, "redis-server")
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t, false)}
+	s.tlsPort = freePort(t, false)
+	auth := "no"
+	if requireClient {
+		auth = "yes"
+	}
+	s.extra = []string{"--tls-port", strconv.Itoa(s.tlsPort), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", auth}
+	t.Cleanup(s.stop)
+	s.start()
+	return s
+}
+
+// TLSAddr returns the host:port of a StartTLS server's TLS port.
+func (s *Server) TLSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort)) }
 
 // Addr returns the server's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }

@@ -53,13 +53,8 @@ func FuzzFromProto(f *testing.F) {
 			t.Fatalf("FromProto = %+v for %v: domain empty or descriptors lost", got, &req)
 		}
 		for i, d := range got.Descriptors {
-			if len(d.Entries) == 0 {
-				t.Fatalf("descriptor %d without entries accepted", i)
-			}
-			for _, e := range d.Entries {
-				if e.Key == "" {
-					t.Fatalf("descriptor %d: empty key accepted", i)
-				}
+			if len(d.Entries) != len(req.GetDescriptors()[i].GetEntries()) {
+				t.Fatalf("descriptor %d: %d entries, want %d", i, len(d.Entries), len(req.GetDescriptors()[i].GetEntries()))
 			}
 		}
 	})

@@ -25,8 +25,7 @@ import (
 )
 
 // ErrInvalidRequest marks a request that cannot be converted: an empty
-// domain, no descriptors, a descriptor without entries, an entry with an
-// empty key, or a limit override one side cannot express.
+// domain, no descriptors, or a limit override one side cannot express.
 var ErrInvalidRequest = errors.New("invalid rate limit request")
 
 // Unlimited is limit_remaining for a descriptor whose rule is unlimited, as
@@ -80,22 +79,18 @@ func FromProtoLimits(req *rlsv3.RateLimitRequest, lim service.Limits) (service.R
 	return out, nil
 }
 
+// descriptorFromProto converts one descriptor. One with no entries, or
+// with an entry whose key is empty, is converted as it is: it matches no
+// rule, so the engine answers it OK, as envoyproxy/ratelimit does.
+// is_negative_hits makes it a refund of its hits (service.Descriptor.Refund).
 func descriptorFromProto(d *ratelimitv3.RateLimitDescriptor) (service.Descriptor, error) {
 	entries := d.GetEntries()
-	if len(entries) == 0 {
-		return service.Descriptor{}, errors.New("entries: none given")
-	}
 	var out service.Descriptor
 	out.Entries = make([]rules.Entry, len(entries))
 	for j, e := range entries {
-		if e.GetKey() == "" {
-			return service.Descriptor{}, fmt.Errorf("entries[%d].key: empty", j)
-		}
 		out.Entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
-	if d.GetIsNegativeHits() {
-		return service.Descriptor{}, errors.New("is_negative_hits: not supported (Sluice never refunds through the check API)")
-	}
+	out.Refund = d.GetIsNegativeHits()
 	if h := d.GetHitsAddend(); h != nil {
 		v := h.GetValue()
 		out.Hits = &v
@@ -200,7 +195,9 @@ func fillCurrentLimit(out *rlsv3.RateLimitResponse_RateLimit, cl *service.Curren
 //     whole seconds for windows of a second or more, as envoy's;
 //   - shadow mode: code OK, the remaining the store reported.
 //
-// overall_code is OVER_LIMIT if any status is, else OK; never UNKNOWN. The
+// overall_code is resp.OverallCode (a quota-mode status may be OVER_LIMIT in
+// an admitted request); when that is unset, OVER_LIMIT if any status is,
+// else OK; never UNKNOWN. The
 // response carries no response_headers_to_add: the caller adds them (from
 // edge.Decision) when configured to.
 func ToProto(resp service.Response) *rlsv3.RateLimitResponse {
@@ -227,7 +224,7 @@ func ToProto(resp service.Response) *rlsv3.RateLimitResponse {
 		st := &statuses[i]
 		fillStatus(st, &limits[i], &resets[i], &resp.Statuses[i])
 		ptrs[i] = st
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		if resp.OverallCode == 0 && st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
@@ -272,12 +269,20 @@ func fillStatus(out *rlsv3.RateLimitResponse_DescriptorStatus, limit *rlsv3.Rate
 }
 
 // ResetDuration is duration_until_reset for a limited status: the store's
-// ResetAfter, rounded up to whole seconds when the limit's window is a second
+// ResetAfter (RetryAfter for a refused one), rounded up to whole seconds when the limit's window is a second
 // or longer (envoyproxy/ratelimit reports whole seconds), exact otherwise.
 // When the store did not answer (a degraded decision), or denied with
-// nothing to wait for (quota 0, cost above capacity), it is the window.
+// nothing to wait for (quota 0, cost above capacity), it is the window, as
+// envoyproxy/ratelimit answers a denial.
 func ResetDuration(s *service.Status) time.Duration {
 	d := s.Result.ResetAfter
+	if s.Code == service.CodeOverLimit && s.Result.RetryAfter > 0 {
+		// A refused request's reset is when it would pass, as RateLimit's t
+		// of a refused policy and Retry-After say: for a bucket, the time
+		// until it is full again can be many times longer, and a client
+		// reading duration_until_reset (httplimit/remote) would wait that.
+		d = s.Result.RetryAfter
+	}
 	w := time.Duration(0)
 	if s.CurrentLimit != nil {
 		w = s.CurrentLimit.Window
@@ -336,6 +341,7 @@ func Request(req service.Request) (*rlsv3.RateLimitRequest, error) {
 		if d.Hits != nil {
 			pd.HitsAddend = wrapperspb.UInt64(*d.Hits)
 		}
+		pd.IsNegativeHits = d.Refund
 		out.Descriptors[i] = pd
 	}
 	return out, nil

@@ -36,9 +36,6 @@ func TestFromProtoRejects(t *testing.T) {
 		{"nil request", nil, "domain: empty"},
 		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, "domain: empty"},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, "descriptors: none given"},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b"), {}}}, "descriptors[1].entries: none given"},
-		{"nil descriptor", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{nil}}, "descriptors[0].entries: none given"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b", "", "c")}}, "descriptors[0].entries[1].key: empty"},
 		{"unknown override unit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: desc("a", "b").Entries,
 			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3},
@@ -47,9 +44,6 @@ func TestFromProtoRejects(t *testing.T) {
 			Entries: desc("a", "b").Entries,
 			Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(5)},
 		}}}, "descriptors[0].limit.unit_multiplier"},
-		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: desc("a", "b").Entries, IsNegativeHits: true,
-		}}}, "is_negative_hits"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +55,25 @@ func TestFromProtoRejects(t *testing.T) {
 				t.Errorf("FromProto error = %q, want it to contain %q", err, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// Descriptors envoyproxy/ratelimit answers OK (no entries, nil, an empty
+// key) convert as they are; is_negative_hits becomes a refund, both ways.
+func TestFromProtoEnvoyDescriptors(t *testing.T) {
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{}, nil, desc("a", "b", "", "c"), {Entries: desc("a", "b").Entries, IsNegativeHits: true, HitsAddend: wrapperspb.UInt64(3)}}}
+	got, err := FromProto(req)
+	if err != nil {
+		t.Fatalf("FromProto = %v, want accepted", err)
+	}
+	if len(got.Descriptors) != 4 || len(got.Descriptors[0].Entries) != 0 || len(got.Descriptors[1].Entries) != 0 ||
+		got.Descriptors[2].Entries[1].Key != "" || got.Descriptors[2].Refund || !got.Descriptors[3].Refund || *got.Descriptors[3].Hits != 3 {
+		t.Fatalf("FromProto = %+v", got.Descriptors)
+	}
+	back, err := Request(got)
+	if err != nil || !back.Descriptors[3].GetIsNegativeHits() || back.Descriptors[2].GetIsNegativeHits() {
+		t.Fatalf("Request(FromProto) = %v, %v; want is_negative_hits on descriptor 3 only", back, err)
 	}
 }
 
@@ -173,7 +186,7 @@ func TestToProto(t *testing.T) {
 			}},
 			want: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
 				{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "per_ip", RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}, LimitRemaining: 7, DurationUntilReset: durationpb.New(time.Second)},
-				{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 20, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}, LimitRemaining: 0, DurationUntilReset: durationpb.New(43 * time.Second)},
+				{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 20, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}, LimitRemaining: 0, DurationUntilReset: durationpb.New(42 * time.Second)}, // refused: when it would pass (RetryAfter)
 			}},
 		},
 		{
@@ -265,5 +278,25 @@ func TestResponseConversion(t *testing.T) {
 	}
 	if _, err := Response(in, 2); err == nil {
 		t.Errorf("Response with 3 statuses for 2 descriptors: no error")
+	}
+}
+
+// TestRefusedResetIsTheRetry: a refused bucket's duration_until_reset is
+// when the request would pass (Retry-After in process), not when the bucket
+// is full again, so a client over gRPC waits as long as one in process (3s,
+// not 18s).
+func TestRefusedResetIsTheRetry(t *testing.T) {
+	cl := &service.CurrentLimit{RequestsPerUnit: 1, Unit: "second", Window: 3 * time.Second}
+	st := service.Status{Code: service.CodeOverLimit, CurrentLimit: cl, Result: sluice.Result{Limit: 6, ResetAfter: 18 * time.Second, RetryAfter: 3 * time.Second, Reason: sluice.ReasonLimited}}
+	pb := ToProto(service.Response{OverallCode: service.CodeOverLimit, Statuses: []service.Status{st}})
+	if got := pb.GetStatuses()[0].GetDurationUntilReset().AsDuration(); got != 3*time.Second {
+		t.Errorf("duration_until_reset %v, want 3s (the retry)", got)
+	}
+	back, err := Response(pb, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := back.Statuses[0].Result; r.RetryAfter != 3*time.Second || r.Reason != sluice.ReasonLimited {
+		t.Errorf("read back: retry %v reason %v, want 3s limited", r.RetryAfter, r.Reason)
 	}
 }

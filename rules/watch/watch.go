@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -43,6 +45,14 @@ type Watcher struct {
 	// Debounce is the quiet period after a change before reloading;
 	// zero means DefaultDebounce. Set it before Run.
 	Debounce time.Duration
+	// Guard, when set, holds back reloads that would remove what is in
+	// use (see Guard). Set it before Run.
+	Guard *Guard
+	// OnHold, if set, is called after every successful load of the
+	// directory with the hold it caused, or nil when the new rules were
+	// applied. It runs on the reloading goroutine and must not block. Set
+	// it before Run.
+	OnHold func(h *rules.Hold)
 
 	dir    string
 	opts   rules.Options
@@ -51,9 +61,42 @@ type Watcher struct {
 	fw     *fsnotify.Watcher
 	clean  string // filepath.Clean(dir)
 
-	mu         sync.Mutex // serializes reloads; guards lastErr and lastReload
+	mu         sync.Mutex // serializes reloads; guards lastErr, lastReload and held
 	lastErr    error
 	lastReload time.Time
+	held       *rules.Hold
+}
+
+// Guard holds back a reload that would remove a domain, or a rule that saw
+// traffic recently: the rules in force stay until the operator confirms
+// the removal. A confirmation is AllowRemoval, a marker file
+// (rules.AllowRemovalFile, see rules.ParseAllowRemoval) in the directory
+// naming what may go, or, when Settle is set, the same removal still
+// there Settle after it was first held. A removal that comes and goes with
+// the files (a ConfigMap swap, files written one by one) is never applied.
+type Guard struct {
+	// AllowRemoval turns the guard off: every valid reload is applied.
+	AllowRemoval bool
+	// InUse reports whether a rule saw traffic recently; nil: no rule
+	// does (only removed domains hold a reload).
+	InUse func(r rules.RuleRef) bool
+	// Settle, when above zero, applies a held removal once the same
+	// removal has been held this long; zero: only a confirmation applies
+	// it.
+	Settle time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// ErrHeld marks the error Reload returns when a guard held the new rules
+// back (see Guard); test with errors.Is.
+var ErrHeld = errors.New("rules: reload held")
+
+func (g *Guard) now() time.Time {
+	if g.Now != nil {
+		return g.Now()
+	}
+	return time.Now()
 }
 
 // New starts watching dir, then loads it once (see rules.LoadDir) and
@@ -123,27 +166,117 @@ func (w *Watcher) LastReload() time.Time {
 	return w.lastReload
 }
 
-// Reload loads the directory now. On success it swaps in the new snapshot;
-// on failure it keeps the current one. Either way it records the outcome,
-// logs it, calls OnReload, and returns the load's error.
+// Held returns the hold in place (a copy), or nil when the rules in force
+// are the directory's.
+func (w *Watcher) Held() *rules.Hold {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held == nil {
+		return nil
+	}
+	h := *w.held
+	return &h
+}
+
+// Reload loads the directory now. On success it swaps in the new snapshot,
+// unless the Guard holds it back; on failure it keeps the current one. It
+// records the outcome, logs it, and returns the load's error (or one
+// wrapping ErrHeld). OnReload is called after every load that failed or
+// was applied, OnHold after every load that succeeded (held or not).
 func (w *Watcher) Reload() error {
 	w.mu.Lock()
 	s, err := rules.LoadDir(w.dir, w.opts)
+	var hold *rules.Hold
+	var removed rules.Removal
 	if err == nil {
+		hold, removed, err = w.guard(s)
+	}
+	if err == nil && hold == nil {
 		w.cur.Store(s)
 		w.lastReload = time.Now()
+		w.held = nil
 	}
-	w.lastErr = err
+	w.lastErr = err // nil when held: the files are valid
 	w.mu.Unlock()
-	if err != nil {
+	switch {
+	case hold != nil:
+		w.logger.Warn("rules reload held: the new rules remove what is in use; the rules in force stay until the removal is confirmed",
+			"dir", w.dir, "reasons", hold.Reasons, "domains", hold.Domains, "rules", refs(hold.Rules))
+		if w.OnHold != nil {
+			w.OnHold(hold)
+		}
+		return fmt.Errorf("%w: %s", ErrHeld, strings.Join(hold.Reasons, ", "))
+	case err != nil:
 		w.logger.Error("rules reload failed; keeping the last good rules", "dir", w.dir, "err", err)
-	} else {
+	default:
+		if len(removed.Domains) > 0 || len(removed.Rules) > 0 {
+			w.logger.Warn("rules reloaded with removals", "dir", w.dir, "domains", removed.Domains, "rules", refs(removed.Rules))
+		}
 		w.logger.Info("rules reloaded", "dir", w.dir, "domains", len(s.Domains()), "rules", len(s.Rules()))
+		if w.OnHold != nil {
+			w.OnHold(nil)
+		}
 	}
 	if w.OnReload != nil {
 		w.OnReload(err == nil, err)
 	}
 	return err
+}
+
+// guard decides whether next may replace the rules in force (w.mu held):
+// it returns the hold to keep (nil: apply), what next removes, and an
+// error when the confirmation file cannot be read.
+func (w *Watcher) guard(next *rules.Snapshot) (*rules.Hold, rules.Removal, error) {
+	rm := rules.Removed(w.cur.Load(), next)
+	g := w.Guard
+	if g == nil || g.AllowRemoval || (len(rm.Domains) == 0 && len(rm.Rules) == 0) {
+		return nil, rm, nil
+	}
+	allow, err := w.allowRemoval()
+	if err != nil {
+		return nil, rm, err
+	}
+	h := rules.Guard(rm, allow, g.InUse)
+	if h == nil {
+		return nil, rm, nil
+	}
+	now := g.now()
+	h.Since = now
+	if w.held != nil && w.held.Key() == h.Key() {
+		h.Since = w.held.Since
+		if g.Settle > 0 && now.Sub(h.Since) >= g.Settle {
+			w.logger.Warn("rules: applying a held removal: unchanged for the settle time", "dir", w.dir, "settle", g.Settle)
+			return nil, rm, nil
+		}
+	}
+	w.held = h
+	return h, rm, nil
+}
+
+// allowRemoval reads the confirmation file, if there is one.
+func (w *Watcher) allowRemoval() (rules.AllowRemoval, error) {
+	path := filepath.Join(w.dir, rules.AllowRemovalFile)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return rules.AllowRemoval{}, nil
+	}
+	if err != nil {
+		return rules.AllowRemoval{}, rules.Errors{{File: path, Msg: err.Error()}}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, rules.MaxAllowRemovalBytes+1))
+	if err != nil {
+		return rules.AllowRemoval{}, rules.Errors{{File: path, Msg: err.Error()}}
+	}
+	return rules.ParseAllowRemoval(path, data)
+}
+
+func refs(rs []rules.RuleRef) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return out
 }
 
 // Run watches the directory and reloads after changes until ctx is done,
@@ -198,6 +331,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			lost = false
 			_ = w.Reload()
+			// A guard that applies a held removal after a settle time
+			// must look again without a change to the files.
+			if g := w.Guard; g != nil && g.Settle > 0 {
+				if h := w.Held(); h != nil {
+					timer.Reset(max(debounce, g.Settle-g.now().Sub(h.Since)))
+				}
+			}
 		}
 	}
 }
@@ -212,6 +352,9 @@ func (w *Watcher) relevant(dir, name string) bool {
 		return false // a sibling of a symlinked rules dir
 	}
 	base := filepath.Base(name)
+	if base == rules.AllowRemovalFile {
+		return true
+	}
 	if strings.HasPrefix(base, "..") { // ConfigMap: ..data, ..2026_01_01_…
 		return true
 	}

@@ -1,7 +1,8 @@
 // Package admin is Sluice's admin HTTP API under /admin/v1/: tenants'
 // quotas (tier and overrides; read, replace, delete, list by tier), a
 // tenant's usage read from the store without charging, resets of a
-// tenant's counters or of one key, and the rules' kill switches. Every
+// tenant's counters or of one key, the rules' kill switches, and the audit
+// log of every change. Every
 // endpoint but the OpenAPI document needs a bearer token; read-only tokens
 // may only read. Changes go to PostgreSQL (package tenant/pg, behind the
 // Store interface) with an audit row naming the token, and reach every
@@ -47,6 +48,9 @@ type Store interface {
 	// Audit writes one audit row on its own, for changes made outside the
 	// database (resetting counters); detail is marshalled to JSON.
 	Audit(ctx context.Context, actor, action, subject string, detail any) error
+	// AuditPage reads the audit log, newest first; more reports rows beyond
+	// the page.
+	AuditPage(ctx context.Context, q tenant.AuditQuery) (rows []tenant.AuditEntry, more bool, err error)
 }
 
 // Checker decides checks; usage asks it with zero hits. *service.Engine
@@ -88,6 +92,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// Now is the clock for resolving quotas; nil means time.Now.
 	Now func() time.Time
+	// Sample is the engine's sample of recent checks (GET
+	// /admin/v1/sample); nil answers 503.
+	Sample *service.Sample
 }
 
 // Prefix is the path every admin endpoint starts with.
@@ -149,6 +156,8 @@ func (h *handler) routes() []route {
 		{"POST /admin/v1/reset", h.auth(true, h.reset)},
 		{"GET /admin/v1/switches", h.auth(false, h.withStore(h.switches))},
 		{"PUT /admin/v1/switches", h.auth(true, h.withStore(h.setSwitch))},
+		{"GET /admin/v1/audit", h.auth(false, h.withStore(h.audit))},
+		{"GET /admin/v1/sample", h.auth(false, h.sample)},
 	}
 }
 
@@ -564,7 +573,7 @@ func (h *handler) switches(w http.ResponseWriter, r *http.Request, _ string, st 
 	}
 	out := []SwitchJSON{}
 	for _, s := range sws {
-		out = append(out, SwitchJSON{Domain: s.Domain, Rule: s.Rule, State: s.State.String(), UpdatedAt: optTime(s.UpdatedAt)})
+		out = append(out, SwitchJSON{Scope: SwitchScope(s.Domain, s.Rule), Domain: s.Domain, Rule: s.Rule, State: s.State.String(), UpdatedAt: optTime(s.UpdatedAt)})
 	}
 	reply(w, http.StatusOK, map[string]any{"switches": out})
 }
@@ -575,7 +584,11 @@ func (h *handler) setSwitch(w http.ResponseWriter, r *http.Request, actor string
 		return
 	}
 	domain, rule, state, err := DecodeSwitch(b)
-	if err == nil && !hasRule(h.opts.Rules(), domain, rule) {
+	switch {
+	case err != nil, domain == "":
+	case rule == "" && !h.opts.Rules().HasDomain(domain):
+		err = fieldErrors{{Field: "domain", Msg: fmt.Sprintf("no rule file has domain %q (see /debug/rules)", domain)}}
+	case rule != "" && !hasRule(h.opts.Rules(), domain, rule):
 		err = fieldErrors{{Field: "rule", Msg: fmt.Sprintf("domain %q has no rule %q (see /debug/rules)", domain, rule)}}
 	}
 	if err != nil {
@@ -588,7 +601,7 @@ func (h *handler) setSwitch(w http.ResponseWriter, r *http.Request, actor string
 		h.storeError(w, r, "switch", err)
 		return
 	}
-	reply(w, http.StatusOK, SwitchJSON{Domain: domain, Rule: rule, State: state.String()})
+	reply(w, http.StatusOK, SwitchJSON{Scope: SwitchScope(domain, rule), Domain: domain, Rule: rule, State: state.String()})
 }
 
 func hasRule(s *rules.Snapshot, domain, id string) bool {

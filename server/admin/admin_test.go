@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/storetest"
 	"github.com/sluice-rl/sluice/tenant"
 	"github.com/sluice-rl/sluice/tenant/pg"
 )
@@ -47,6 +51,16 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 10}
 `
 
+// billingRules is a second domain whose rule at the tenant key has the
+// same path ("") as api's: an override of one must not touch the other.
+const billingRules = `
+domain: billing
+tenant_key: api_key
+descriptors:
+  - key: api_key
+    rate_limit: {calendar: month, requests_per_unit: 1000}
+`
+
 type env struct {
 	srv   *httptest.Server
 	pg    *pgtest.Server
@@ -57,12 +71,18 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	snap, err := rules.Parse("api.yaml", []byte(testRules), rules.Options{})
+	dir := t.TempDir()
+	for name, text := range map[string]string{"api.yaml": testRules, "billing.yaml": billingRules} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := rules.LoadDir(dir, rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{pg: pgtest.Start(t)}
-	e.store, err = pg.Open(pg.Options{URL: e.pg.NewDatabase(t), ConnectTimeout: time.Second})
+	e.store, err = pg.Open(pg.Options{URL: e.pg.NewDatabase(t), ConnectTimeout: 10 * time.Second}) // a loaded machine is slow, not down
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +96,9 @@ func newEnv(t *testing.T) *env {
 	go func() { _ = e.reg.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	<-e.reg.Synced()
-	ms := memory.New(memory.Options{})
+	// A clock that stands still: no window (remote_address is per second)
+	// rolls over mid-test and refills what a test spent.
+	ms := memory.New(memory.Options{Now: storetest.NewClock().Now})
 	t.Cleanup(func() { ms.Close() })
 	cfg := service.DefaultConfig()
 	cfg.Overrides = e.reg
@@ -106,6 +128,9 @@ func (e *env) do(t *testing.T, method, path, token, body string, out any) (int, 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +157,7 @@ func (e *env) check(t *testing.T, entries ...rules.Entry) service.Status {
 
 func TestAdmin(t *testing.T) {
 	e := newEnv(t)
-	put := `{"tier": "enterprise", "overrides": [{"descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 500, "unit": "minute"}], "expires_at": null}`
+	put := `{"tier": "enterprise", "overrides": [{"domain": "api", "descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 500, "unit": "minute"}], "expires_at": null}`
 
 	t.Run("auth", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -170,19 +195,20 @@ func TestAdmin(t *testing.T) {
 		}
 		sources := map[string]string{}
 		for _, r := range q.Quotas {
-			sources[r.Rule] = fmt.Sprintf("%s %d", r.Source, r.RequestsPerUnit)
+			sources[r.Domain+"/"+r.Rule] = fmt.Sprintf("%s %d", r.Source, r.RequestsPerUnit)
 		}
-		want := map[string]string{"api_key": "default 100", "api_key.endpoint=POST /api/v1/orders": "override 500", "api_key.endpoint": "default 5"}
+		want := map[string]string{"api/api_key": "default 100", "api/api_key.endpoint=POST /api/v1/orders": "override 500",
+			"api/api_key.endpoint": "default 5", "billing/api_key": "default 1000"}
 		for k, v := range want {
 			if sources[k] != v {
 				t.Errorf("quota of %s: %q, want %q", k, sources[k], v)
 			}
 		}
 		// The registry hears of it and the engine enforces it.
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for e.check(t, rules.Entry{Key: "api_key", Value: "acme"}, rules.Entry{Key: "endpoint", Value: "POST /api/v1/orders"}).CurrentLimit.RequestsPerUnit != 500 {
 			if time.Now().After(deadline) {
-				t.Fatal("the override did not reach the engine within 10s")
+				t.Fatal("the override did not reach the engine within a minute")
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -190,8 +216,8 @@ func TestAdmin(t *testing.T) {
 		if code, body := e.do(t, "GET", "/admin/v1/usage/acme", roToken, "", &u); code != 200 {
 			t.Fatalf("usage: %d %s", code, body)
 		}
-		if len(u.Limits) != 2 || u.Skipped != 0 {
-			t.Errorf("usage lists %d limits, skipped %d; want 2 (no per-value counter yet), 0: %+v", len(u.Limits), u.Skipped, u)
+		if len(u.Limits) != 3 || u.Skipped != 0 {
+			t.Errorf("usage lists %d limits, skipped %d; want 3 (no per-value counter yet), 0: %+v", len(u.Limits), u.Skipped, u)
 		}
 		for _, l := range u.Limits {
 			if l.Descriptor == "endpoint:POST /api/v1/orders" && (l.Limit != 500 || l.Used != 0) {
@@ -218,20 +244,58 @@ func TestAdmin(t *testing.T) {
 		}
 	})
 
+	t.Run("an override of one domain leaves the other alone", func(t *testing.T) {
+		body := `{"tier": "custom", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 7, "unit": "minute"}]}`
+		var q QuotaJSON
+		if code, out := e.do(t, "PUT", "/admin/v1/quotas/shared", rwToken, body, &q); code != 200 {
+			t.Fatalf("PUT: %d %s", code, out)
+		}
+		if len(q.Overrides) != 1 || q.Overrides[0].Domain != "api" {
+			t.Errorf("overrides answered %+v, want one of domain api", q.Overrides)
+		}
+		key := rules.Entry{Key: "api_key", Value: "shared"}
+		deadline := time.Now().Add(10 * time.Second)
+		for e.check(t, key).CurrentLimit.RequestsPerUnit != 7 {
+			if time.Now().After(deadline) {
+				t.Fatal("the override did not reach the engine within 10s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		admitted := map[string]int{}
+		for _, domain := range []string{"api", "billing"} {
+			for range 20 {
+				resp, err := e.eng.Check(context.Background(), service.Request{Domain: domain, Descriptors: []service.Descriptor{{Entries: []rules.Entry{key}}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode == service.CodeOK {
+					admitted[domain]++
+				}
+			}
+		}
+		if admitted["api"] != 7 || admitted["billing"] != 20 {
+			t.Errorf("admitted of 20 each: api %d, billing %d; want 7 (the override), 20 (billing's own 1000/month)", admitted["api"], admitted["billing"])
+		}
+	})
+
 	t.Run("bad input names the field and writes nothing", func(t *testing.T) {
 		for _, tc := range []struct{ body, field string }{
 			{`{"tier": "gold"}`, "tier"},
 			{`{}`, "tier"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "fortnight"}]}`, "overrides[0].unit"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "nope:x", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].descriptor"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": -1, "unit": "minute"}]}`, "overrides[0].requests_per_unit"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 5, "unit": "fortnight"}]}`, "overrides[0].unit"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "nope:x", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].descriptor"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": -1, "unit": "minute"}]}`, "overrides[0].requests_per_unit"},
 			{`{"tier": "pro", "effective_at": "2030-01-02T00:00:00Z", "expires_at": "2030-01-01T00:00:00Z"}`, "expires_at"},
 			{`{"tier": "pro", "colour": "red"}`, "colour"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5}]}`, "overrides[0].unit"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 5}]}`, "overrides[0].unit"},
 			{`{"tier": 7}`, "tier"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute"}, {"descriptor": "", "requests_per_unit": 6, "unit": "minute"}]}`, "overrides[1].descriptor"},
-			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute", "algorithm": "fixed_window", "burst": 3}]}`, "overrides[0].burst"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 5, "unit": "minute"}, {"domain": "api", "descriptor": "", "requests_per_unit": 6, "unit": "minute"}]}`, "overrides[1].descriptor"},
+			{`{"tier": "pro", "overrides": [{"domain": "api", "descriptor": "", "requests_per_unit": 5, "unit": "minute", "algorithm": "fixed_window", "burst": 3}]}`, "overrides[0].burst"},
 			{`{"tier": "pro"} {}`, "body"},
+			{`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].domain"},
+			{`{"tier": "pro", "overrides": [{"domain": "*", "descriptor": "", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].domain"},
+			{`{"tier": "pro", "overrides": [{"domain": "nope", "descriptor": "", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].domain"},
+			{`{"tier": "pro", "overrides": [{"domain": "billing", "descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 5, "unit": "minute"}]}`, "overrides[0].descriptor"},
 		} {
 			code, body := e.do(t, "PUT", "/admin/v1/quotas/bad", rwToken, tc.body, nil)
 			var p struct {
@@ -262,10 +326,10 @@ func TestAdmin(t *testing.T) {
 		if code, body := e.do(t, "PUT", "/admin/v1/switches", rwToken, `{"domain":"api","rule":"remote_address","state":"off"}`, nil); code != 200 {
 			t.Fatalf("switch off: %d %s", code, body)
 		}
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for e.check(t, rules.Entry{Key: "remote_address", Value: "1.2.3.4"}).Rule != nil {
 			if time.Now().After(deadline) {
-				t.Fatal("the switch did not reach the engine within 10s")
+				t.Fatal("the switch did not reach the engine within a minute")
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -355,7 +419,8 @@ func TestAccessMatrix(t *testing.T) {
 	}
 	for tok, codes := range want {
 		for i, g := range guards {
-			req := httptest.NewRequest(http.MethodPost, "/x", nil)
+			req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader("{}"))
+			req.Header.Set("Content-Type", "application/json")
 			if tok != "" {
 				req.Header.Set("Authorization", "Bearer "+tok)
 			}
@@ -413,5 +478,73 @@ func TestDecodeQuotaBounds(t *testing.T) {
 	b.WriteString(`]}`)
 	if _, err := DecodeQuota(b.Bytes(), "x"); err == nil || !strings.Contains(err.Error(), "overrides") {
 		t.Errorf("DecodeQuota of %d overrides = %v, want an error naming overrides", tenant.MaxOverrides+1, err)
+	}
+}
+
+// TestDecodeReportsEveryProblem: a body's unknown fields, repeated members
+// and invalid values are reported together, each naming its field.
+func TestDecodeReportsEveryProblem(t *testing.T) {
+	_, err := DecodeQuota([]byte(`{"tier":"gold","tier":"pro","teir":"x","overrides":[{"descriptor":"d","requests_per_unit":-1,"unit":"second","colour":1}]}`), "acme")
+	fe := asFieldErrors(err)
+	got := map[string]string{}
+	for _, f := range fe {
+		got[f.Field] = f.Msg
+	}
+	for field, msg := range map[string]string{
+		"tier":                           "duplicate member",
+		"teir":                           "unknown field",
+		"overrides[0].colour":            "unknown field",
+		"overrides[0].requests_per_unit": "must not be negative",
+	} {
+		if !strings.Contains(got[field], msg) {
+			t.Errorf("DecodeQuota: field %s = %q, want %q (all problems: %v)", field, got[field], msg, err)
+		}
+	}
+	if _, _, _, err := DecodeSwitch([]byte(`{"domain":"api","domain":"x","rule":"r","state":"off"}`)); err == nil || !strings.Contains(err.Error(), "domain: duplicate member") {
+		t.Errorf("DecodeSwitch with a repeated domain: %v, want domain: duplicate member", err)
+	}
+	if _, _, err := DecodeReset([]byte(`{"tenant":"acme","tenant":"globex"}`)); err == nil || !strings.Contains(err.Error(), "tenant: duplicate member") {
+		t.Errorf("DecodeReset with a repeated tenant: %v, want tenant: duplicate member", err)
+	}
+}
+
+func TestDecodeSwitchScopes(t *testing.T) {
+	long := strings.Repeat("x", maxSwitchName+1)
+	tests := []struct {
+		body               string
+		domain, rule, errs string // errs: the fields named, comma-separated
+	}{
+		{body: `{"domain":"d","rule":"r","state":"off"}`, domain: "d", rule: "r"},
+		{body: `{"scope":"rule","domain":"d","rule":"r","state":"shadow"}`, domain: "d", rule: "r"},
+		{body: `{"scope":"domain","domain":"d","state":"off"}`, domain: "d"},
+		{body: `{"scope":"global","state":"off"}`},
+		{body: `{"domain":"d","state":"off"}`, errs: "rule"},
+		{body: `{"scope":"domain","state":"off"}`, errs: "domain"},
+		{body: `{"scope":"domain","domain":"d","rule":"r","state":"off"}`, errs: "rule"},
+		{body: `{"scope":"global","domain":"d","rule":"r","state":"off"}`, errs: "domain,rule"},
+		{body: `{"scope":"planet","state":"off"}`, errs: "scope"},
+		{body: `{"scope":"global","state":"dim"}`, errs: "state"},
+		{body: `{"scope":"domain","domain":"` + long + `","state":"off"}`, errs: "domain"},
+	}
+	for _, tt := range tests {
+		domain, rule, _, err := DecodeSwitch([]byte(tt.body))
+		if tt.errs == "" {
+			if err != nil || domain != tt.domain || rule != tt.rule {
+				t.Errorf("DecodeSwitch(%s) = %q, %q, %v; want %q, %q, nil", tt.body, domain, rule, err, tt.domain, tt.rule)
+			}
+			continue
+		}
+		var fe fieldErrors
+		if !errors.As(err, &fe) {
+			t.Errorf("DecodeSwitch(%s) = %v, want field errors on %s", tt.body, err, tt.errs)
+			continue
+		}
+		var names []string
+		for _, f := range fe {
+			names = append(names, f.Field)
+		}
+		if got := strings.Join(names, ","); got != tt.errs {
+			t.Errorf("DecodeSwitch(%s): fields %s, want %s", tt.body, got, tt.errs)
+		}
 	}
 }

@@ -23,6 +23,7 @@ const maxTokenFile = 1 << 20
 // safe for concurrent use. It keeps SHA-256 digests, not the tokens.
 type Tokens struct {
 	entries []token
+	guard   *guard // see Guard; nil: the defaults
 }
 
 type token struct {
@@ -158,7 +159,7 @@ func LoadTokens(path string) (*Tokens, error) {
 //
 // Besides "Bearer <token>" it takes HTTP Basic credentials whose password
 // is the token (the user name is ignored), which is what a browser sends
-// for the dashboard.
+// for the dashboard; admit refuses them on state-changing requests.
 func (t *Tokens) check(header string) (name string, access Access, ok bool) {
 	if t == nil {
 		return "", 0, false
@@ -205,20 +206,10 @@ func (a Access) allows(n need) bool {
 }
 
 // authorize admits a request carrying a valid token whose access allows n,
-// answering 401 or 403 itself otherwise; it returns the token's name, the
-// actor of audit rows.
+// answering the refusals itself (see admit); it returns the token's name,
+// the actor of audit rows.
 func (t *Tokens) authorize(w http.ResponseWriter, r *http.Request, n need) (name string, ok bool) {
-	name, access, ok := t.check(r.Header.Get("Authorization"))
-	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-		problem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer <token>)", nil)
-		return "", false
-	}
-	if !access.allows(n) {
-		problem(w, http.StatusForbidden, forbidden(name, access), nil)
-		return "", false
-	}
-	return name, true
+	return t.admit(w, r, n, `Bearer realm="sluice admin"`)
 }
 
 // forbidden says why a valid token was refused.
@@ -254,17 +245,9 @@ func (t *Tokens) Charge() func(http.Handler) http.Handler {
 func (t *Tokens) Read() func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			name, access, ok := t.check(r.Header.Get("Authorization"))
-			if !ok {
-				w.Header().Set("WWW-Authenticate", `Basic realm="sluice admin", charset="UTF-8"`)
-				problem(w, http.StatusUnauthorized, "a valid admin token is required (Authorization: Bearer <token>, or as the Basic password)", nil)
-				return
+			if _, ok := t.admit(w, r, needRead, `Basic realm="sluice admin", charset="UTF-8"`); ok {
+				next.ServeHTTP(w, r)
 			}
-			if !access.allows(needRead) {
-				problem(w, http.StatusForbidden, forbidden(name, access), nil)
-				return
-			}
-			next.ServeHTTP(w, r)
 		})
 	}
 }

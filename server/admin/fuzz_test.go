@@ -2,6 +2,7 @@ package admin
 
 import (
 	"errors"
+	"net/url"
 	"testing"
 
 	"github.com/sluice-rl/sluice/tenant"
@@ -79,6 +80,37 @@ func FuzzDecodeReset(f *testing.F) {
 			}
 		case rr.Tenant != "" || req.Domain == "" || len(req.Descriptors) != 1 || len(req.Descriptors[0].Entries) == 0:
 			t.Fatalf("decoded %+v into %+v", rr, req)
+		}
+	})
+}
+
+// FuzzDecodeAuditQuery: any query string decodes to a bounded query or to
+// field errors, never a panic.
+func FuzzDecodeAuditQuery(f *testing.F) {
+	for _, s := range []string{
+		"tenant=acme&actor=ops&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z&limit=100&cursor=37",
+		"limit=0", "limit=1001", "cursor=-1", "since=yesterday", "tenant=a%01b", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		q, err := DecodeAuditQuery(v.Get)
+		if err != nil {
+			var fe fieldErrors
+			if !errors.As(err, &fe) || len(fe) == 0 {
+				t.Fatalf("error %T %v, want field errors", err, err)
+			}
+			return
+		}
+		if q.Limit < 1 || q.Limit > tenant.MaxAuditPage || q.Before < 0 || len(q.Actor) > maxActorLen || len(q.Tenant) > tenant.MaxTenantLen {
+			t.Fatalf("query out of bounds: %+v", q)
+		}
+		if !q.Since.IsZero() && !q.Until.IsZero() && !q.Until.After(q.Since) {
+			t.Fatalf("until %v not after since %v", q.Until, q.Since)
 		}
 	})
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/strictjson"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/tenant"
 )
@@ -29,7 +31,11 @@ type QuotaRequest struct {
 
 // OverrideJSON is one override, in requests and answers.
 type OverrideJSON struct {
-	// Descriptor names the rules by their path below the tenant key:
+	// Domain is the rule file's domain whose rule this overrides. Required
+	// in requests; "*" in answers marks an override kept from before
+	// overrides had a domain, which applies in every domain.
+	Domain string `json:"domain"`
+	// Descriptor names the domain's rule by its path below the tenant key:
 	// "endpoint:POST /api/v1/orders" ("" for the rule at the tenant key).
 	Descriptor string `json:"descriptor"`
 	// RequestsPerUnit is the quota, from 0 to 4294967295.
@@ -87,9 +93,12 @@ type ListJSON struct {
 }
 
 // SwitchJSON is the body of PUT /admin/v1/switches and one entry of its GET.
+// Scope is "rule" (the default: Domain and Rule name one rule), "domain"
+// (every rule of Domain; no Rule) or "global" (every rule; neither).
 type SwitchJSON struct {
-	Domain string `json:"domain"`
-	Rule   string `json:"rule"`
+	Scope  string `json:"scope,omitempty"`
+	Domain string `json:"domain,omitempty"`
+	Rule   string `json:"rule,omitempty"`
 	// State is on, off or shadow.
 	State     string     `json:"state"`
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
@@ -127,11 +136,32 @@ func asFieldErrors(err error) fieldErrors {
 	return out
 }
 
-// decodeStrict decodes one JSON value into v, refusing unknown fields and
-// trailing data, and names the field of a type error.
-func decodeStrict(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
+// decodeStrict decodes one JSON value into v. Members v has no field for
+// and members named twice in one object come back as soft problems, every
+// one of them, for the caller to report beside its own checks of the
+// decoded value (so a body's problems are reported at once); malformed
+// JSON, wrong types and trailing data are err, which also carries the soft
+// problems.
+func decodeStrict(body []byte, v any) (soft fieldErrors, err error) {
+	probs, _ := strictjson.Check(body, reflect.TypeOf(v)) // malformed JSON: the decoder below says where
+	for _, p := range probs {
+		msg := "unknown field"
+		if p.Duplicate {
+			msg = "duplicate member (each name may appear once in an object)"
+		}
+		soft = append(soft, &tenant.FieldError{Field: p.Path, Msg: msg})
+	}
+	if err := decodeJSON(body, v); err != nil {
+		return nil, append(soft, err...)
+	}
+	return soft, nil
+}
+
+// decodeJSON decodes one JSON value into v (ignoring unknown fields, which
+// decodeStrict reports), refusing trailing data, and names the field of a
+// type error.
+func decodeJSON(body []byte, v any) fieldErrors {
+	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
@@ -144,9 +174,6 @@ func decodeStrict(r io.Reader, v any) error {
 			return fieldErrors{{Field: "body", Msg: "empty; want a JSON object"}}
 		}
 		msg := err.Error()
-		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-			return fieldErrors{{Field: strings.Trim(f, `"`), Msg: "unknown field"}}
-		}
 		if te, ok := err.(*time.ParseError); ok {
 			return fieldErrors{{Field: "body", Msg: "time: " + te.Error()}}
 		}
@@ -165,14 +192,14 @@ func decodeStrict(r io.Reader, v any) error {
 // DecodeQuota decodes the body of PUT /admin/v1/quotas/{name} into a record
 // of tenant name. It checks the body's own shape (types, unknown fields,
 // tier, units, windows, algorithms, signs and ranges), naming each bad field
-// in a *tenant.FieldError; what needs the rules (descriptors, limits) is
-// tenant.Prepare's. It never panics.
+// in a *tenant.FieldError; what needs the rules (domains, descriptors,
+// limits) is tenant.Prepare's. It never panics.
 func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	var q QuotaRequest
-	if err := decodeStrict(bytes.NewReader(body), &q); err != nil {
+	errs, err := decodeStrict(body, &q)
+	if err != nil {
 		return tenant.Record{}, err
 	}
-	var errs fieldErrors
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &tenant.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
@@ -199,7 +226,7 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	}
 	for i, o := range q.Overrides {
 		f := fmt.Sprintf("overrides[%d]", i)
-		ov := tenant.Override{Descriptor: o.Descriptor, Limit: sluice.Limit{Burst: o.Burst}}
+		ov := tenant.Override{Domain: o.Domain, Descriptor: o.Descriptor, Limit: sluice.Limit{Burst: o.Burst}}
 		switch {
 		case o.RequestsPerUnit < 0:
 			bad(f+".requests_per_unit", "%d must not be negative", o.RequestsPerUnit)
@@ -251,18 +278,58 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	return rec, nil
 }
 
-// DecodeSwitch decodes the body of PUT /admin/v1/switches.
+// maxSwitchName bounds a switch's domain and rule.
+const maxSwitchName = 1024
+
+// SwitchScope returns the scope of a switch: "global" (no domain),
+// "domain" (no rule) or "rule".
+func SwitchScope(domain, rule string) string {
+	switch {
+	case domain == "":
+		return "global"
+	case rule == "":
+		return "domain"
+	}
+	return "rule"
+}
+
+// DecodeSwitch decodes the body of PUT /admin/v1/switches: a domain switch
+// has rule "", the global switch domain and rule "".
 func DecodeSwitch(body []byte) (domain, rule string, state rules.Switch, err error) {
 	var s SwitchJSON
-	if err := decodeStrict(bytes.NewReader(body), &s); err != nil {
+	errs, err := decodeStrict(body, &s)
+	if err != nil {
 		return "", "", 0, err
 	}
-	var errs fieldErrors
-	if s.Domain == "" {
-		errs = append(errs, &tenant.FieldError{Field: "domain", Msg: "required"})
+	switch s.Scope {
+	case "", "rule":
+		if s.Domain == "" {
+			errs = append(errs, &tenant.FieldError{Field: "domain", Msg: "required"})
+		}
+		if s.Rule == "" {
+			errs = append(errs, &tenant.FieldError{Field: "rule", Msg: "required (a rule ID, as /debug/rules lists them)"})
+		}
+	case "domain":
+		if s.Domain == "" {
+			errs = append(errs, &tenant.FieldError{Field: "domain", Msg: "required"})
+		}
+		if s.Rule != "" {
+			errs = append(errs, &tenant.FieldError{Field: "rule", Msg: `must be empty with scope "domain"`})
+		}
+	case "global":
+		if s.Domain != "" {
+			errs = append(errs, &tenant.FieldError{Field: "domain", Msg: `must be empty with scope "global"`})
+		}
+		if s.Rule != "" {
+			errs = append(errs, &tenant.FieldError{Field: "rule", Msg: `must be empty with scope "global"`})
+		}
+	default:
+		errs = append(errs, &tenant.FieldError{Field: "scope", Msg: fmt.Sprintf("unknown scope %q (want rule, domain or global)", s.Scope)})
 	}
-	if s.Rule == "" {
-		errs = append(errs, &tenant.FieldError{Field: "rule", Msg: "required (a rule ID, as /debug/rules lists them)"})
+	for _, f := range []struct{ name, v string }{{"domain", s.Domain}, {"rule", s.Rule}} {
+		if len(f.v) > maxSwitchName {
+			errs = append(errs, &tenant.FieldError{Field: f.name, Msg: fmt.Sprintf("%d bytes, above %d", len(f.v), maxSwitchName)})
+		}
 	}
 	st, perr := rules.ParseSwitch(s.State)
 	if perr != nil {
@@ -283,7 +350,11 @@ func optTime(t time.Time) *time.Time {
 }
 
 func overrideJSON(o tenant.Override) OverrideJSON {
-	j := OverrideJSON{Descriptor: o.Descriptor, RequestsPerUnit: int64(o.RequestsPerUnit), Unit: o.Unit,
+	d := o.Domain
+	if d == "" {
+		d = tenant.AnyDomain
+	}
+	j := OverrideJSON{Domain: d, Descriptor: o.Descriptor, RequestsPerUnit: int64(o.RequestsPerUnit), Unit: o.Unit,
 		Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst, ExpiresAt: optTime(o.ExpiresAt), EffectiveAt: optTime(o.EffectiveAt)}
 	switch {
 	case o.Calendar:

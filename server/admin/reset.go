@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,10 +54,10 @@ const MaxResetKeys = service.DefaultMaxResetKeys
 // that one descriptor (with zero hits); for a tenant, req is nil. It never
 // panics.
 func DecodeReset(body []byte) (rr ResetRequest, req *service.Request, err error) {
-	if err := decodeStrict(bytes.NewReader(body), &rr); err != nil {
+	errs, err := decodeStrict(body, &rr)
+	if err != nil {
 		return rr, nil, err
 	}
-	var errs fieldErrors
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &tenant.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}

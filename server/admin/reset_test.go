@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/storetest"
 )
 
 // spend checks one descriptor n times with one hit each.
@@ -189,7 +190,7 @@ func memEngine(t *testing.T) (*service.Engine, *rules.Snapshot) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := memory.New(memory.Options{})
+	ms := memory.New(memory.Options{Now: storetest.NewClock().Now}) // a window never rolls over mid-test
 	t.Cleanup(func() { ms.Close() })
 	eng, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, ms, nil, nil)
 	if err != nil {
@@ -203,6 +204,9 @@ func serve(t *testing.T, h http.Handler, method, path, token, body string, out a
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -241,7 +245,7 @@ func TestWithoutKeyLister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := memory.New(memory.Options{})
+	ms := memory.New(memory.Options{Now: storetest.NewClock().Now}) // a window never rolls over mid-test
 	t.Cleanup(func() { ms.Close() })
 	eng, err := service.New(service.DefaultConfig(), service.StaticRules{Snapshot: snap}, unlisted{ms}, nil, nil)
 	if err != nil {
@@ -308,16 +312,47 @@ func TestUsagePerValue(t *testing.T) {
 // its method, and the document describes no endpoint that is not served.
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	var doc struct {
-		Paths map[string]map[string]any `yaml:"paths"`
+		Paths map[string]map[string]yaml.Node `yaml:"paths"`
 	}
 	if err := yaml.Unmarshal(OpenAPI(), &doc); err != nil {
 		t.Fatalf("openapi.yaml: %v", err)
 	}
 	documented := map[string]bool{}
 	for path, ops := range doc.Paths {
-		for m := range ops {
-			if m != "parameters" {
-				documented[strings.ToUpper(m)+" "+Prefix[:len(Prefix)-1]+path] = true
+		for m, node := range ops {
+			if m == "parameters" {
+				continue
+			}
+			var op struct {
+				Security  []map[string][]string `yaml:"security"`
+				Responses map[string]any        `yaml:"responses"`
+			}
+			if err := node.Decode(&op); err != nil {
+				t.Fatalf("openapi.yaml %s %s: %v", m, path, err)
+			}
+			method := strings.ToUpper(m)
+			pattern := method + " " + Prefix[:len(Prefix)-1] + path
+			documented[pattern] = true
+			if op.Security != nil && len(op.Security) == 0 {
+				continue // the document itself: no token
+			}
+			// What admit answers: every guarded route 401 and 429; a
+			// write 403 (cross-origin) and, with a body, 415, and takes
+			// bearer tokens only.
+			want := []string{"401", "429"}
+			if !safeMethod(method) {
+				want = append(want, "403")
+				if len(op.Security) != 1 || op.Security[0]["bearer"] == nil || len(op.Security[0]) != 1 {
+					t.Errorf("%s: security %v, want bearer only", pattern, op.Security)
+				}
+			}
+			if method == "POST" || method == "PUT" {
+				want = append(want, "415")
+			}
+			for _, code := range want {
+				if op.Responses[code] == nil {
+					t.Errorf("%s: openapi.yaml lacks the %s answer", pattern, code)
+				}
 			}
 		}
 	}

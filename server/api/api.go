@@ -71,8 +71,15 @@ type Options struct {
 	Ready func(ctx context.Context) error
 	// Metrics serves /metrics (promhttp); nil leaves /metrics out.
 	Metrics http.Handler
-	// Rules feeds /debug/rules; nil leaves it out.
+	// Rules feeds /debug/rules; nil leaves it out. It lists every limit
+	// and the rule files' absolute paths, so New serves it only behind
+	// ReadAuth; NewDebug (a loopback listener) serves it as it is.
 	Rules RuleSource
+	// ReadAuth wraps /debug/rules on the public listener (New): it answers
+	// the requests it refuses itself (401, 403, 429) and passes the others
+	// on. Nil leaves /debug/rules off the public listener. `sluice serve`
+	// uses the admin tokens that may read (admin.Tokens.Read).
+	ReadAuth func(http.Handler) http.Handler
 	// Logger receives engine errors (not the client's mistakes). Nil
 	// discards.
 	Logger *slog.Logger
@@ -86,6 +93,11 @@ type Options struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// /v1/check and /json answers.
 	ResponseHeaders bool
+	// StoreHealth, if set, reports whether the store answers; /readyz
+	// prints it beside its answer ("store: ok" or "store: down: …") and
+	// /healthz?verbose in JSON. It never decides readiness by itself: Ready
+	// does (`sluice serve --readyz-strict` makes Ready include it).
+	StoreHealth func(ctx context.Context) error
 	// ReadyNotes, if set, adds lines to a 200 /readyz answer: conditions
 	// that leave the service able to decide but degraded (stale tenant
 	// overrides, for one).
@@ -154,7 +166,12 @@ func New(opts Options) (http.Handler, error) {
 	h.handle(mux, "GET /healthz", h.healthz)
 	h.handle(mux, "GET /readyz", h.readyz)
 	h.handle(mux, "GET /healthcheck", h.readyz)
-	h.admin(mux)
+	if opts.Metrics != nil {
+		h.handle(mux, "GET /metrics", opts.Metrics.ServeHTTP)
+	}
+	if opts.Rules != nil && opts.ReadAuth != nil {
+		h.handle(mux, "GET /debug/rules", opts.ReadAuth(http.HandlerFunc(h.debugRules)).ServeHTTP)
+	}
 	mux.HandleFunc("/", h.notFound)
 	return mux, nil
 }
@@ -406,31 +423,99 @@ func (h *handler) json(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(append(out, '\n'))
 }
 
-func (h *handler) healthz(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "ok\n")
+// healthz is the liveness probe: always 200 "ok". With ?verbose it
+// answers JSON: readiness and the store's health, which are probed.
+func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	if !r.URL.Query().Has("verbose") {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	}
+	st := h.probe(r.Context())
+	type health struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error,omitempty"`
+	}
+	out := struct {
+		Status string   `json:"status"`
+		Ready  health   `json:"ready"`
+		Store  *health  `json:"store,omitempty"`
+		Notes  []string `json:"notes,omitempty"`
+	}{Status: "ok", Ready: health{OK: st.ready == nil}, Notes: st.notes}
+	if st.ready != nil {
+		out.Ready.Error = st.ready.Error()
+	}
+	if h.opts.StoreHealth != nil {
+		out.Store = &health{OK: st.store == nil}
+		if st.store != nil {
+			out.Store.Error = st.store.Error()
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(marshal(out))
 }
 
 // readyTimeout bounds one readiness probe.
 const readyTimeout = 2 * time.Second
 
-func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+// probed is one look at readiness and the store.
+type probed struct {
+	ready, store error
+	notes        []string
+}
+
+// probe asks Ready and StoreHealth, each within readyTimeout.
+func (h *handler) probe(ctx context.Context) probed {
+	var p probed
 	if h.opts.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		err := h.opts.Ready(ctx)
+		c, cancel := context.WithTimeout(ctx, readyTimeout)
+		p.ready = h.opts.Ready(c)
 		cancel()
-		if err != nil {
-			problem(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
-			return
+	}
+	if h.opts.StoreHealth != nil {
+		c, cancel := context.WithTimeout(ctx, readyTimeout)
+		p.store = h.opts.StoreHealth(c)
+		cancel()
+	}
+	if h.opts.ReadyNotes != nil {
+		p.notes = h.opts.ReadyNotes()
+	}
+	return p
+}
+
+// readyz is the readiness probe: 503 when Ready says the service cannot
+// decide, 200 otherwise; the store's health and the notes follow, one per
+// line, either way.
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	p := h.probe(r.Context())
+	var lines []string
+	if h.opts.StoreHealth != nil {
+		if p.store == nil {
+			lines = append(lines, "store: ok")
+		} else {
+			lines = append(lines, "store: down: "+p.store.Error()+" (decisions follow each limit's failure_mode)")
 		}
+	}
+	lines = append(lines, p.notes...)
+	if p.ready != nil {
+		problem(w, http.StatusServiceUnavailable, "not ready: "+p.ready.Error()+suffix(lines))
+		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
 	_, _ = io.WriteString(w, "ready\n")
-	if h.opts.ReadyNotes != nil {
-		for _, n := range h.opts.ReadyNotes() {
-			_, _ = io.WriteString(w, n+"\n")
-		}
+	for _, l := range lines {
+		_, _ = io.WriteString(w, l+"\n")
 	}
+}
+
+// suffix joins lines after "; ", or returns "".
+func suffix(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(lines, "; ")
 }
 
 // ruleJSON is one rule in /debug/rules.
@@ -461,7 +546,12 @@ func (h *handler) debugRules(w http.ResponseWriter, _ *http.Request) {
 		LastReload  *time.Time `json:"last_reload,omitempty"`
 		ReloadError string     `json:"reload_error,omitempty"`
 		Problems    []string   `json:"problems,omitempty"`
-		Rules       []ruleJSON `json:"rules"`
+		// Held: the removal guard holds the files' rules back (watch.Guard).
+		Held  *rules.Hold `json:"held,omitempty"`
+		Rules []ruleJSON  `json:"rules"`
+	}
+	if hs, ok := src.(interface{ Held() *rules.Hold }); ok {
+		out.Held = hs.Held()
 	}
 	if lr, ok := src.(interface{ LastReload() time.Time }); ok {
 		t := lr.LastReload().UTC()

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,6 +69,9 @@ func TestDecodeCheckRequest(t *testing.T) {
 		{"not JSON", `{"domain":`, "body: truncated JSON"},
 		{"syntax", `{"domain" "x"}`, "invalid JSON at byte"},
 		{"unknown field", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}],"hitz":1}`, `unknown field "hitz"`},
+		{"duplicate member", `{"domain":"edge","domain":"other","descriptors":[{"entries":[{"key":"a"}]}]}`, `duplicate member "domain"`},
+		{"duplicate nested member", `{"domain":"edge","descriptors":[{"entries":[{"key":"a","value":"x","value":"y"}]}]}`, `duplicate member "descriptors[0].entries[0].value"`},
+		{"every unknown at once", `{"domain":"edge","descriptors":[{"entries":[{"kee":"a"}]}],"hitz":1}`, `unknown field "descriptors[0].entries[0].kee"; unknown field "hitz"`},
 		{"wrong type", `{"domain":5}`, "domain: got JSON number, want a string"},
 		{"negative hits", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":-1}]}`, "hits: got JSON number -1, want a non-negative integer"},
 		{"trailing data", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]}]} {}`, "exactly one JSON object"},
@@ -223,6 +227,24 @@ func TestHealthAndReadiness(t *testing.T) {
 	if _, err := New(Options{}); err == nil {
 		t.Errorf("New without a Checker: no error, want one")
 	}
+
+	// The store's health is reported beside readiness, not decisive.
+	storeErr := errors.New("dial tcp 10.0.0.1:6379: connection refused")
+	h, err = New(Options{Checker: e, Ready: func(context.Context) error { return nil }, StoreHealth: func(context.Context) error { return storeErr }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, out := do(t, h, "GET", "/readyz", ""); code != 200 || !strings.Contains(out, "ready\nstore: down: dial tcp") {
+		t.Errorf("store down, ready: GET /readyz = %d %q, want 200 with the store's line", code, out)
+	}
+	code, hdr, out := do(t, h, "GET", "/healthz?verbose", "")
+	if code != 200 || hdr.Get("Content-Type") != "application/json" || !strings.Contains(out, `"ready":{"ok":true}`) || !strings.Contains(out, `"store":{"ok":false,"error":"dial tcp`) {
+		t.Errorf("GET /healthz?verbose = %d %s, want JSON: ready, store not ok with its error", code, out)
+	}
+	storeErr = nil
+	if code, _, out := do(t, h, "GET", "/readyz", ""); code != 200 || !strings.Contains(out, "store: ok") {
+		t.Errorf("store up: GET /readyz = %d %q, want 200 with store: ok", code, out)
+	}
 }
 
 // TestDebugRules: /debug/rules lists the rules in force and, after a bad
@@ -238,14 +260,37 @@ func TestDebugRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := Options{Checker: newEngine(t, w), Rules: w}
-	h, err := New(opts)
+	open, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if code, _, out := do(t, open, "GET", "/debug/rules", ""); code != 404 {
+		t.Errorf("GET /debug/rules on the public listener without ReadAuth = %d %s, want 404 (it names every limit and file path)", code, out)
 	}
 	dh, err := NewDebug(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.ReadAuth = func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer reader" {
+				problem(w, http.StatusUnauthorized, "token needed")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	guarded, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, out := do(t, guarded, "GET", "/debug/rules", ""); code != 401 {
+		t.Errorf("GET /debug/rules behind ReadAuth without a token = %d %s, want 401", code, out)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer reader")
+		guarded.ServeHTTP(w, r)
+	})
 	code, _, out := do(t, h, "GET", "/debug/rules", "")
 	if code != 200 || !strings.Contains(out, `"id":"remote_address"`) || !strings.Contains(out, `"source":"`) || strings.Contains(out, "reload_error") {
 		t.Fatalf("GET /debug/rules = %d %s, want 200 listing remote_address with its source and no error", code, out)
@@ -389,5 +434,48 @@ func TestReleaseEndpointNeedsReleaser(t *testing.T) {
 	}
 	if code, _, _ := do(t, h, "POST", "/v1/release", `{}`); code != 404 {
 		t.Errorf("POST /v1/release without a Releaser = %d, want 404", code)
+	}
+}
+
+// TestEveryDecoderRefusesDuplicates: each JSON body the HTTP API reads
+// refuses a member named twice, naming it, instead of keeping the last.
+func TestEveryDecoderRefusesDuplicates(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		decode func([]byte) error
+		body   string
+	}{
+		{"/v1/check", func(b []byte) error { _, err := DecodeCheckRequest(bytes.NewReader(b)); return err },
+			`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":1,"hits":0}]}`},
+		{"/v1/release", func(b []byte) error { _, _, err := DecodeReleaseRequest(bytes.NewReader(b)); return err },
+			`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":1,"hits":0}],"leases":[1]}`},
+		{"/v1/charge", func(b []byte) error { _, err := DecodeChargeRequest(bytes.NewReader(b)); return err },
+			`{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":1,"hits":0}]}`},
+		{"/json", func(b []byte) error { _, err := DecodeEnvoyJSON(b); return err },
+			`{"domain":"edge","descriptors":[{"entries":[{"key":"a","value":"v"}]}],"hits_addend":1,"hits_addend":0}`},
+	} {
+		err := tc.decode([]byte(tc.body))
+		if err == nil || !strings.Contains(err.Error(), "duplicate") || !strings.Contains(err.Error(), "hits") {
+			t.Errorf("%s with a repeated hits member: %v, want an error naming the duplicate", tc.name, err)
+		}
+	}
+}
+
+// TestDegradedStatusHidesRemaining: a status the store did not decide
+// (failed_open, failed_closed) carries no remaining (0 would claim nothing
+// is left); a local fallback's status, which read a counter, does.
+func TestDegradedStatusHidesRemaining(t *testing.T) {
+	lim := &LimitJSON{RequestsPerUnit: 10, Unit: "second", WindowMs: 1000}
+	for _, tc := range []struct {
+		degraded string
+		want     bool
+	}{{"", true}, {"local", true}, {"failed_open", false}, {"failed_closed", false}} {
+		b, err := json.Marshal(CheckStatus{Code: "OK", Limit: lim, Degraded: tc.degraded})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), `"remaining":0`) && strings.Contains(string(b), `"reset_after_ms":0`); got != tc.want {
+			t.Errorf("degraded %q: %s; remaining and reset_after_ms present: %v, want %v", tc.degraded, b, got, tc.want)
+		}
 	}
 }

@@ -43,6 +43,7 @@ func chargeHandler(t *testing.T, e *service.Engine) http.Handler {
 func post(t *testing.T, h http.Handler, path, token, body string) (int, string) {
 	t.Helper()
 	req := httptest.NewRequest("POST", path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

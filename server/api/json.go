@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/headers/edge"
+	"github.com/sluice-rl/sluice/internal/strictjson"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -111,11 +113,15 @@ type CheckStatus struct {
 }
 
 // MarshalJSON writes remaining and reset_after_ms, zero or not, exactly when
-// a limit applied, so that "remaining": 0 always means none left.
+// a limit applied and its counter was read, so that "remaining": 0 always
+// means none left. A failed_open or failed_closed status read no counter
+// (the store failed): both are absent, not 0.
 func (s CheckStatus) MarshalJSON() ([]byte, error) {
 	type plain CheckStatus // without this method
-	if s.Limit == nil {
-		return json.Marshal(plain(s))
+	if s.Limit == nil || s.Degraded == string(service.FailedOpen) || s.Degraded == string(service.FailedClosed) {
+		p := plain(s)
+		p.Remaining, p.ResetAfterMs = 0, 0 // omitted: unknown
+		return json.Marshal(p)
 	}
 	return json.Marshal(struct {
 		plain
@@ -167,10 +173,22 @@ func decodeCheck(r io.Reader, lim service.Limits) (service.Request, error) {
 }
 
 // decodeOne decodes exactly one JSON value from r into v, strictly:
-// unknown fields, trailing data and wrong types are errors naming the
-// field.
+// unknown fields, members named twice in one object (encoding/json would
+// keep the last), trailing data and wrong types are errors naming the
+// field; every unknown or repeated member is named at once.
 func decodeOne(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("body: %w", err)
+	}
+	if probs, _ := strictjson.Check(b, reflect.TypeOf(v)); len(probs) > 0 {
+		msgs := make([]string, len(probs))
+		for i, p := range probs {
+			msgs[i] = p.String()
+		}
+		return fmt.Errorf("body: %s", strings.Join(msgs, "; "))
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
@@ -492,6 +510,10 @@ func statusReason(s *service.Status) string {
 		return headers.ReasonUnavailable
 	case s.Result.Reason == sluice.ReasonCostTooHigh:
 		return headers.ReasonCostTooHigh
+	case s.Result.Reason == sluice.ReasonPenalty:
+		return headers.ReasonPenalty
+	case s.Result.Reason == sluice.ReasonDenyList:
+		return headers.ReasonDenyList
 	}
 	return headers.ReasonLimited
 }

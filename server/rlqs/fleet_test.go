@@ -212,7 +212,7 @@ func (e *simEnvoy) apply(now time.Time, resp *rlqspb.RateLimitQuotaResponse) {
 }
 
 // simStore is a Redis store on a fake clock and an engine over it.
-func simEngine(t *testing.T, url string, clock *storetest.Clock, yaml string) (*service.Engine, service.RuleSource) {
+func simEngine(t *testing.T, url string, clock *storetest.Clock, yaml string) (*service.Engine, service.RuleSource, *redis.Store) {
 	t.Helper()
 	st, err := redis.New(redis.Options{URL: url, Now: clock.Now, Timeout: 5 * time.Second, Prefix: fmt.Sprintf("rlqs%d:", time.Now().UnixNano())})
 	if err != nil {
@@ -228,7 +228,7 @@ func simEngine(t *testing.T, url string, clock *storetest.Clock, yaml string) (*
 	if err != nil {
 		t.Fatalf("service.New: %v", err)
 	}
-	return eng, src
+	return eng, src, st
 }
 
 // TestFleetBound: ten simulated Envoys with skewed traffic (2.5× the
@@ -242,9 +242,9 @@ func simEngine(t *testing.T, url string, clock *storetest.Clock, yaml string) (*
 func TestFleetBound(t *testing.T) {
 	srvR := redistest.Start(t)
 	clock := storetest.NewClock()
-	eng, src := simEngine(t, srvR.URL(), clock, simRules)
+	eng, src, st := simEngine(t, srvR.URL(), clock, simRules)
 	newSrv := func() *Server {
-		s, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now})
+		s, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now, Allotter: st})
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}

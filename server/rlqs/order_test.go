@@ -20,8 +20,8 @@ import (
 // unmatched (Options.Unmatched).
 func TestBucketOrder(t *testing.T) {
 	clock := storetest.NewClock()
-	eng, src := simEngine(t, redistest.Start(t).URL(), clock, simRules)
-	srv, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now})
+	eng, src, st := simEngine(t, redistest.Start(t).URL(), clock, simRules)
+	srv, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now, Allotter: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +55,8 @@ func TestBucketOrder(t *testing.T) {
 // sees the limit less the grant remaining.
 func TestGrantIsChecksCounter(t *testing.T) {
 	clock := storetest.NewClock()
-	eng, src := simEngine(t, redistest.Start(t).URL(), clock, simRules)
-	srv, err := New(eng, src, Options{Now: clock.Now})
+	eng, src, st := simEngine(t, redistest.Start(t).URL(), clock, simRules)
+	srv, err := New(eng, src, Options{Now: clock.Now, Allotter: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now})
+	srv, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now, Allotter: st})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,12 +83,12 @@ type Options struct {
 	Headroom float64
 	// AllotTimeout bounds one allotment call. Default 1 s.
 	AllotTimeout time.Duration
-	// Allotter, if set, is the store grants are leased from instead of the
-	// engine's (service.Engine.Allot). It must hold the counters Check
-	// charges: for `sluice serve`, the Redis store beneath its placement
-	// routing and denied-key cache. With it, a bucket is leased when its
-	// rule's algorithm allots (sluice.AllotAlgorithm) and the rule is not
-	// placed local.
+	// Allotter is the store grants are leased from; it must hold the
+	// counters the engine's Check charges (for `sluice serve --store redis`,
+	// its store stack, whose Allot is the Redis store's). A bucket is
+	// leased when its rule's algorithm allots (sluice.AllotAlgorithm) and
+	// the rule is not placed local (per-instance counters). Nil: nothing is
+	// leased, every bucket of a limited rule is served Unmatched.
 	Allotter sluice.Allotter
 	// Limits bound domains and bucket entries (see service.Limits). The
 	// zero value is the defaults.
@@ -200,20 +200,15 @@ func (s *Server) Stats() Stats {
 	}
 }
 
-// allot leases from Options.Allotter or else the engine.
+// allot leases from Options.Allotter (never nil when called: see leasable).
 func (s *Server) allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
-	if s.opts.Allotter != nil {
-		return s.opts.Allotter.Allot(ctx, reqs, out)
-	}
-	return s.engine.Allot(ctx, reqs, out)
+	return s.opts.Allotter.Allot(ctx, reqs, out)
 }
 
 // leasable reports whether q's counter can be leased.
 func (s *Server) leasable(q service.Quota) bool {
-	if s.opts.Allotter == nil {
-		return q.Leasable
-	}
-	return q.Key != "" && q.Rule != nil && sluice.AllotAlgorithm(q.Limit.Algorithm) && q.Rule.Placement != rules.PlacementLocal
+	return s.opts.Allotter != nil && q.Key != "" && q.Rule != nil && sluice.AllotAlgorithm(q.Limit.Algorithm) &&
+		q.Rule.Placement != rules.PlacementLocal
 }
 
 func (s *Server) logAllotError(err error) {

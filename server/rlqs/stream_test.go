@@ -34,8 +34,8 @@ type grpcFixture struct {
 func newGRPCFixture(t *testing.T, opts Options) *grpcFixture {
 	t.Helper()
 	clock := storetest.NewClock()
-	eng, src := simEngine(t, redistest.Start(t).URL(), clock, simRules)
-	opts.Now = clock.Now
+	eng, src, st := simEngine(t, redistest.Start(t).URL(), clock, simRules)
+	opts.Now, opts.Allotter = clock.Now, st
 	srv, err := New(eng, src, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -206,8 +206,8 @@ func TestShutdownEndsStreams(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	rs := redistest.Start(t)
 	clock := storetest.NewClock()
-	eng, src := simEngine(t, rs.URL(), clock, simRules)
-	srv, err := New(eng, src, Options{Now: clock.Now, AllotTimeout: 2 * time.Second})
+	eng, src, st := simEngine(t, rs.URL(), clock, simRules)
+	srv, err := New(eng, src, Options{Now: clock.Now, AllotTimeout: 2 * time.Second, Allotter: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(eng, src, Options{})
+	srv, err := New(eng, src, Options{Allotter: st})
 	if err != nil {
 		t.Fatal(err)
 	}

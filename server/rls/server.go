@@ -9,7 +9,9 @@ package rls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -40,6 +42,58 @@ type Options struct {
 	// over one is refused with codes.InvalidArgument naming the limit,
 	// before it is converted. The zero value is the defaults.
 	Limits service.Limits
+	// LimitHeaders, when set, adds envoyproxy/ratelimit's response headers
+	// (LIMIT_RESPONSE_HEADERS_ENABLED) to response_headers_to_add, beside
+	// or instead of ResponseHeaders: the limit, remaining count and seconds
+	// to reset of the descriptor closest to its limit (an over-limit one
+	// that denies the request first), under the names it gives.
+	LimitHeaders *LimitHeaderNames
+	// DynamicMetadata fills the response's dynamic_metadata as
+	// envoyproxy/ratelimit does with RESPONSE_DYNAMIC_METADATA: the
+	// domain, the request's descriptors, its hits_addend and the merged
+	// metadata of the rules of the descriptors that were not over.
+	DynamicMetadata bool
+}
+
+// LimitHeaderNames name envoyproxy/ratelimit's three response headers.
+// DefaultLimitHeaderNames returns its defaults; an empty name is an error
+// (Validate).
+type LimitHeaderNames struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultLimitHeaderNames returns envoyproxy/ratelimit's default names:
+// RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset.
+func DefaultLimitHeaderNames() LimitHeaderNames {
+	return LimitHeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+}
+
+// Validate reports a name that is empty or not an HTTP token.
+func (n LimitHeaderNames) Validate() error {
+	for _, f := range []struct{ field, v string }{{"limit", n.Limit}, {"remaining", n.Remaining}, {"reset", n.Reset}} {
+		if f.v == "" {
+			return fmt.Errorf("rls: %s header name: empty", f.field)
+		}
+		if len(f.v) > 256 {
+			return fmt.Errorf("rls: %s header name: %d bytes, at most 256", f.field, len(f.v))
+		}
+		for _, c := range []byte(f.v) {
+			if !tokenByte(c) {
+				return fmt.Errorf("rls: %s header name %q: byte %q is not allowed in a header name", f.field, f.v, c)
+			}
+		}
+	}
+	return nil
+}
+
+// tokenByte reports whether c may appear in an HTTP field name (RFC 9110
+// token).
+func tokenByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // ServiceName is the gRPC service name Register serves and marks in health.
@@ -79,8 +133,10 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
 // ShouldRateLimit answers one RateLimitRequest. A malformed request (empty
-// domain, no descriptors, a descriptor without entries, an empty key) or
-// one over Options.Limits is codes.InvalidArgument; an engine error is codes.Internal (Envoy then
+// domain, no descriptors) or one over Options.Limits is
+// codes.InvalidArgument (envoyproxy/ratelimit answers the first two with
+// codes.Unknown; Envoy treats every error alike); a descriptor without
+// entries or with an empty key is answered OK, the others decided; an engine error is codes.Internal (Envoy then
 // applies its own failure_mode_deny), a cancelled call codes.Canceled or
 // codes.DeadlineExceeded.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -92,7 +148,14 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, s.grpcError(ctx, err)
 	}
-	return response(resp, s.opts.ResponseHeaders), nil
+	out := response(resp, s.opts.ResponseHeaders)
+	if s.opts.LimitHeaders != nil {
+		addLimitHeaders(out, *s.opts.LimitHeaders)
+	}
+	if s.opts.DynamicMetadata {
+		out.DynamicMetadata = dynamicMetadata(req, &resp)
+	}
+	return out, nil
 }
 
 func (s *Server) grpcError(ctx context.Context, err error) error {

@@ -14,7 +14,7 @@ import (
 )
 
 // The outcome label values, as the engine reports them (service.Outcome*).
-var outcomes = [...]string{"allowed", "denied", "shadow_denied", "failed_open", "failed_closed", "local_allowed", "local_denied"}
+var outcomes = [...]string{"allowed", "denied", "shadow_denied", "failed_open", "failed_closed", "local_allowed", "local_denied", "quota_denied"}
 
 // outcomeIndex returns the index of an outcome in outcomes, or -1.
 func outcomeIndex(o string) int {
@@ -41,6 +41,8 @@ func outcomeIndex(o string) int {
 //	sluice_rule_reloads_total{result}               counter  success, failure
 //	sluice_rules_last_reload_success                gauge    1 if the last reload succeeded
 //	sluice_rules_last_reload_timestamp_seconds      gauge    time of the last successful load
+//	sluice_rules_reload_held{reason}                gauge    1 while a reload is held for reason
+//	sluice_rules_reload_held_total{reason}          counter  reloads held, by reason
 type Metrics struct {
 	Decisions   *prometheus.CounterVec
 	NearLimit   *prometheus.CounterVec
@@ -53,7 +55,13 @@ type Metrics struct {
 	Reloads     *prometheus.CounterVec
 	ReloadTime  prometheus.Gauge
 	ReloadOK    prometheus.Gauge
+	Held        *prometheus.GaugeVec
+	HeldTotal   *prometheus.CounterVec
 }
+
+// holdReasons are the reason label values of the held-reload metrics
+// (rules.HoldDomainRemoved, rules.HoldRuleInUse).
+var holdReasons = [...]string{"domain_removed", "rule_in_use"}
 
 // New creates the metrics and registers them with reg (nil: not
 // registered, useful in tests). It panics if reg already holds metrics of the
@@ -62,7 +70,7 @@ type Metrics struct {
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Decisions: counterVec("sluice_decisions_total",
-			"Descriptor decisions by domain, rule and outcome (allowed, denied, shadow_denied, failed_open, failed_closed, local_allowed, local_denied).",
+			"Descriptor decisions by domain, rule and outcome (allowed, denied, shadow_denied, failed_open, failed_closed, local_allowed, local_denied, quota_denied).",
 			"domain", "rule", "outcome"),
 		NearLimit: counterVec("sluice_near_limit_total",
 			"Allowed descriptor hits that used more than the near-limit ratio of their limit.", "domain", "rule"),
@@ -86,6 +94,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 if the last rule reload succeeded (the rules in force are the files on disk), 0 if it failed."}),
 		ReloadTime: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rules_last_reload_timestamp_seconds",
 			Help: "Unix time of the last successful rule load."}),
+		Held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_rules_reload_held",
+			Help: "1 while a rule reload is held back by the removal guard for this reason (domain_removed, rule_in_use): the rules in force are not the files on disk."}, []string{"reason"}),
+		HeldTotal: counterVec("sluice_rules_reload_held_total", "Rule reloads held back by the removal guard, by reason.", "reason"),
+	}
+	for _, r := range holdReasons {
+		m.Held.WithLabelValues(r)
+		m.HeldTotal.WithLabelValues(r)
 	}
 	for _, r := range []string{"error", "timeout", "breaker_open"} {
 		m.StoreErrors.WithLabelValues(r)
@@ -95,7 +110,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.ReloadOK.Set(1)
 	m.ReloadTime.SetToCurrentTime()
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.NearLimit, m.Duration, m.StoreErrors, m.Abandons, m.Tiers, m.Charged, m.Resets, m.Reloads, m.ReloadOK, m.ReloadTime)
+		reg.MustRegister(m.Decisions, m.NearLimit, m.Duration, m.StoreErrors, m.Abandons, m.Tiers, m.Charged, m.Resets, m.Reloads, m.ReloadOK, m.ReloadTime, m.Held, m.HeldTotal)
 	}
 	return m
 }
@@ -174,6 +189,24 @@ func (m *Metrics) ObserveReload(ok bool, _ error) {
 	}
 	m.Reloads.WithLabelValues("failure").Inc()
 	m.ReloadOK.Set(0)
+}
+
+// ObserveHold records the outcome of a rule load under the removal guard:
+// the reasons it was held for (rules.Hold.Reasons), or none when it was
+// applied. Reasons other than domain_removed and rule_in_use are ignored.
+func (m *Metrics) ObserveHold(reasons []string) {
+	for _, r := range holdReasons {
+		held := false
+		for _, x := range reasons {
+			held = held || x == r
+		}
+		if held {
+			m.Held.WithLabelValues(r).Set(1)
+			m.HeldTotal.WithLabelValues(r).Inc()
+		} else {
+			m.Held.WithLabelValues(r).Set(0)
+		}
+	}
 }
 
 // breakerStates are the values of sluice_store_breaker_state.

@@ -17,6 +17,16 @@ type DeniedOptions struct {
 	MaxKeys int
 	// Now is the clock. Default time.Now (monotonic).
 	Now func() time.Time
+	// Invalidator, if set, is followed from NewDenied until Close: the
+	// denials of the keys it names are forgotten, and every denial when it
+	// says all, so that a refund or reset done through another instance
+	// (or anything else sharing the store) frees the key here too, within
+	// one announcement's delivery. Set it to the store that several
+	// instances share (the Redis store, which implements
+	// sluice.Invalidator), whatever is between it and the cache (names are
+	// Op.Key's, which stores in between must pass unchanged). Nil: only
+	// the ops that go through this cache forget denials.
+	Invalidator sluice.Invalidator
 }
 
 // DefaultDeniedKeys is the default DeniedOptions.MaxKeys.
@@ -33,11 +43,13 @@ const DefaultDeniedKeys = 1 << 16
 // whatever else happens. That is true of every algorithm but concurrency
 // (a release frees a slot early; never cached) as long as nothing gives
 // quota back early: a Redis Cluster refund of a cross-slot batch, or an
-// operator's reset of a key done elsewhere (Forget it). Charges, refunds
-// and resets (sluice.Action) that go through the cache always reach the
-// next store; a refund or reset forgets the key's denial, and no denial
-// decided while one was under way is remembered. The README states where
-// the cache is on by default.
+// operator's reset of a key done elsewhere (Forget it, or set
+// DeniedOptions.Invalidator so that refunds and resets done through any
+// instance reach every cache). Charges, refunds and resets (sluice.Action)
+// that go through the cache always reach the next store; a refund or reset
+// forgets the key's denial, and no denial decided while one was under way
+// (here, or announced by the Invalidator) is remembered. docs/stores.md states
+// where the cache is on by default.
 //
 // A cached denial's Result is the store's, with RetryAfter and ResetAfter
 // shortened by the time passed; Remaining is as of the denial. Denied is
@@ -52,9 +64,18 @@ type Denied struct {
 	stored  atomic.Uint64
 	entries atomic.Int64
 	// gives counts refunds and resets passing through, twice each (before
-	// and after the next store applies them): a Take that saw it change
-	// may have been decided on the state before, and remembers nothing.
+	// and after the next store applies them), and invalidations heard:
+	// a Take that saw it change may have been decided on the state before,
+	// and remembers nothing.
 	gives atomic.Uint64
+	// invalidated counts keys forgotten on the Invalidator's word, and
+	// flushes the times it said all.
+	invalidated atomic.Uint64
+	flushes     atomic.Uint64
+	// stop ends following the Invalidator; done is closed once it ended.
+	stop     context.CancelFunc
+	done     chan struct{}
+	closeOne sync.Once
 }
 
 type dshard struct {
@@ -77,6 +98,12 @@ type DeniedStats struct {
 	// Keys is the number of denials held now (expired ones included until
 	// they are replaced or looked up).
 	Keys int
+	// Invalidated counts keys the DeniedOptions.Invalidator named (whether
+	// or not a denial of theirs was held).
+	Invalidated uint64
+	// Flushes counts the times the Invalidator said to drop everything
+	// (at the start, and when its announcements may have been missed).
+	Flushes uint64
 }
 
 // NewDenied returns a Denied cache in front of next.
@@ -97,12 +124,59 @@ func NewDenied(next sluice.Store, opts DeniedOptions) *Denied {
 	for i := range d.shards {
 		d.shards[i].m = map[entryKey]denial{}
 	}
+	if inv := opts.Invalidator; inv != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		d.stop, d.done = cancel, make(chan struct{})
+		go func() {
+			defer close(d.done)
+			// It returns when ctx ends or the store is closed: either
+			// way nothing more can be heard.
+			_ = inv.Invalidations(ctx, d.invalidate)
+		}()
+	}
 	return d
+}
+
+// Close stops following DeniedOptions.Invalidator, if set, and waits until
+// it stopped. The cache still works after, hearing nothing more (so it
+// should no longer be used in a fleet). Close is idempotent.
+func (d *Denied) Close() error {
+	d.closeOne.Do(func() {
+		if d.stop != nil {
+			d.stop()
+			<-d.done
+		}
+	})
+	return nil
+}
+
+// invalidate is the Invalidator's callback: it forgets the denials of keys,
+// or all of them. The generation moves first, so that a denial decided
+// before the announcement but stored after it is not remembered (store
+// checks it under the shard's lock, which forgetting takes after).
+func (d *Denied) invalidate(keys []string, all bool) {
+	d.gives.Add(1)
+	if all {
+		d.flushes.Add(1)
+		for i := range d.shards {
+			sh := &d.shards[i]
+			sh.mu.Lock()
+			d.entries.Add(-int64(len(sh.m)))
+			clear(sh.m)
+			sh.mu.Unlock()
+		}
+		return
+	}
+	d.invalidated.Add(uint64(len(keys)))
+	for _, k := range keys {
+		d.Forget(k)
+	}
 }
 
 // Stats returns the cache's counters.
 func (d *Denied) Stats() DeniedStats {
-	return DeniedStats{Hits: d.hits.Load(), Stored: d.stored.Load(), Keys: int(d.entries.Load())}
+	return DeniedStats{Hits: d.hits.Load(), Stored: d.stored.Load(), Keys: int(d.entries.Load()),
+		Invalidated: d.invalidated.Load(), Flushes: d.flushes.Load()}
 }
 
 // Next returns the store behind the cache.

@@ -14,7 +14,33 @@
 // the reserve, no allotment is granted and every hit of the key is decided
 // by the global store itself, one by one, exactly as with placement global.
 //
-// # Bounds (see also README, "Hybrid placement")
+// # Cold keys
+//
+// A lease pays only when its units are spent on several hits: for a key hit
+// a few times a minute, each hit would lease (and give back or void) an
+// allotment of its own, costing the global store more than deciding the
+// hit there. So a key too cold to earn an allotment is decided by the
+// global store's Take (its batched, coalesced path, exactly as placement
+// global), never by a lease of a unit or two. Too cold: the key was seen
+// fewer than 4 times, or its observed rate (the mean gap between its hits,
+// each new gap weighing a quarter, and at least the time since its last
+// hit) would make fewer than 8 hits over the span an allotment could be spent, which is
+// Options.Horizon, at most Options.Lease and the limit's window for the
+// bucket algorithms (store/redis voids a bucket allotment after a window)
+// and at most what is left of the window for fixed_window. At the
+// defaults (Horizon 10s), with a window of 10s or more, a key hit less
+// often than every 1.25s is cold; with a per-second limit, one hit less
+// often than every 125ms. Why 8: on traffic this thin, the global store's
+// script calls carry few ops each and Redis pays mostly per call, and the
+// batcher keeps a call in flight whatever the load: a lease saves Redis
+// CPU only when it takes a key's traffic out of Redis almost entirely
+// (measured in BENCHMARKS.md, "Hybrid: Redis cost per decision": at a
+// threshold of 4, users seen every 5s cost 1.10x global's Redis CPU; at
+// 6, 0.995x). A key that
+// warms up leases from its next hit; one that cools spends what it holds
+// and is then decided globally. Stats.Cold counts the ops decided so.
+//
+// # Bounds (see also docs/stores.md, "Placement")
 //
 //   - fixed_window: never admits more than the quota in any window. An
 //     allotment is a reservation inside the current window, taken before it
@@ -93,6 +119,8 @@ const (
 	maxAllotFactor  = 1   // an allotment never exceeds the limit's capacity
 	numShards       = 64
 	syncHysteresis  = 2 // leave global decisions when remaining > syncHysteresis × keep
+	coldHits        = 8 // a key expected to be hit fewer times than this in an allotment's life is too cold to lease
+	minHits         = 4 // nor is a key seen fewer times than this
 	sweepEveryTakes = 1 << 12
 )
 
@@ -130,6 +158,9 @@ type Stats struct {
 	Local uint64
 	// Global counts ops sent to the global store's Take.
 	Global uint64
+	// Cold counts the ops among them whose key was too cold to lease
+	// (see "Cold keys" in the package documentation).
+	Cold uint64
 	// Allots counts allotment requests sent; Granted the units they gave.
 	Allots, Granted uint64
 	// GivenBack counts units handed back unspent; Voided units that expired
@@ -161,7 +192,7 @@ type Store struct {
 	wg       sync.WaitGroup
 	closed   atomic.Bool
 
-	local, global, allots, granted, givenBack, voided atomic.Uint64
+	local, global, cold, allots, granted, givenBack, voided atomic.Uint64
 }
 
 type shard struct {
@@ -189,6 +220,12 @@ type entry struct {
 	need      int64 // the cost that did not fit, for the next allotment
 	backoff   int64 // no allotment request before this (the global store failed)
 	last      int64
+	// The key's demand, local or global, for the cold test: hits seen
+	// (saturating at minHits), the local µs of the last, and the mean gap
+	// between hits (µs, each new gap weighing a quarter).
+	hits  int8
+	hitAt int64
+	gap   float64
 }
 
 // New returns a Store over the global store g.
@@ -240,7 +277,7 @@ func durOr(d, def time.Duration) int64 {
 // Stats returns the Store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Local: s.local.Load(), Global: s.global.Load(),
+		Local: s.local.Load(), Global: s.global.Load(), Cold: s.cold.Load(),
 		Allots: s.allots.Load(), Granted: s.granted.Load(),
 		GivenBack: s.givenBack.Load(), Voided: s.voided.Load(),
 		Keys: int(s.keys.Load()),
@@ -324,13 +361,13 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	if settles(ops) {
 		return s.settle(ctx, ops, plans, results, now)
 	}
-	ok, need := s.tryLocal(ops, plans, results, now)
+	ok, need := s.tryLocal(ops, plans, results, now, true)
 	if ok {
 		return nil
 	}
 	if len(need) > 0 {
 		s.allot(ctx, need, now)
-		if ok, _ = s.tryLocal(ops, plans, results, s.now()); ok {
+		if ok, _ = s.tryLocal(ops, plans, results, s.now(), false); ok {
 			return nil
 		}
 	}
@@ -421,8 +458,10 @@ func shardSet(plans []plan, buf []int) []int {
 }
 
 // tryLocal decides the batch from allotments if every op fits. Otherwise it
-// returns the keys that should ask for an allotment now.
-func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result, now int64) (bool, []entryKey) {
+// returns the keys that should ask for an allotment now (none too cold to
+// lease). hit says this is the batch's first try: its hits count towards
+// the keys' demand.
+func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result, now int64, hit bool) (bool, []entryKey) {
 	s.lock(plans)
 	defer s.unlock(plans)
 	fits := true
@@ -436,6 +475,9 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			continue
 		}
 		e.last = now
+		if hit {
+			e.hit(now)
+		}
 		if e.held > 0 && now >= e.deadline {
 			s.voided.Add(uint64(e.held))
 			e.held = 0
@@ -443,6 +485,10 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 		if ops[i].Cost > e.held || e.global || e.deadline == 0 {
 			// (deadline 0: never allotted; even a look has nothing to say)
 			fits = false
+			if hit && !e.global && s.tooCold(e, ops[i].Limit, now) {
+				s.cold.Add(1)
+				continue
+			}
 			if !e.global && !e.refilling && now >= e.backoff && ops[i].Cost <= ops[i].Limit.Capacity() {
 				e.refilling = true
 				e.need = ops[i].Cost - e.held
@@ -464,7 +510,8 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			Remaining:  min(ops[i].Limit.Capacity(), max(e.remaining, 0)+e.held),
 			ResetAfter: time.Duration(max(e.resetAt-now, 0)) * time.Microsecond,
 		}
-		if !e.refilling && now >= e.backoff && !s.closed.Load() && e.held*refillFraction < s.want(e, ops[i].Limit, 0, now) {
+		if !e.refilling && now >= e.backoff && !s.closed.Load() && e.held*refillFraction < s.want(e, ops[i].Limit, 0, now) &&
+			!s.tooCold(e, ops[i].Limit, now) {
 			e.refilling = true
 			s.wg.Add(1)
 			go s.refill(plans[i].k)
@@ -472,6 +519,54 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 	}
 	s.local.Add(uint64(len(ops)))
 	return true, nil
+}
+
+// hit records a hit of the key at now, for tooCold.
+func (e *entry) hit(now int64) {
+	if e.hits > 0 {
+		g := float64(max(now-e.hitAt, 0))
+		if e.hits == 1 {
+			e.gap = g
+		} else {
+			e.gap = 0.75*e.gap + 0.25*g
+		}
+	}
+	e.hits = min(e.hits+1, minHits)
+	e.hitAt = now
+}
+
+// span is how long an allotment of limit l leased at now could be spent:
+// Horizon, at most Lease and the limit's window for a bucket (store/redis
+// voids a bucket allotment after one window), at most what is left of the
+// window for fixed_window (the whole window before the first lease). mu of
+// e's shard must be held.
+func (s *Store) span(e *entry, l sluice.Limit, now int64) int64 {
+	if l.Algorithm != sluice.FixedWindow {
+		return max(min(s.horizon, s.lease, l.Window.Microseconds()), 1)
+	}
+	left := l.Window.Microseconds()
+	if e.deadline > now {
+		left = e.deadline - now
+	}
+	return min(s.horizon, left)
+}
+
+// tooCold reports whether the key is too cold to earn an allotment: seen
+// fewer than minHits times (a gap or two between hits is too little
+// evidence: a key seen every 5s on average has two hits within 2s one time
+// in three), or hit at a rate that, over the span an allotment could be
+// spent, makes fewer than coldHits hits. A lease for such a key costs the
+// global store at least what deciding its hits there does (a script call
+// per lease, plus a give-back or void units), so its hits are decided by
+// the global store's Take instead. mu of e's shard must be held.
+func (s *Store) tooCold(e *entry, l sluice.Limit, now int64) bool {
+	if e.hits < minHits {
+		return true
+	}
+	// The gap since the last hit counts too: a key that went quiet is cold
+	// before its next hit says so.
+	gap := max(e.gap, float64(now-e.hitAt))
+	return gap*coldHits > float64(s.span(e, l, now))
 }
 
 // rateOf is the key's observed local rate (units per µs): what was spent
@@ -498,6 +593,11 @@ func (s *Store) rateOf(e *entry, now int64) float64 {
 // shard must be held.
 func (s *Store) want(e *entry, l sluice.Limit, cost, now int64) int64 {
 	w := max(int64(defaultInitial), l.Capacity()/initialShare)
+	if e.hits >= minHits && e.gap > 0 {
+		// No rate measured yet, but the gap between hits says how many
+		// hits the allotment's span holds: a lukewarm key gets no more.
+		w = min(w, int64(float64(s.span(e, l, now))/e.gap)+1)
+	}
 	if r := s.rateOf(e, now); r > 0 {
 		span := s.horizon
 		if l.Algorithm == sluice.FixedWindow {
@@ -588,7 +688,11 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 		e.resetAt = sent + a.ResetAfter.Microseconds()
 		e.global = a.Granted == 0
 		e.rate = s.rateOf(e, sent)
-		e.spent, e.since = 0, sent
+		if sent-e.since >= s.rateSpan {
+			// (a shorter span says too little: keep counting over it, or a
+			// hot key refilling faster than rateSpan never learns its rate)
+			e.spent, e.since = 0, sent
+		}
 		sh.mu.Unlock()
 	}
 }

@@ -168,14 +168,14 @@ func TestCoarseClockAdvances(t *testing.T) {
 	if !first.Allowed {
 		t.Fatalf("first hit denied: %+v", first)
 	}
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		if r := take(t, s, "clock", l, 1); r.Allowed {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatal("a 20ms window never reopened in 2s: the coarse clock does not advance")
+	t.Fatal("a 20ms window never reopened in a minute: the coarse clock does not advance")
 }
 
 // Keys lists the keys that hold state and skips those already back in their

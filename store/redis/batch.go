@@ -21,6 +21,7 @@ const (
 	modeDecide = "0" // decide, all-or-nothing
 	modeUndo   = "1" // decide, and report how to undo (part of a cross-slot Take)
 	modeRefund = "2" // take back a group decided with modeUndo, then look
+	modeAllot  = "3" // lease allotments (allot.go, scripts/allot.lua)
 )
 
 // opFields is the number of ARGV entries per op: limit, cost, lease.
@@ -331,16 +332,19 @@ func (s *Store) exec(slot int, batch []*request) {
 		}
 		return
 	}
-	nkeys, nargs := 0, 2
+	nkeys, nargs, allots := 0, 2, 0
 	var algs algMask
 	for _, r := range batch {
 		algs |= r.algs
 		nkeys += r.n()
 		nargs += len(r.args)
+		if r.mode == modeAllot {
+			allots += r.n()
+		}
 	}
 	keys := make([]string, 0, nkeys)
-	args := make([]string, 0, nargs+1)
-	args = append(args, s.minTTL, strconv.Itoa(len(batch)))
+	args := make([]string, 0, nargs+2)
+	args = append(args, s.minTTL, s.channel, strconv.Itoa(len(batch)))
 	sticky, unknown := false, false
 	for _, r := range batch {
 		keys = append(keys, r.keys...)
@@ -350,7 +354,8 @@ func (s *Store) exec(slot int, batch []*request) {
 	}
 	s.calls.Add(1)
 	s.groups.Add(uint64(len(batch)))
-	s.opsDecided.Add(uint64(nkeys))
+	s.opsDecided.Add(uint64(nkeys - allots))
+	s.allots.Add(uint64(allots))
 	// The timeout starts here, where the call is handed to the client: time
 	// queued before is backpressure, not a sign the node is down.
 	start := time.Now()

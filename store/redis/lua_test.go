@@ -65,7 +65,7 @@ func TestLuaConstants(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^local (MODE_[A-Z]+) = '(\d)'$`).FindAllStringSubmatch(string(drv), -1) {
 		modes[m[1]] = m[2]
 	}
-	for name, w := range map[string]string{"MODE_DECIDE": modeDecide, "MODE_UNDO": modeUndo, "MODE_REFUND": modeRefund} {
+	for name, w := range map[string]string{"MODE_DECIDE": modeDecide, "MODE_UNDO": modeUndo, "MODE_REFUND": modeRefund, "MODE_ALLOT": modeAllot} {
 		if g := modes[name]; g != w {
 			t.Errorf("driver.lua: %s = %q, want %q", name, g, w)
 		}

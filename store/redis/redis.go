@@ -68,7 +68,7 @@
 // Options.Timeout bounds each script call from when it is handed to the
 // client (written to Redis) to its reply; a call with no reply in time fails
 // every Take it carried with an error wrapping sluice.ErrStoreTimeout (the
-// script may still have run: see the README on unknown outcomes). Time a
+// script may still have run: see docs/operations.md on unknown outcomes). Time a
 // Take spends queued in the store behind calls in flight is backpressure,
 // bounded only by the caller's context: a Take whose context ends while it
 // is queued is dropped from the queue, never sent, and returns an error
@@ -105,6 +105,7 @@ package redis
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"embed"
 	"errors"
 	"fmt"
@@ -140,18 +141,23 @@ var algFiles = [...][]string{
 var fileOrder = []string{
 	"lib.lua", "bucket.lua", "gcra.lua", "leaky_bucket.lua", "token_bucket.lua",
 	"fixed_window.lua", "sliding_window.lua", "log.lua", "sliding_log.lua",
-	"concurrency.lua", "guard.lua", "driver.lua",
+	"concurrency.lua", "allot.lua", "guard.lua", "driver.lua",
 }
 
-// algMask has bit a set for each algorithm a a batch uses.
+// algMask has bit a set for each algorithm a a batch uses, and bit 0
+// (allotBit) when it leases allotments.
 type algMask uint8
+
+// allotBit marks a batch holding allotment groups (modeAllot): its script
+// includes allot.lua.
+const allotBit algMask = 1
 
 // batchScriptFor composes the batch script for the algorithms in m: lib.lua,
 // their files, guard.lua and driver.lua. Redis runs the whole script body on every
 // call, and each function it defines costs a closure, so a script carries
 // only the algorithms its batch needs.
 func batchScriptFor(m algMask) string {
-	need := map[string]bool{"lib.lua": true, "guard.lua": true, "driver.lua": true}
+	need := map[string]bool{"lib.lua": true, "guard.lua": true, "driver.lua": true, "allot.lua": m&allotBit != 0}
 	for _, a := range sluice.Algorithms() {
 		if m&(1<<a) != 0 {
 			for _, f := range algFiles[a] {
@@ -195,12 +201,17 @@ type Options struct {
 	// URL names the Redis deployment: single node, Sentinel or Cluster. See
 	// ParseURL for the forms.
 	URL string
+	// TLS, if set, is the TLS configuration of every connection (a private
+	// CA in RootCAs, a client certificate in Certificates), whatever the
+	// URL's scheme says; nil keeps the URL's (rediss:// is TLS with the
+	// system's CAs). With an empty ServerName each node's host is verified.
+	TLS *tls.Config
 	// Prefix starts every key the store writes. Default DefaultPrefix. It
 	// must not contain '{' or '}' (they would change the hash slot).
 	Prefix string
 	// Timeout bounds each script call, from when it is written to Redis to
 	// its reply. Time queued before that is bounded only by the Take's
-	// context. Default DefaultTimeout (see the README for why that value).
+	// context. Default DefaultTimeout (docs/operations.md says why that value).
 	Timeout time.Duration
 	// Now, if set, is the clock: its time is passed to the scripts (tests use
 	// a fake clock). Nil means the scripts read Redis TIME.
@@ -227,7 +238,7 @@ type Options struct {
 	// LateReplyWait is how much longer than Timeout a script call that
 	// carries ops with sluice.Op.UndoIfUnknown goes on waiting for its reply
 	// after its Takes failed with sluice.ErrStoreTimeout, so that a charge
-	// the reply reveals can be refunded (see the README on unknown
+	// the reply reveals can be refunded (see docs/operations.md on unknown
 	// outcomes). Calls without such ops are given up at Timeout. Default
 	// DefaultLateReplyWait × Timeout.
 	LateReplyWait time.Duration
@@ -301,6 +312,7 @@ type Store struct {
 	scripts     [256]atomic.Pointer[rueidis.Lua] // by algMask, composed on first use
 	cluster     bool
 	prefix      string
+	channel     string // Pub/Sub channel of invalidations (invalidate.go)
 	timeout     time.Duration
 	now         func() time.Time
 	minTTL      string
@@ -319,6 +331,10 @@ type Store struct {
 	lateCharged  atomic.Uint64
 	lateRefunded atomic.Uint64
 	lateUnknown  atomic.Uint64
+	// inv is the subscription to invalidations (invalidate.go), and
+	// subscriptions counts its confirmations.
+	inv           invHub
+	subscriptions atomic.Uint64
 
 	one   batcher // single node, Sentinel
 	slots []atomic.Pointer[batcher]
@@ -354,6 +370,9 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.TLS != nil {
+		copt.TLSConfig = opts.TLS.Clone() // an empty ServerName: each node's host is verified
+	}
 	copt.DisableCache = true // no client-side caching: every decision is a write
 	copt.DisableRetry = true // a retried script would charge twice
 	if copt.Dialer.Timeout == 0 {
@@ -375,6 +394,7 @@ func New(opts Options) (*Store, error) {
 		client:      client,
 		cluster:     client.Mode() == rueidis.ClientModeCluster,
 		prefix:      opts.Prefix,
+		channel:     opts.Prefix + invalidateChannel,
 		timeout:     opts.Timeout,
 		now:         opts.Now,
 		minTTL:      strconv.FormatInt(opts.MinTTL.Milliseconds(), 10),
@@ -437,6 +457,10 @@ type Stats struct {
 	// unknown that got no reply within Options.LateReplyWait either (or
 	// one the store could not read): whether they charged stays unknown.
 	LateUnknown uint64
+	// Subscriptions is the number of times the store's subscription to
+	// invalidations (see Invalidations) was confirmed: 1 after the first
+	// Invalidations call, and one more after each lost connection.
+	Subscriptions uint64
 }
 
 // Stats returns the store's counters. Groups/Calls is the mean number of
@@ -444,7 +468,8 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load(),
 		RefundFailures: s.refundFailures.Load(), LateCharged: s.lateCharged.Load(),
-		LateRefunded: s.lateRefunded.Load(), LateUnknown: s.lateUnknown.Load()}
+		LateRefunded: s.lateRefunded.Load(), LateUnknown: s.lateUnknown.Load(),
+		Subscriptions: s.subscriptions.Load()}
 }
 
 // Cluster reports whether the store talks to a Redis Cluster.
@@ -641,7 +666,7 @@ type undoing struct {
 // refunds are sticky, so they are sent even when the caller has given up;
 // their outcome is in the returned undoing once done is closed, and a refund
 // that fails counts in Stats.RefundFailures. A group that failed itself is
-// not refunded: whether it ran is unknown (see the README on unknown
+// not refunded: whether it ran is unknown (see docs/operations.md on unknown
 // outcomes). The goroutine reads only the requests, never the caller's ops
 // or results, which the caller may reuse once it returns.
 func (s *Store) undo(reqs []*request, undoable []bool, order []int) *undoing {

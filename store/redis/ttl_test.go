@@ -11,7 +11,8 @@ import (
 
 // TestTTL runs traffic on every algorithm with the Redis clock, then checks
 // that every key the store created has a TTL and that the database is empty
-// once the longest state has gone back to fresh.
+// once the longest state has gone back to fresh (polled for: expiry is
+// Redis's own, in real time).
 func TestTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	st, err := New(Options{URL: srv.URL(), Prefix: "ttl:", Timeout: 2 * time.Second})
@@ -19,7 +20,10 @@ func TestTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	const window = 300 * time.Millisecond
+	// Long enough that the long-window keys outlive the run on a loaded
+	// machine; fixed and sliding windows are aligned, so one of them may
+	// still end at any moment.
+	const window = 1500 * time.Millisecond
 	ctx := context.Background()
 	var ops []sluice.Op
 	for _, a := range sluice.Algorithms() {
@@ -40,8 +44,9 @@ func TestTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	list, _ := keys.([]any)
-	// One key per op key, less any whose window already ended.
-	if len(list) < len(ops)/2 || len(list) > len(ops) {
+	// One key per op key, less any whose window already ended: the short
+	// ones, and the aligned fixed window among the long ones.
+	if len(list) < len(ops)/2-1 || len(list) > len(ops) {
 		t.Fatalf("KEYS * has %d keys, want about %d (one per op key): %v", len(list), len(ops), list)
 	}
 	for _, k := range list {
@@ -49,19 +54,26 @@ func TestTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// -2: the key expired since KEYS (a window ended): fine. -1 would be
-		// a key without a TTL. sliding_window keeps its state two windows.
-		if ms, _ := ttl.(int64); ms == -1 || ms == 0 || ms > 2*window.Milliseconds() {
-			t.Errorf("PTTL %s = %v, want in (0, %d] (or -2: already expired)", k, ttl, 2*window.Milliseconds())
+		// -2: the key expired since KEYS (a window ended): fine; 0: it is
+		// about to. -1 would be a key without a TTL. sliding_window keeps
+		// its state two windows.
+		if ms, _ := ttl.(int64); ms == -1 || ms > 2*window.Milliseconds() {
+			t.Errorf("PTTL %s = %v, want in [0, %d] (or -2: already expired)", k, ttl, 2*window.Milliseconds())
 		}
 	}
-	time.Sleep(2*window + 100*time.Millisecond)
-	n, err := srv.Do("DBSIZE")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != int64(0) {
-		left, _ := srv.Do("KEYS", "*")
-		t.Fatalf("DBSIZE = %v %v after %v of silence, want 0", n, left, 2*window+100*time.Millisecond)
+	// Every key is gone once its state is fresh again: after 2 windows of
+	// silence. Polled, failing only after a minute.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		n, err := srv.Do("DBSIZE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == int64(0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			left, _ := srv.Do("KEYS", "*")
+			t.Fatalf("DBSIZE = %v %v a minute after the last Take, want 0 (every key expires)", n, left)
+		}
 	}
 }

@@ -208,9 +208,12 @@ func Tables() []Table {
 	}, actionTables()...)
 }
 
-func runSteps(t *testing.T, newStore NewStore) {
+func runSteps(t *testing.T, newStore NewStore, opts Options) {
 	for _, tb := range Tables() {
 		t.Run(tb.Name, func(t *testing.T) {
+			if why, ok := opts.Skip["Steps/"+tb.Name]; ok {
+				t.Skipf("not honoured by this store: %s", why)
+			}
 			clock := NewClock()
 			s := newStore(t, clock)
 			RunTable(t, s, clock, tb)

@@ -19,18 +19,68 @@ type NewStore func(t *testing.T, clock *Clock) sluice.Store
 // Run runs the whole conformance suite against stores made by newStore.
 func Run(t *testing.T, newStore NewStore) {
 	t.Helper()
-	t.Run("Steps", func(t *testing.T) { runSteps(t, newStore) })
-	t.Run("Batch", func(t *testing.T) { runBatch(t, newStore) })
-	t.Run("Errors", func(t *testing.T) { runErrors(t, newStore) })
-	t.Run("RetryAfter", func(t *testing.T) { runRetryAfter(t, newStore) })
-	t.Run("RetryAfterSettle", func(t *testing.T) { runRetryAfterSettle(t, newStore) })
-	t.Run("RetryAfterLarge", func(t *testing.T) { runRetryAfterLarge(t, newStore) })
-	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
-	t.Run("BatchConcurrency", func(t *testing.T) { runBatchConcurrency(t, newStore) })
-	t.Run("Differential", func(t *testing.T) { runDifferential(t, newStore) })
-	t.Run("BoundaryBurst", func(t *testing.T) { runBoundaryBurst(t, newStore) })
-	t.Run("BucketsAgree", func(t *testing.T) { runBucketsAgree(t, newStore) })
-	t.Run("ActionBatch", func(t *testing.T) { runActionBatch(t, newStore) })
-	t.Run("SettleConcurrency", func(t *testing.T) { runSettleConcurrency(t, newStore) })
-	t.Run("Keys", func(t *testing.T) { runKeys(t, newStore) })
+	RunWith(t, newStore, Options{})
+}
+
+// Options adjust the suite for a store that cannot honour every property
+// it checks (a composition deciding from local allotments, say).
+type Options struct {
+	// Skip maps the name of a part of the suite ("Steps", "Differential",
+	// or one step table, "Steps/gcra") to why the store cannot honour it;
+	// that part is skipped with the reason, so the gap shows in every run
+	// (go test -v). A name that is no part of the suite fails the test.
+	Skip map[string]string
+}
+
+// parts are the parts of the suite, in order.
+var parts = []struct {
+	name string
+	run  func(*testing.T, NewStore, Options)
+}{
+	{"Steps", runSteps},
+	{"Batch", plain(runBatch)},
+	{"Errors", plain(runErrors)},
+	{"RetryAfter", plain(runRetryAfter)},
+	{"RetryAfterSettle", plain(runRetryAfterSettle)},
+	{"RetryAfterLarge", plain(runRetryAfterLarge)},
+	{"Concurrency", plain(runConcurrency)},
+	{"BatchConcurrency", plain(runBatchConcurrency)},
+	{"Differential", plain(runDifferential)},
+	{"BoundaryBurst", plain(runBoundaryBurst)},
+	{"BucketsAgree", plain(runBucketsAgree)},
+	{"ActionBatch", plain(runActionBatch)},
+	{"SettleConcurrency", plain(runSettleConcurrency)},
+	{"Keys", plain(runKeys)},
+}
+
+func plain(f func(*testing.T, NewStore)) func(*testing.T, NewStore, Options) {
+	return func(t *testing.T, n NewStore, _ Options) { f(t, n) }
+}
+
+// RunWith runs the suite as Run does, skipping the parts opts.Skip names.
+func RunWith(t *testing.T, newStore NewStore, opts Options) {
+	t.Helper()
+	known := map[string]bool{}
+	for _, p := range parts {
+		known[p.name] = true
+	}
+	for _, tb := range Tables() {
+		known["Steps/"+tb.Name] = true
+	}
+	for name, why := range opts.Skip {
+		if !known[name] {
+			t.Errorf("storetest: Options.Skip names %q, which is no part of the suite", name)
+		}
+		if why == "" {
+			t.Errorf("storetest: Options.Skip[%q] gives no reason", name)
+		}
+	}
+	for _, p := range parts {
+		t.Run(p.name, func(t *testing.T) {
+			if why, ok := opts.Skip[p.name]; ok {
+				t.Skipf("not honoured by this store: %s", why)
+			}
+			p.run(t, newStore, opts)
+		})
+	}
 }

@@ -11,7 +11,9 @@ package pg
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,6 +92,16 @@ func Open(opts Options) (*Store, error) {
 	return &Store{pool: pool, opts: opts}, nil
 }
 
+// Identity names the database the Store reads, without its secrets: 16 hex
+// digits of a SHA-256 of host, port, database and user (never the
+// password). Two Stores of one database share it; it suits a file name
+// (the snapshot file of tenant.Options.File, one per database).
+func (s *Store) Identity() string {
+	c := s.pool.Config().ConnConfig
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%s\x00%s", c.Host, c.Port, c.Database, c.User))
+	return hex.EncodeToString(sum[:8])
+}
+
 // Close closes the pool's connections.
 func (s *Store) Close() { s.pool.Close() }
 
@@ -142,7 +154,11 @@ func redact(err error) error { return redacted{err} }
 // Migrate applies the embedded migrations the database lacks, in order,
 // each in its own transaction, under an advisory lock so that instances
 // starting together do not race. It returns the names it applied.
-func (s *Store) Migrate(ctx context.Context) ([]string, error) {
+func (s *Store) Migrate(ctx context.Context) ([]string, error) { return s.migrate(ctx, "") }
+
+// migrate applies the migrations the database lacks up to and including
+// the one named last ("": all of them).
+func (s *Store) migrate(ctx context.Context, last string) ([]string, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, wrap("migrate", err)
@@ -165,6 +181,9 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	var applied []string
 	for _, path := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(path, "migrations/"), ".sql")
+		if last != "" && name > last {
+			break
+		}
 		var done bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM sluice_schema_migrations WHERE name = $1)", name).Scan(&done); err != nil {
 			return applied, wrap("migrate", err)
@@ -193,6 +212,7 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 
 // auditOverride and auditRecord are a record as the audit log keeps it.
 type auditOverride struct {
+	Domain          string     `json:"domain"`
 	Descriptor      string     `json:"descriptor"`
 	RequestsPerUnit uint32     `json:"requests_per_unit"`
 	Unit            string     `json:"unit,omitempty"`
@@ -227,12 +247,21 @@ func auditJSON(rec *tenant.Record) []byte {
 	a := auditRecord{Tenant: rec.Tenant, Tier: rec.Tier.String(), EffectiveAt: rec.EffectiveAt.UTC(), ExpiresAt: optTime(rec.ExpiresAt),
 		Overrides: []auditOverride{}}
 	for _, o := range rec.Overrides {
-		a.Overrides = append(a.Overrides, auditOverride{Descriptor: o.Descriptor, RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit,
+		a.Overrides = append(a.Overrides, auditOverride{Domain: domainOf(o), Descriptor: o.Descriptor, RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit,
 			Window: o.Limit.Window.String(), Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst, Calendar: o.Calendar,
 			EffectiveAt: o.EffectiveAt.UTC(), ExpiresAt: optTime(o.ExpiresAt)})
 	}
 	b, _ := json.Marshal(a)
 	return b
+}
+
+// domainOf is the domain an override is stored under: "" is
+// tenant.AnyDomain.
+func domainOf(o tenant.Override) string {
+	if o.Domain == "" {
+		return tenant.AnyDomain
+	}
+	return o.Domain
 }
 
 // lockTenant serializes writers of one tenant until tx ends.
@@ -266,9 +295,10 @@ func (s *Store) Put(ctx context.Context, actor string, rec tenant.Record) (tenan
 			rec.Tenant, rec.Tier.String(), eff, optTime(rec.ExpiresAt)); err != nil {
 			return err
 		}
+		domains := make([]string, 0, len(rec.Overrides))
 		descs := make([]string, 0, len(rec.Overrides))
 		for _, o := range rec.Overrides {
-			descs = append(descs, o.Descriptor)
+			domains, descs = append(domains, domainOf(o)), append(descs, o.Descriptor)
 			oeff := o.EffectiveAt
 			if oeff.IsZero() {
 				oeff = eff
@@ -278,16 +308,17 @@ func (s *Store) Put(ctx context.Context, actor string, rec tenant.Record) (tenan
 				unit = &o.Unit
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO sluice_overrides
-				(tenant, descriptor, requests_per_unit, unit, window_us, algorithm, burst, effective_at, expires_at, calendar)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-				ON CONFLICT (tenant, descriptor) DO UPDATE SET requests_per_unit = $3, unit = $4, window_us = $5,
+				(tenant, descriptor, requests_per_unit, unit, window_us, algorithm, burst, effective_at, expires_at, calendar, domain)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+				ON CONFLICT (tenant, domain, descriptor) DO UPDATE SET requests_per_unit = $3, unit = $4, window_us = $5,
 					algorithm = $6, burst = $7, effective_at = $8, expires_at = $9, calendar = $10, updated_at = now()`,
 				rec.Tenant, o.Descriptor, int64(o.RequestsPerUnit), unit, o.Limit.Window.Microseconds(),
-				o.Limit.Algorithm.String(), o.Limit.Burst, oeff, optTime(o.ExpiresAt), o.Calendar); err != nil {
+				o.Limit.Algorithm.String(), o.Limit.Burst, oeff, optTime(o.ExpiresAt), o.Calendar, domainOf(o)); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM sluice_overrides WHERE tenant = $1 AND NOT (descriptor = ANY($2))", rec.Tenant, descs); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM sluice_overrides WHERE tenant = $1
+			AND (domain, descriptor) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))`, rec.Tenant, domains, descs); err != nil {
 			return err
 		}
 		after, _, err := load(ctx, tx, rec.Tenant)
@@ -331,11 +362,13 @@ func (s *Store) Delete(ctx context.Context, actor, name string) (found bool, err
 	return found, wrap("delete", err)
 }
 
-// SetSwitch sets a rule's kill switch (SwitchOn removes it), with an audit
-// row and a notification, in one transaction.
+// SetSwitch sets a kill switch (SwitchOn removes it), with an audit row
+// and a notification, in one transaction: a rule's, a whole domain's (rule
+// ""), or the global one (domain and rule ""). The audit subject is
+// "rule:<domain>/<rule>", "domain:<domain>" or "global".
 func (s *Store) SetSwitch(ctx context.Context, actor, domain, rule string, state rules.Switch) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		subject := "rule:" + domain + "/" + rule
+		subject := SwitchSubject(domain, rule)
 		if err := lockTenant(ctx, tx, subject); err != nil {
 			return err
 		}
@@ -363,6 +396,17 @@ func (s *Store) SetSwitch(ctx context.Context, actor, domain, rule string, state
 	return wrap("switch", err)
 }
 
+// SwitchSubject is the audit subject of a kill switch (see SetSwitch).
+func SwitchSubject(domain, rule string) string {
+	switch {
+	case domain == "" && rule == "":
+		return "global"
+	case rule == "":
+		return "domain:" + domain
+	}
+	return "rule:" + domain + "/" + rule
+}
+
 // Audit writes one audit row on its own (for actions whose effect is not
 // in the database, such as resetting counters).
 func (s *Store) Audit(ctx context.Context, actor, action, subject string, detail any) error {
@@ -374,16 +418,8 @@ func (s *Store) Audit(ctx context.Context, actor, action, subject string, detail
 	return wrap("audit", err)
 }
 
-// AuditEntry is one row of the audit log.
-type AuditEntry struct {
-	ID      int64
-	At      time.Time
-	Actor   string
-	Action  string
-	Subject string
-	Before  json.RawMessage // nil when there was nothing before
-	After   json.RawMessage // nil when nothing is left
-}
+// AuditEntry is one row of the audit log (tenant.AuditEntry).
+type AuditEntry = tenant.AuditEntry
 
 // AuditLog returns the audit rows of subject ("tenant:acme",
 // "rule:domain/id"), oldest first, at most limit.
@@ -393,14 +429,64 @@ func (s *Store) AuditLog(ctx context.Context, subject string, limit int) ([]Audi
 	if err != nil {
 		return nil, wrap("audit log", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var e AuditEntry
-		var b, a []byte
-		err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Subject, &b, &a)
-		e.Before, e.After = b, a
-		return e, err
-	})
+	out, err := pgx.CollectRows(rows, scanAudit)
 	return out, wrap("audit log", err)
+}
+
+// AuditQuery selects audit rows for AuditPage (tenant.AuditQuery).
+type AuditQuery = tenant.AuditQuery
+
+// AuditPage returns the audit rows q selects, newest first (by ID, the
+// order they were written in), and more: whether rows beyond the page
+// exist (the next page starts Before the last row's ID).
+func (s *Store) AuditPage(ctx context.Context, q AuditQuery) (rows []AuditEntry, more bool, err error) {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	q.Limit = min(q.Limit, tenant.MaxAuditPage)
+	where := []string{"true"}
+	var args []any
+	arg := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if q.Tenant != "" {
+		arg("subject = $%d", "tenant:"+q.Tenant)
+	}
+	if q.Actor != "" {
+		arg("actor = $%d", q.Actor)
+	}
+	if !q.Since.IsZero() {
+		arg("at >= $%d", q.Since)
+	}
+	if !q.Until.IsZero() {
+		arg("at < $%d", q.Until)
+	}
+	if q.Before > 0 {
+		arg("id < $%d", q.Before)
+	}
+	args = append(args, q.Limit+1)
+	r, err := s.pool.Query(ctx, `SELECT id, at, actor, action, subject, before, after FROM sluice_audit
+		WHERE `+strings.Join(where, " AND ")+fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args)), args...)
+	if err != nil {
+		return nil, false, wrap("audit page", err)
+	}
+	out, err := pgx.CollectRows(r, scanAudit)
+	if err != nil {
+		return nil, false, wrap("audit page", err)
+	}
+	if len(out) > q.Limit {
+		return out[:q.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+func scanAudit(r pgx.CollectableRow) (AuditEntry, error) {
+	var e AuditEntry
+	var b, a []byte
+	err := r.Scan(&e.ID, &e.At, &e.Actor, &e.Action, &e.Subject, &b, &a)
+	e.Before, e.After = b, a
+	return e, err
 }
 
 func audit(ctx context.Context, tx pgx.Tx, actor, action, subject string, before, after []byte) error {
@@ -421,7 +507,7 @@ type querier interface {
 }
 
 const tenantColumns = "tenant, tier, effective_at, expires_at, created_at, updated_at"
-const overrideColumns = "tenant, descriptor, requests_per_unit, unit, window_us, algorithm, burst, effective_at, expires_at, calendar"
+const overrideColumns = "tenant, domain, descriptor, requests_per_unit, unit, window_us, algorithm, burst, effective_at, expires_at, calendar"
 
 func scanTenant(row pgx.Row, rec *tenant.Record) error {
 	var tier string
@@ -446,7 +532,7 @@ func scanOverride(row pgx.Row) (string, tenant.Override, error) {
 	var rpu, windowUS int64
 	var exp *time.Time
 	var o tenant.Override
-	if err := row.Scan(&name, &o.Descriptor, &rpu, &unit, &windowUS, &alg, &o.Limit.Burst, &o.EffectiveAt, &exp, &o.Calendar); err != nil {
+	if err := row.Scan(&name, &o.Domain, &o.Descriptor, &rpu, &unit, &windowUS, &alg, &o.Limit.Burst, &o.EffectiveAt, &exp, &o.Calendar); err != nil {
 		return "", o, err
 	}
 	a, err := sluice.ParseAlgorithm(alg)
@@ -473,7 +559,7 @@ func load(ctx context.Context, q querier, name string) (tenant.Record, bool, err
 	if err != nil {
 		return rec, false, err
 	}
-	rows, err := q.Query(ctx, "SELECT "+overrideColumns+" FROM sluice_overrides WHERE tenant = $1 ORDER BY descriptor", name)
+	rows, err := q.Query(ctx, "SELECT "+overrideColumns+" FROM sluice_overrides WHERE tenant = $1 ORDER BY domain, descriptor", name)
 	if err != nil {
 		return rec, false, err
 	}
@@ -521,7 +607,7 @@ func (s *Store) List(ctx context.Context, tier *rules.Tier, after string, limit 
 	for i := range recs {
 		names[i], idx[recs[i].Tenant] = recs[i].Tenant, i
 	}
-	orows, err := s.pool.Query(ctx, "SELECT "+overrideColumns+" FROM sluice_overrides WHERE tenant = ANY($1) ORDER BY tenant, descriptor", names)
+	orows, err := s.pool.Query(ctx, "SELECT "+overrideColumns+" FROM sluice_overrides WHERE tenant = ANY($1) ORDER BY tenant, domain, descriptor", names)
 	if err != nil {
 		return nil, wrap("list", err)
 	}

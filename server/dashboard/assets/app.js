@@ -16,7 +16,10 @@ function classOf(outcome) {
 }
 
 async function getJSON(url) {
-  const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+  // Resolved against location.origin, not the page's URL: opened as
+  // user:token@host, the page's URL holds credentials, and fetch refuses a
+  // URL that does (the browser still sends the cached Basic credentials).
+  const r = await fetch(new URL(url, location.origin), { credentials: "same-origin", cache: "no-store" });
   if (!r.ok) throw new Error(url + ": HTTP " + r.status);
   return r.json();
 }

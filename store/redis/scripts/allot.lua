@@ -1,82 +1,78 @@
--- allot.lua: leases allotments (sluice.AllotRequest) for store/hybrid, run
--- after lib.lua (whose helpers and codes it uses), not with driver.lua. It
--- reads and writes the same state as fixed_window.lua and gcra.lua, so an
--- allotment is quota taken exactly as a Take would take it, and ordinary
--- Takes on the key see it as spent.
+-- allot.lua: leases allotments (sluice.AllotRequest) for store/hybrid. It
+-- defines allot, which driver.lua calls for each op of a group of mode
+-- MODE_ALLOT, so that allotments travel in the same batched script calls
+-- (EVALSHA, one per hash slot's batch) as Takes. It reads and writes the
+-- same state as fixed_window.lua and gcra.lua, so an allotment is quota
+-- taken exactly as a Take would take it, and ordinary Takes on the key see
+-- it as spent.
 --
--- KEYS[1]: the key. ARGV: minTTL (ms), now (µs, or "" for Redis TIME), alg
--- (4 fixed_window, 2 gcra), quota, window, burst, interval, want, keep,
--- split, give, epoch, lease (µs: how long a gcra grant may be spent).
--- Reply: {granted, remaining, ttl (µs), reset (µs), epoch}.
+-- An allotment-only batch carries no algorithm file (each function a
+-- script defines costs a closure on every call): allot parses its limit
+-- spec itself and needs only lib.lua.
+--
+-- allot(key, now, limit, spec, min_ttl): limit is the op's limit spec
+-- "alg:quota:window:burst:interval" (alg 4 fixed_window or 2 gcra); spec is
+-- "want:keep:split:give:epoch:lease" (lease: µs a gcra grant may be
+-- spent). It returns granted, remaining, ttl (µs), reset (µs), epoch.
+local function allot(key, now, limit, spec, min_ttl)
+  local a, q, wi, b, i = string.match(limit, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  local w, k, s, g, e, l = string.match(spec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d+)$')
+  if not a or not w then
+    return error('sluice: allot: bad limit ' .. limit .. ' or spec ' .. spec)
+  end
+  local alg, quota, window, burst, interval = tonumber(a), tonumber(q), tonumber(wi), tonumber(b), tonumber(i)
+  local want, keep, split, give, epoch, lease = tonumber(w), tonumber(k), max(tonumber(s), 1), tonumber(g), tonumber(e), tonumber(l)
+  local raw = call('GET', key)
+  local n, fresh
 
-local a = ARGV
-local min_ttl = tonumber(a[1])
-local now
-if a[2] == '' then
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(a[2])
+  if alg == FIXED_WINDOW then
+    local id, cur = 0, 0
+    if raw and #raw == 16 then
+      id, cur = unpack('<dd', raw)
+    end
+    local nid = max(fdiv(now, window), id)
+    if nid ~= id then
+      id, cur = nid, 0
+    elseif give > 0 and epoch == id then
+      cur = max(cur - give, 0)
+    end
+    n = max(min(want, fdiv(max(quota - cur - keep, 0), split)), 0)
+    cur = cur + n
+    local stop = (id + 1) * window - now
+    if n > 0 or give > 0 then
+      call('SET', key, pack('<dd', id, cur))
+      if stop > 0 then
+        call('PEXPIRE', key, max(fdiv(stop + 999, 1000), min_ttl))
+      end
+    end
+    local reset = 0
+    if cur > 0 then
+      reset = stop
+    end
+    return n, max(quota - cur, 0), stop, reset, id -- a charge may have put cur above quota
+  elseif alg == GCRA then
+    local tat = 0
+    if raw and #raw == 8 then
+      tat = unpack('<d', raw)
+    end
+    if give > 0 then
+      tat = tat - min(give * interval, max(tat - now, 0))
+    end
+    local base = max(tat, now)
+    local rem = 0
+    if interval > 0 then
+      rem = min(max(fdiv(burst * interval - (base - now), interval), 0), burst)
+    end
+    n = max(min(want, fdiv(max(rem - keep, 0), split)), 0)
+    local ntat = base + n * interval
+    if n > 0 or give > 0 then
+      call('SET', key, pack('<d', ntat))
+      fresh = ntat - now
+      if fresh > 0 then
+        call('PEXPIRE', key, max(fdiv(fresh + 999, 1000), min_ttl))
+      end
+    end
+    return n, rem - n, lease, max(ntat - now, 0), 0
+  end
+  return error('sluice: allot: unsupported algorithm ' .. tostring(alg))
 end
-local alg, quota, window, burst, interval = tonumber(a[3]), tonumber(a[4]), tonumber(a[5]), tonumber(a[6]), tonumber(a[7])
-local want, keep, split, give, epoch, lease = tonumber(a[8]), tonumber(a[9]), max(tonumber(a[10]), 1), tonumber(a[11]), tonumber(a[12]), tonumber(a[13])
-local key = KEYS[1]
-local raw = call('GET', key)
-
--- grant returns what may be granted out of avail units.
-local function grant(avail)
-  local g = fdiv(max(avail - keep, 0), split)
-  return max(min(want, g), 0)
-end
-
-local function expire(fresh)
-  if fresh > 0 then
-    call('PEXPIRE', key, max(fdiv(fresh + 999, 1000), min_ttl))
-  end
-end
-
-if alg == FIXED_WINDOW then
-  local id, cur = 0, 0
-  if raw and #raw == 16 then
-    id, cur = unpack('<dd', raw)
-  end
-  local nid = max(fdiv(now, window), id)
-  if nid ~= id then
-    id, cur = nid, 0
-  elseif give > 0 and epoch == id then
-    cur = max(cur - give, 0)
-  end
-  local g = grant(quota - cur)
-  cur = cur + g
-  local stop = (id + 1) * window - now
-  if g > 0 or give > 0 then
-    call('SET', key, pack('<dd', id, cur))
-    expire(stop)
-  end
-  local reset = 0
-  if cur > 0 then
-    reset = stop
-  end
-  return {g, max(quota - cur, 0), stop, reset, id} -- a charge may have put cur above quota
-elseif alg == GCRA then
-  local tat = 0
-  if raw and #raw == 8 then
-    tat = unpack('<d', raw)
-  end
-  if give > 0 then
-    tat = tat - min(give * interval, max(tat - now, 0))
-  end
-  local base = max(tat, now)
-  local rem = 0
-  if interval > 0 then
-    rem = min(max(fdiv(burst * interval - (base - now), interval), 0), burst)
-  end
-  local g = grant(rem)
-  local ntat = base + g * interval
-  if g > 0 or give > 0 then
-    call('SET', key, pack('<d', ntat))
-    expire(ntat - now)
-  end
-  return {g, rem - g, lease, max(ntat - now, 0), 0}
-end
-return error('sluice: allot: unsupported algorithm ' .. tostring(alg))

@@ -4,18 +4,28 @@
 -- all-or-nothing: if any op is denied, no charge is kept, releases are, and
 -- every op that was allowed reports a cost-0 look at its uncharged state.
 --
--- ARGV: minTTL (ms), G, then G groups of
+-- ARGV: minTTL (ms), channel, G, then G groups of
 --   n, mode, now, then n ops of (limit, cost, lease)
 -- where mode is 0 (decide), 1 (decide and report how to undo: the store
--- uses it when a Take spans hash slots) or 2 (refund a group decided with
+-- uses it when a Take spans hash slots), 2 (refund a group decided with
 -- mode 1; followed by k, k undo triples (op, old, new) and "t" when the
--- charge read Redis TIME, else ""); now is µs, or "" for Redis TIME;
+-- charge read Redis TIME, else "") or 3 (allot: each op's cost field is an
+-- allotment spec, see allot.lua, and its 5 values are allot's reply; the
+-- script then includes allot.lua); now is µs, or "" for Redis TIME;
 -- limit is "alg:quota:window:burst:interval" (algorithm.Params); cost is an
 -- integer (a Take), "r" for a concurrency release, "+" and an integer for a
 -- sluice.Charge, "-" and an integer for a sluice.Refund, or "x" for a
 -- sluice.Reset (mode 0 only: the store never sends a cross-slot group an
 -- action); lease is a decimal ID or "".
 -- KEYS: one per op, in order.
+--
+-- Invalidation: once every group is decided, the call PUBLISHes on channel
+-- (the store's prefix and "invalidate"; "" for none) the keys that Refund
+-- ops of cost > 0 and Reset ops of groups that were not denied changed,
+-- each once, as one message of "<length>:<key>" items (Redis keys, in no
+-- particular order), so that every instance's cache of denials forgets them
+-- (invalidate.go). Nothing is published for a call that changed none, and
+-- a PUBLISH that fails (an ACL without the channel) fails nothing else.
 --
 -- Reply, per group: one string of packed little-endian doubles, now and
 -- then reason, remaining, resetAfter, retryAfter, delay for each op (cheaper
@@ -28,12 +38,26 @@
 local MODE_DECIDE = '0'
 local MODE_UNDO = '1'
 local MODE_REFUND = '2'
+local MODE_ALLOT = '3'
 
 -- Actions other than Take, as read from an op's cost field.
 local CHARGE, REFUND, RESET = '+', '-', 'x'
 
 local min_ttl = tonumber(ARGV[1])
+local channel = ARGV[2]
 local limits = {}
+-- gave lists the keys Refund and Reset ops of groups that were not denied
+-- changed (as a set, seen), for the one PUBLISH of the call.
+local gave, seen = {}, {}
+
+-- announce notes that the refund or reset op j of pass g changed its key.
+local function announce(g, j)
+  local key = KEYS[g.kbase + j]
+  if not seen[key] then
+    seen[key] = true
+    gave[#gave + 1] = #key .. ':' .. key
+  end
+end
 local clock
 
 -- limit returns the params of a limit spec, parsed once per call.
@@ -397,6 +421,10 @@ local function decide(kbase, ops, now, mode)
   local parts = {pack('<d', now)}
   for j = 1, #ops do
     emit(parts, res[j])
+    local op = ops[j]
+    if not denied and (op.act == RESET or (op.act == REFUND and op.cost > 0)) then
+      announce(g, j)
+    end
   end
   put(table.concat(parts))
   if mode == MODE_UNDO then
@@ -413,8 +441,8 @@ end
 
 -- The groups, in order; each reads its header and ops from ARGV[ai...] and
 -- its keys from KEYS[kbase + 1...].
-local ai, kbase = 3, 0
-for _ = 1, tonumber(ARGV[2]) do
+local ai, kbase = 4, 0
+for _ = 1, tonumber(ARGV[3]) do
   local n, mode, now = tonumber(ARGV[ai]), ARGV[ai + 1], ARGV[ai + 2]
   ai = ai + 3
   if now == '' then
@@ -422,9 +450,15 @@ for _ = 1, tonumber(ARGV[2]) do
   else
     now = tonumber(now)
   end
-  local p = limit(ARGV[ai])
-  if n == 1 and mode == MODE_DECIDE and not A[p.alg].log and is_take(ARGV[ai + 1]) then
-    decide_one(KEYS[kbase + 1], now, p, tonumber(ARGV[ai + 1]))
+  if mode == MODE_ALLOT then
+    local parts = {pack('<d', now)}
+    for j = 1, n do
+      parts[j + 1] = pack('<ddddd', allot(KEYS[kbase + j], now, ARGV[ai], ARGV[ai + 1], min_ttl))
+      ai = ai + 3
+    end
+    put(table.concat(parts))
+  elseif n == 1 and mode == MODE_DECIDE and not A[limit(ARGV[ai]).alg].log and is_take(ARGV[ai + 1]) then
+    decide_one(KEYS[kbase + 1], now, limit(ARGV[ai]), tonumber(ARGV[ai + 1]))
     ai = ai + 3
   else
     local ops
@@ -436,5 +470,10 @@ for _ = 1, tonumber(ARGV[2]) do
     end
   end
   kbase = kbase + n
+end
+if #gave > 0 and channel ~= '' then
+  -- pcall: an ACL user without the channel's permission still resets and
+  -- refunds (unannounced) rather than failing them.
+  redis.pcall('PUBLISH', channel, table.concat(gave))
 end
 return out

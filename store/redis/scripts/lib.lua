@@ -1,6 +1,6 @@
 -- lib.lua: helpers shared by the algorithm scripts. The store concatenates
--- lib.lua, the seven algorithm files and driver.lua into one script, and
--- lib.lua and allot.lua into another.
+-- lib.lua, the algorithm files a batch needs (allot.lua when it leases
+-- allotments), guard.lua and driver.lua into one script.
 --
 -- All times are integer microseconds held in Lua numbers (IEEE doubles):
 -- exact below 2^53, which sluice.Limit.Validate guarantees for every

@@ -1,0 +1,387 @@
+// Package check is the offline checker of Sluice's stated bounds: it reads a
+// history of decisions recorded at the clients of a fleet run (what each
+// client sent, when, and what it was told) and says whether any documented
+// bound was broken. It imports nothing of Sluice: every bound is derived
+// from the history and the guarantee the documentation states, never from
+// Sluice's own algorithms, so a bug shared by the limiter and the checker
+// cannot hide.
+//
+// Time. A decision is made somewhere between the moment the client sent it
+// (Send) and the moment the answer came back (Recv), on the store's clock.
+// The checker never guesses where: it only counts admissions that must lie
+// inside an interval, so a violation it reports is certain, whatever the
+// network did. Clients and store share one clock here (one host), so Send
+// and Recv are on the store's time line up to the clock's resolution.
+package check
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Verdicts a client can record.
+const (
+	Allowed = "allowed" // the answer admitted the request
+	Denied  = "denied"  // the answer refused it
+	Error   = "error"   // the answer was an error (gRPC/HTTP); nothing is known of a charge
+	Timeout = "timeout" // no answer within the client's deadline
+)
+
+// Degraded modes an answer can carry (Sluice's "failed_open", "failed_closed",
+// "local"): how the instance decided when the store could not.
+const (
+	FailedOpen   = "failed_open"
+	FailedClosed = "failed_closed"
+	Local        = "local"
+)
+
+// Event is one decision as a client saw it.
+type Event struct {
+	Client   int    `json:"client"`
+	Instance int    `json:"instance"`
+	Key      string `json:"key"`  // the limited entity (e.g. "user=42"), per rule
+	Rule     string `json:"rule"` // names a Rule of the run
+	Cost     int64  `json:"cost"`
+	Send     int64  `json:"send_us"` // µs on the shared clock
+	Recv     int64  `json:"recv_us"` // µs; 0 if the client never got an answer (lost)
+	Verdict  string `json:"verdict"`
+	Degraded string `json:"degraded,omitempty"`
+}
+
+// Reset is an operator's reset of one key of a rule, as the client that
+// sent it saw it: applied somewhere in [Send, Recv].
+type Reset struct {
+	Key  string `json:"key"`
+	Rule string `json:"rule"`
+	Send int64  `json:"send_us"`
+	Recv int64  `json:"recv_us"`
+}
+
+// Rule is the documented contract of one limit in a run.
+type Rule struct {
+	Name string `json:"name"`
+	// Kind is "window" (fixed_window: at most Quota per epoch-aligned
+	// window), "log" (sliding_log: at most Quota in any span shorter than
+	// Window) or "bucket" (token_bucket, gcra: at most Burst + Quota ×
+	// span / Window in any span).
+	Kind     string `json:"kind"`
+	Quota    int64  `json:"quota"`
+	WindowUS int64  `json:"window_us"`
+	Burst    int64  `json:"burst"` // bucket only; 0 means Quota
+	// FailureMode is the rule's failure_mode: "open", "closed" or "local".
+	FailureMode string `json:"failure_mode"`
+	// LocalShare is what one instance may admit per window on its own in
+	// failure mode local (limit ÷ expected replicas, rounded up).
+	LocalShare int64 `json:"local_share"`
+	// Propagation bounds how long after a reset's answer every instance
+	// decides the key afresh (the documented 1 s for resets across a fleet).
+	PropagationUS int64 `json:"propagation_us"`
+}
+
+// History is one run.
+type History struct {
+	Rules  []Rule  `json:"rules"`
+	Events []Event `json:"events"`
+	Resets []Reset `json:"resets"`
+}
+
+// Violation is one broken bound.
+type Violation struct {
+	Bound  string // which bound: "window", "log", "bucket", "local", "fail-closed", "lost", "reset"
+	Rule   string
+	Key    string
+	Detail string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s: rule %s key %s: %s", v.Bound, v.Rule, v.Key, v.Detail)
+}
+
+// Report is what Check found: the worst case of each rule against its bound
+// and every violation.
+type Report struct {
+	// Worst is, per rule, the largest admitted count a bound was checked
+	// against and that bound (the tightest ratio seen).
+	Worst      map[string]Worst
+	Violations []Violation
+	Events     int
+}
+
+// Worst is the most admissions seen in one checked span and the bound that
+// span was allowed.
+type Worst struct {
+	Admitted, Bound int64
+}
+
+// OK reports whether no bound was broken.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+// Check checks h against the bounds of its rules.
+func Check(h History) Report {
+	rep := Report{Worst: map[string]Worst{}, Events: len(h.Events)}
+	rules := map[string]Rule{}
+	for _, r := range h.Rules {
+		rules[r.Name] = r
+	}
+	type series struct{ rule, key string }
+	byKey := map[series][]Event{}
+	for _, e := range h.Events {
+		if e.Recv == 0 && e.Verdict != Timeout {
+			rep.Violations = append(rep.Violations, Violation{"lost", e.Rule, e.Key,
+				fmt.Sprintf("client %d sent at %d µs and recorded neither an answer nor a timeout", e.Client, e.Send)})
+		}
+		if e.Degraded == FailedClosed && e.Verdict == Allowed {
+			rep.Violations = append(rep.Violations, Violation{"fail-closed", e.Rule, e.Key,
+				fmt.Sprintf("instance %d admitted at %d µs while failing closed", e.Instance, e.Send)})
+		}
+		byKey[series{e.Rule, e.Key}] = append(byKey[series{e.Rule, e.Key}], e)
+	}
+	resets := map[series][]Reset{}
+	for _, r := range h.Resets {
+		resets[series{r.Rule, r.Key}] = append(resets[series{r.Rule, r.Key}], r)
+	}
+	keys := make([]series, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].rule+"\x00"+keys[i].key < keys[j].rule+"\x00"+keys[j].key })
+	for _, k := range keys {
+		r, ok := rules[k.rule]
+		if !ok {
+			rep.Violations = append(rep.Violations, Violation{"history", k.rule, k.key, "events of a rule the history does not describe"})
+			continue
+		}
+		evs := byKey[k]
+		sort.Slice(evs, func(i, j int) bool { return evs[i].Send < evs[j].Send })
+		var vs []Violation
+		var w Worst
+		switch r.Kind {
+		case "window":
+			vs, w = checkWindow(r, k.key, evs, resets[k])
+		case "log":
+			vs, w = checkSpan(r, k.key, evs, resets[k], func(span int64) (int64, bool) { return r.Quota, span < r.WindowUS })
+		case "bucket":
+			burst := r.Burst
+			if burst == 0 {
+				burst = r.Quota
+			}
+			vs, w = checkSpan(r, k.key, evs, resets[k], func(span int64) (int64, bool) {
+				// Units a bucket can pass in span: its burst plus what refills,
+				// rounded up (integer µs refills are never finer than one unit).
+				return burst + ceilDiv(r.Quota*span, r.WindowUS), span <= 4*r.WindowUS
+			})
+		default:
+			vs = []Violation{{"history", r.Name, k.key, fmt.Sprintf("unknown rule kind %q", r.Kind)}}
+		}
+		rep.Violations = append(rep.Violations, vs...)
+		if cur := rep.Worst[r.Name]; w.Bound > 0 && (cur.Bound == 0 || w.Admitted*cur.Bound > cur.Admitted*w.Bound) {
+			rep.Worst[r.Name] = w
+		}
+		rep.Violations = append(rep.Violations, checkResets(r, k.key, evs, resets[k])...)
+	}
+	return rep
+}
+
+// counted reports whether an admission counts against the shared bound: not
+// those a failure mode let through on its own (open: unbounded by design;
+// local: bounded per instance, checked apart).
+func counted(e Event) bool {
+	return e.Verdict == Allowed && e.Degraded != FailedOpen && e.Degraded != Local
+}
+
+// afterReset returns the events that are certainly after the last reset that
+// certainly happened before span [from, to) started, so a counter restarted
+// by a reset is held only to what came after it.
+func afterReset(evs []Event, rs []Reset, from int64) []Event {
+	var cut int64 = -1
+	for _, r := range rs {
+		if r.Recv <= from && r.Recv > cut {
+			cut = r.Recv
+		}
+	}
+	if cut < 0 {
+		return evs
+	}
+	var out []Event
+	for _, e := range evs {
+		if e.Send >= cut {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// hasReset reports whether a reset may have happened within [from, to].
+func hasReset(rs []Reset, from, to int64) bool {
+	for _, r := range rs {
+		if r.Recv >= from && r.Send <= to {
+			return true
+		}
+	}
+	return false
+}
+
+// checkWindow: per epoch-aligned window, the admissions certainly inside it
+// (sent and answered within it) are at most Quota; per instance, the local
+// admissions certainly inside it at most LocalShare.
+func checkWindow(r Rule, key string, evs []Event, rs []Reset) ([]Violation, Worst) {
+	var vs []Violation
+	var worst Worst
+	admitted := map[int64][]Event{}
+	local := map[[2]int64]int64{}
+	for _, e := range evs {
+		if e.Verdict != Allowed || e.Recv == 0 {
+			continue
+		}
+		ws, wr := e.Send/r.WindowUS, (e.Recv-1)/r.WindowUS
+		if ws != wr {
+			continue // may be in either window: certain of neither
+		}
+		if e.Degraded == Local {
+			local[[2]int64{ws, int64(e.Instance)}] += e.Cost
+			continue
+		}
+		if counted(e) {
+			admitted[ws] = append(admitted[ws], e)
+		}
+	}
+	wins := make([]int64, 0, len(admitted))
+	for w := range admitted {
+		wins = append(wins, w)
+	}
+	sort.Slice(wins, func(i, j int) bool { return wins[i] < wins[j] })
+	for _, w := range wins {
+		from, to := w*r.WindowUS, (w+1)*r.WindowUS
+		in := admitted[w]
+		if hasReset(rs, from, to) {
+			// A reset inside the window restarts the count: hold each side
+			// apart (only the part certainly after the reset is checked).
+			in = afterReset(in, rs, to)
+		}
+		var n int64
+		for _, e := range in {
+			n += e.Cost
+		}
+		if n > worst.Admitted || worst.Bound == 0 {
+			worst = Worst{n, r.Quota}
+		}
+		if n > r.Quota {
+			vs = append(vs, Violation{"window", r.Name, key,
+				fmt.Sprintf("window [%d, %d) µs admitted %d > quota %d", from, to, n, r.Quota)})
+		}
+	}
+	for c, n := range local {
+		if r.LocalShare > 0 && n > r.LocalShare {
+			vs = append(vs, Violation{"local", r.Name, key,
+				fmt.Sprintf("instance %d admitted %d on its own in window %d > its share %d", c[1], n, c[0], r.LocalShare)})
+		}
+	}
+	return vs, worst
+}
+
+// checkSpan: for every pair of counted admissions a ≤ b (by Send), the
+// admissions certainly inside [a.Send, b.Recv] are at most bound(span),
+// where the pair is checked only when applies(span).
+func checkSpan(r Rule, key string, evs []Event, rs []Reset, bound func(span int64) (int64, bool)) ([]Violation, Worst) {
+	var adm []Event
+	for _, e := range evs {
+		if counted(e) && e.Recv != 0 {
+			adm = append(adm, e)
+		}
+	}
+	var vs []Violation
+	var worst Worst
+	for i := range adm {
+		from := adm[i].Send
+		var n int64
+		// Events j ≥ i with Recv ≤ to are inside [from, to]; keep the
+		// running sum of those whose answer came before the span's end.
+		var inside []Event
+		for j := i; j < len(adm); j++ {
+			to := adm[j].Recv
+			b, ok := bound(to - from)
+			if !ok {
+				break
+			}
+			inside = append(inside, adm[j])
+			n = 0
+			for _, e := range inside {
+				if e.Recv <= to {
+					n += e.Cost
+				}
+			}
+			if hasReset(rs, from, to) {
+				continue
+			}
+			if worst.Bound == 0 || n*worst.Bound > worst.Admitted*b {
+				worst = Worst{n, b}
+			}
+			if n > b {
+				vs = append(vs, Violation{r.Kind, r.Name, key,
+					fmt.Sprintf("[%d, %d] µs (%d µs) admitted %d > bound %d", from, to, to-from, n, b)})
+				return vs, worst // one witness per key is enough
+			}
+		}
+	}
+	return vs, worst
+}
+
+// checkResets: after a reset has been answered and the documented
+// propagation time has passed, a denial that says the key is over its limit
+// contradicts the reset unless the fleet admitted a full quota since.
+func checkResets(r Rule, key string, evs []Event, rs []Reset) []Violation {
+	var vs []Violation
+	for _, rst := range rs {
+		settle := rst.Recv + r.PropagationUS
+		var since int64
+		for _, e := range evs {
+			if e.Send < rst.Recv {
+				continue
+			}
+			if e.Verdict == Allowed {
+				since += e.Cost
+				continue
+			}
+			if r.Kind == "window" && e.Send/r.WindowUS != rst.Recv/r.WindowUS {
+				break // a new window: the reset no longer decides
+			}
+			if e.Verdict == Denied && e.Degraded == "" && e.Send >= settle && since+e.Cost <= r.Quota {
+				vs = append(vs, Violation{"reset", r.Name, key,
+					fmt.Sprintf("denied at %d µs, %d µs after a reset was answered, with %d admitted since (quota %d)", e.Send, e.Send-rst.Recv, since, r.Quota)})
+				break
+			}
+		}
+	}
+	return vs
+}
+
+func ceilDiv(a, b int64) int64 {
+	if b <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+// Summary renders a report in a few lines.
+func (r Report) Summary() string {
+	var b strings.Builder
+	names := make([]string, 0, len(r.Worst))
+	for n := range r.Worst {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(&b, "%d events, %d violations\n", r.Events, len(r.Violations))
+	for _, n := range names {
+		w := r.Worst[n]
+		fmt.Fprintf(&b, "  %-24s worst %d of bound %d\n", n, w.Admitted, w.Bound)
+	}
+	for i, v := range r.Violations {
+		if i == 20 {
+			fmt.Fprintf(&b, "  … %d more\n", len(r.Violations)-20)
+			break
+		}
+		fmt.Fprintf(&b, "  VIOLATION %s\n", v)
+	}
+	return b.String()
+}

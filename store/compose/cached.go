@@ -1,0 +1,100 @@
+package compose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/hybrid"
+)
+
+// global is what the Redis side of a stack offers: decisions, allotments,
+// key listings, and whether it is a Cluster.
+type global interface {
+	sluice.Allotter
+	sluice.KeyLister
+	Cluster() bool
+}
+
+// ErrNoAllotter: the store under a layer that forwards sluice.Allotter
+// leases no allotments.
+var ErrNoAllotter = errors.New("compose: the store leases no allotments")
+
+// cached puts the denied-key cache (hybrid.Denied) in front of next for
+// Takes, unless the shared store g is a Redis Cluster (whose refunds of
+// cross-slot batches can free quota before a denial's RetryAfter) and the
+// cache was not forced on. Everything else a layer may be asked for goes
+// to next (key listings, allotments) or to g (node health, invalidations),
+// so that the cache hides nothing from the engine.
+type cached struct {
+	cache  *hybrid.Denied
+	next   sluice.Store
+	g      global
+	always bool
+}
+
+func newCached(next sluice.Store, g global, always bool, opts hybrid.DeniedOptions) *cached {
+	return &cached{cache: hybrid.NewDenied(next, opts), next: next, g: g, always: always}
+}
+
+// on reports whether Takes of ops go through the cache now: not when the
+// shared store is a Cluster (unless forced), nor for a batch with an op
+// that costs more than its limit can ever admit (the store answers
+// sluice.ReasonCostTooHigh, where a denial remembered at a lower cost
+// would say "limited" and give a RetryAfter).
+func (c *cached) on(ops []sluice.Op) bool {
+	if !c.always && c.g.Cluster() {
+		return false
+	}
+	for i := range ops {
+		if ops[i].Cost > ops[i].Limit.Capacity() {
+			return false
+		}
+	}
+	return true
+}
+
+// Take implements sluice.Store.
+func (c *cached) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
+	if c.on(ops) {
+		return c.cache.Take(ctx, ops, results)
+	}
+	return c.next.Take(ctx, ops, results)
+}
+
+// Keys implements sluice.KeyLister with next's, or fails with an error
+// wrapping sluice.ErrNoKeyLister.
+func (c *cached) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
+	kl, ok := c.next.(sluice.KeyLister)
+	if !ok {
+		return nil, false, fmt.Errorf("compose: %T: %w", c.next, sluice.ErrNoKeyLister)
+	}
+	return kl.Keys(ctx, prefix, max)
+}
+
+// Allot implements sluice.Allotter with next's, or fails with an error
+// wrapping ErrNoAllotter.
+func (c *cached) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+	a, ok := c.next.(sluice.Allotter)
+	if !ok {
+		return fmt.Errorf("compose: %T: %w", c.next, ErrNoAllotter)
+	}
+	return a.Allot(ctx, reqs, out)
+}
+
+// Health implements sluice.HealthReporter with the shared store's nodes.
+func (c *cached) Health() []sluice.NodeHealth {
+	if hr, ok := c.g.(sluice.HealthReporter); ok {
+		return hr.Health()
+	}
+	return nil
+}
+
+// Invalidations implements sluice.Invalidator with the shared store's.
+func (c *cached) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
+	return invalidations(c.g, ctx, fn)
+}
+
+// Stats returns the cache's counters.
+func (c *cached) Stats() hybrid.DeniedStats { return c.cache.Stats() }

@@ -1,0 +1,170 @@
+package compose
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/redis"
+)
+
+// errNotConnected is what a connecting store answers until Redis is reached.
+var errNotConnected = fmt.Errorf("redis store not connected yet: %w", sluice.ErrStoreUnavailable)
+
+// connecting is the Redis store, or its stand-in while Redis cannot be
+// reached: instead of failing at start (and crash-looping under an
+// orchestrator, as envoyproxy/ratelimit does), every op fails over to its
+// limit's failure mode at once (sluice.ErrStoreUnavailable) and Health
+// reports one node "redis" that is open; meanwhile it keeps dialling, and
+// once connected it passes everything to the real store. It forwards
+// every optional interface the Redis store has: sluice.Allotter,
+// sluice.KeyLister, sluice.HealthReporter, sluice.Invalidator (when the
+// Redis store implements it), Cluster and Close.
+//
+// It is safe for concurrent use.
+type connecting struct {
+	opts redis.Options
+	log  *slog.Logger
+	dial func(redis.Options) (*redis.Store, error)
+
+	store atomic.Pointer[redis.Store] // nil until connected
+
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{} // closed by Close
+	up     chan struct{} // closed once connected
+}
+
+// connectRedis dials opts once; if Redis does not answer and background
+// is set, it returns a store that keeps dialling, else the error.
+func connectRedis(opts redis.Options, background bool, log *slog.Logger, dial func(redis.Options) (*redis.Store, error)) (*connecting, error) {
+	c := &connecting{opts: opts, log: log, dial: dial, done: make(chan struct{}), up: make(chan struct{})}
+	rs, err := dial(opts)
+	if err == nil {
+		c.store.Store(rs)
+		close(c.up)
+		return c, nil
+	}
+	if !background {
+		return nil, fmt.Errorf("compose: redis: %w", err)
+	}
+	log.Warn("Redis unreachable at start; serving with each limit's failure mode until it answers", "err", err)
+	go c.connect()
+	return c, nil
+}
+
+// current returns the real store, or nil until connected.
+func (c *connecting) current() *redis.Store { return c.store.Load() }
+
+// Take passes to the real store once connected, else fails.
+func (c *connecting) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
+	s := c.current()
+	if s == nil {
+		return errNotConnected
+	}
+	return s.Take(ctx, ops, results)
+}
+
+// Allot passes to the real store once connected, else fails.
+func (c *connecting) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+	s := c.current()
+	if s == nil {
+		return errNotConnected
+	}
+	return s.Allot(ctx, reqs, out)
+}
+
+// Keys passes to the real store once connected, else fails (with
+// sluice.ErrStoreUnavailable: the store can list keys, not yet).
+func (c *connecting) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
+	s := c.current()
+	if s == nil {
+		return nil, false, errNotConnected
+	}
+	return s.Keys(ctx, prefix, max)
+}
+
+// Cluster reports whether the connected store is a Redis Cluster; true
+// (the cautious answer for the denied-key cache) until connected.
+func (c *connecting) Cluster() bool {
+	s := c.current()
+	return s == nil || s.Cluster()
+}
+
+// Health reports the real store's nodes once connected; before, one node
+// "redis" that is out.
+func (c *connecting) Health() []sluice.NodeHealth {
+	s := c.current()
+	if s == nil {
+		return []sluice.NodeHealth{{Node: "redis", State: "open", LastError: "not connected yet"}}
+	}
+	return s.Health()
+}
+
+// Invalidations waits until connected, then passes to the real store's
+// sluice.Invalidator (whose first call says to drop everything: nothing
+// was heard before); it returns redis.ErrClosed once closed, ctx's error
+// when ctx is done, and fails with ErrNoInvalidator when the Redis store
+// has none.
+func (c *connecting) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
+	if _, ok := any((*redis.Store)(nil)).(sluice.Invalidator); !ok {
+		return fmt.Errorf("compose: %T: %w", (*redis.Store)(nil), ErrNoInvalidator)
+	}
+	select {
+	case <-c.up:
+	case <-c.done:
+		return redis.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return invalidations(c.current(), ctx, fn)
+}
+
+// connect dials with exponential backoff (100ms to 5s) until it succeeds or
+// the store is closed.
+func (c *connecting) connect() {
+	wait := 100 * time.Millisecond
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-time.After(wait):
+		}
+		rs, err := c.dial(c.opts)
+		if err != nil {
+			c.log.Debug("Redis still unreachable", "err", err, "retry_in", wait)
+			wait = min(2*wait, 5*time.Second)
+			continue
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			_ = rs.Close()
+			return
+		}
+		c.store.Store(rs)
+		close(c.up)
+		c.mu.Unlock()
+		c.log.Info("Redis connected")
+		return
+	}
+}
+
+// Close stops dialling and closes the store if it connected.
+func (c *connecting) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	close(c.done)
+	if s := c.current(); s != nil {
+		return s.Close()
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package tenant
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+)
+
+func TestFileRoundTrip(t *testing.T) {
+	rs := testSnapshot(t)
+	at := time.Date(2026, 11, 26, 6, 0, 0, 123000, time.UTC)
+	exp := at.Add(24 * time.Hour)
+	base := NewSnapshot([]Record{
+		{Tenant: "acme", Tier: rules.TierPro, ExpiresAt: exp, Overrides: []Override{
+			{Domain: "api", Descriptor: "endpoint:POST /orders", Limit: sluice.PerMinute(sluice.FixedWindow, 7), RequestsPerUnit: 7, Unit: "minute"},
+			{Domain: AnyDomain, Descriptor: "", Limit: sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 9, Window: 90 * time.Second, Burst: 12}, RequestsPerUnit: 9},
+		}},
+		{Tenant: "gone", Tier: rules.TierEnterprise},
+		{Tenant: "plain", Tier: rules.TierFree},
+	}, []RuleSwitch{{Domain: "api", Rule: "remote_address", State: rules.SwitchShadow}}, at)
+	// Changes since the full load: one removed, one added.
+	snap := base.withTenant("gone", nil, at).withTenant("new", &Record{Tenant: "new", Tier: rules.TierEnterprise}, at)
+	path := filepath.Join(t.TempDir(), "sub", "tenants.snapshot")
+	if err := WriteFile(path, snap, 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("file: %v, %v; want mode 0600", st, err)
+	}
+	got, err := ReadFile(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != 3 || !got.At().Equal(at.Truncate(time.Microsecond)) {
+		t.Errorf("read back %d tenants at %v; want 3 at %v", got.Len(), got.At(), at)
+	}
+	if _, ok := got.lookup("gone"); ok {
+		t.Error("a removed tenant came back")
+	}
+	if got.Switch("api", "remote_address") != rules.SwitchShadow {
+		t.Error("the switch was lost")
+	}
+	for _, tc := range []struct {
+		kv   []string
+		want int64 // quota resolved; -1: the rule's own
+	}{
+		{[]string{"api_key", "acme", "endpoint", "POST /orders"}, 7},
+		{[]string{"api_key", "acme"}, 9},
+		{[]string{"api_key", "new"}, -1}, // enterprise: no tier limit, the rule's own
+		{[]string{"api_key", "plain"}, 50},
+	} {
+		r, es := match(t, rs, tc.kv...)
+		want, _ := snap.Resolve(r, es, time.Now)
+		tl, _ := got.Resolve(r, es, time.Now)
+		q := int64(-1)
+		if tl != nil {
+			q = tl.Limit.Quota
+		}
+		if q != tc.want || (tl == nil) != (want == nil) || (tl != nil && (*tl != *want)) {
+			t.Errorf("%v: read back %+v, want %+v (quota %d)", tc.kv, tl, want, tc.want)
+		}
+	}
+	r, es := match(t, rs, "api_key", "acme")
+	if tl, _ := got.Resolve(r, es, func() time.Time { return exp }); tl != r.Tiers[rules.TierFree] {
+		t.Errorf("after the record's expiry: %+v, want the free tier (expiry kept)", tl)
+	}
+}
+
+func TestFileBounds(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tenants.snapshot")
+	small := NewSnapshot([]Record{{Tenant: "a", Tier: rules.TierPro}}, nil, time.Now())
+	if err := WriteFile(path, small, 0); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	var recs []Record
+	for i := range 1000 {
+		recs = append(recs, Record{Tenant: strings.Repeat("t", 100) + string(rune('a'+i%26)) + time.Duration(i).String(), Tier: rules.TierPro})
+	}
+	if err := WriteFile(path, NewSnapshot(recs, nil, time.Now()), 4096); !errors.Is(err, ErrFileTooLarge) {
+		t.Fatalf("writing 100 KB with a 4 KiB bound: %v, want ErrFileTooLarge", err)
+	}
+	after, _ := os.ReadFile(path)
+	if string(after) != string(before) {
+		t.Error("a refused write changed the file")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+	if _, err := ReadFile(path, 10); !errors.Is(err, ErrFileTooLarge) {
+		t.Errorf("reading with a 10-byte bound: %v, want ErrFileTooLarge", err)
+	}
+	lines := strings.SplitAfter(string(before), "\n")
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"cut short", strings.Join(lines[:2], ""), ":3: cut short"},
+		{"other version", strings.Replace(string(before), `"version":1`, `"version":2`, 1), "version 2"},
+		{"other format", `{"format":"x","version":1}` + "\n", `format "x"`},
+		{"bad tier", strings.Replace(string(before), `"tier":"pro"`, `"tier":"gold"`, 1), ":2: tier"},
+		{"empty", "", ":1: cut short"},
+	} {
+		p := filepath.Join(dir, "bad")
+		if err := os.WriteFile(p, []byte(tc.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadFile(p, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: ReadFile = %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// FuzzReadFile: any file content reads to a snapshot or an error, never a
+// panic; a snapshot read is one that writes and reads back the same.
+func FuzzReadFile(f *testing.F) {
+	dir := f.TempDir()
+	good := filepath.Join(dir, "good")
+	snap := NewSnapshot([]Record{{Tenant: "acme", Tier: rules.TierPro, Overrides: []Override{
+		{Domain: "api", Descriptor: "", Limit: sluice.PerMinute(sluice.FixedWindow, 7), RequestsPerUnit: 7, Unit: "minute"}}}},
+		[]RuleSwitch{{Domain: "api", Rule: "r", State: rules.SwitchOff}}, time.Now())
+	if err := WriteFile(good, snap, 0); err != nil {
+		f.Fatal(err)
+	}
+	b, _ := os.ReadFile(good)
+	f.Add(b)
+	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":0,"switches":[]}` + "\n" + `{"end":true,"records":0}` + "\n"))
+	f.Add([]byte("{}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "f")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := ReadFile(p, 1<<20)
+		if err != nil {
+			return
+		}
+		p2 := filepath.Join(t.TempDir(), "g")
+		if err := WriteFile(p2, s, 0); err != nil {
+			t.Fatalf("a snapshot read does not write: %v", err)
+		}
+		s2, err := ReadFile(p2, 0)
+		if err != nil || s2.Len() != s.Len() {
+			t.Fatalf("write and read back: %v, %d tenants, want %d", err, s2.Len(), s.Len())
+		}
+	})
+}
