@@ -5,8 +5,8 @@
 // all, or a token bucket.
 //
 // A bucket is matched against the rules as a descriptor (see order.go for
-// the order of its keys). A bucket whose rule has a fixed_window, gcra or
-// token_bucket limit is served token buckets of exactly the units leased
+// the order of its keys). A bucket whose rule has a fixed_window or gcra
+// limit is served token buckets of exactly the units leased
 // for it from the store (sluice.Allotter: the same allotments as placement:
 // hybrid, on the same counter as Check), so Envoys never admit more than
 // the store granted: per fixed window, at most the limit fleet-wide. See
@@ -58,7 +58,7 @@ func ParseUnmatched(s string) (Unmatched, error) {
 type Options struct {
 	// Unmatched is the assignment of a bucket that matches no rule, or
 	// whose rule's limit cannot be leased (an algorithm other than
-	// fixed_window, gcra and token_bucket, or a store that cannot allot).
+	// fixed_window and gcra, a rule placed local, or no Allotter).
 	Unmatched Unmatched
 	// ReportingInterval is how often Envoys report (Envoy sends every 5 s
 	// today). Default 5 s.
