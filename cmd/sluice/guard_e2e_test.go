@@ -62,7 +62,7 @@ func TestGuardedReload(t *testing.T) {
 	if got := metricLine(t, ts.base, `sluice_rules_reload_held_total{reason="domain_removed"}`); got == "0" || got == "" {
 		t.Errorf("sluice_rules_reload_held_total = %q, want at least 1", got)
 	}
-	_, body := get(t, ts.base+"/debug/rules")
+	_, body := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/rules")
 	var dbg struct {
 		Held *rules.Hold `json:"held"`
 	}
@@ -109,7 +109,7 @@ func TestGuardedReload(t *testing.T) {
 	eventually(t, "the confirmed removal applied", func() bool {
 		return hit("guarded") == rlsv3.RateLimitResponse_OK && metricLine(t, ts.base, heldMetric) == "0"
 	})
-	if _, body := get(t, ts.base+"/debug/rules"); strings.Contains(body, `"held"`) {
+	if _, body := get(t, "http://"+ts.debugLn.Addr().String()+"/debug/rules"); strings.Contains(body, `"held"`) {
 		t.Errorf("/debug/rules after the confirmed removal still says held: %s", body)
 	}
 	if !strings.Contains(ts.logs.String(), "rules reloaded with removals") {
