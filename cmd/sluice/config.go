@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 )
@@ -70,6 +71,9 @@ type listenConfig struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// responses (envoy response_headers_to_add; HTTP headers).
 	ResponseHeaders bool
+	// RLQSUnmatched is the assignment of an Envoy RLQS bucket that matches
+	// no rule: "allow" or "deny" (docs/rlqs.md).
+	RLQSUnmatched string
 	// TLS, when Cert is set, serves gRPC and HTTP over TLS (not the debug
 	// listener, which is meant for loopback).
 	TLS tlsConfig
@@ -183,7 +187,7 @@ func defaultServeConfig() serveConfig {
 	return serveConfig{
 		Rules: rulesConfig{Dir: "examples/rules", DefaultAlgorithm: sluice.FixedWindow.String(),
 			Guard: ruleGuardConfig{InUse: 15 * time.Minute}},
-		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070"},
+		Listen: listenConfig{GRPC: "127.0.0.1:8081", HTTP: "127.0.0.1:8080", Debug: "127.0.0.1:6070", RLQSUnmatched: "allow"},
 		Store: storeConfig{Kind: "memory", Memory: memoryConfig{MaxKeys: memory.DefaultMaxKeys}, Redis: redisConfig{
 			URL: "redis://127.0.0.1:6379/0", DeniedCache: "auto",
 		}},
@@ -215,6 +219,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
 	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
 	fs.BoolVar(&c.Listen.ResponseHeaders, "response-headers", c.Listen.ResponseHeaders, "add RateLimit, RateLimit-Policy and Retry-After headers to answers")
+	fs.StringVar(&c.Listen.RLQSUnmatched, "rlqs-unmatched", c.Listen.RLQSUnmatched, "Envoy rate limit quota (RLQS) buckets matching no rule: allow or deny")
 	fs.StringVar(&c.Listen.TLS.Cert, "tls-cert", c.Listen.TLS.Cert, "PEM certificate chain: serve gRPC and HTTP over TLS (with --tls-key)")
 	fs.StringVar(&c.Listen.TLS.Key, "tls-key", c.Listen.TLS.Key, "PEM private key of --tls-cert")
 	fs.StringVar(&c.Listen.TLS.ClientCA, "tls-client-ca", c.Listen.TLS.ClientCA, "PEM CA certificates: require client certificates signed by them (mutual TLS)")
@@ -319,6 +324,9 @@ func (c serveConfig) Validate() error {
 	}
 	if _, err := sluice.ParseAlgorithm(c.Rules.DefaultAlgorithm); err != nil {
 		bad("--default-algorithm: %v", err)
+	}
+	if _, err := rlqs.ParseUnmatched(c.Listen.RLQSUnmatched); err != nil {
+		bad("--rlqs-unmatched: %v", err)
 	}
 	if c.Rules.Guard.InUse < 0 {
 		bad("--rules-in-use-window: %v is negative", c.Rules.Guard.InUse)

@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-rl/sluice/rules/watch"
 	"github.com/sluice-rl/sluice/server/api"
 	"github.com/sluice-rl/sluice/server/dashboard"
+	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/server/rls"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/service/promstats"
@@ -113,6 +114,7 @@ type server struct {
 	dash    *dashboard.Handler // nil without admin tokens
 	fleet   dashboard.Fleet    // the Redis store, for a fleet-wide dashboard
 	rls     *rls.Server
+	rlqs    *rlqs.Server
 	grpc    *grpc.Server
 	http    *http.Server
 	debug   *http.Server
@@ -262,6 +264,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.grpc = grpc.NewServer(gopts...)
 	s.rls.Register(s.grpc)
+	if err := s.registerRLQS(ecfg.Limits); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 
 	publicMetrics, debugMetrics := s.metricsHandlers(reg, toks)
 	aopts := api.Options{
@@ -455,6 +460,7 @@ func (s *server) run(ctx context.Context) error {
 func (s *server) shutdown() {
 	s.draining.Store(true)
 	s.rls.Shutdown()
+	s.rlqs.Shutdown() // RLQS streams never end by themselves: end them so the drain can finish
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	done := make(chan struct{})

@@ -1,0 +1,135 @@
+package rlqs
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+// TestBucketOrder: a bucket's keys are put in the rule tree's order (tenant
+// above route, though route sorts first), whatever their order in the map;
+// a key set that is no rule's path, or a value no rule matches, is
+// unmatched (Options.Unmatched).
+func TestBucketOrder(t *testing.T) {
+	clock := storetest.NewClock()
+	eng, src, st := simEngine(t, redistest.Start(t).URL(), clock, simRules)
+	srv, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now, Allotter: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		bucket map[string]string
+		want   []rules.Entry
+		kind   kind
+	}{
+		{map[string]string{"route": "api", "tenant": "acme"}, []rules.Entry{{Key: "tenant", Value: "acme"}, {Key: "route", Value: "api"}}, kindLease},
+		{map[string]string{"tenant": "acme", "route": "api"}, []rules.Entry{{Key: "tenant", Value: "acme"}, {Key: "route", Value: "api"}}, kindLease},
+		{map[string]string{"route": "x", "tenant": "free"}, []rules.Entry{{Key: "tenant", Value: "free"}, {Key: "route", Value: "x"}}, kindAllow},
+		{map[string]string{"route": "x", "tenant": "other"}, []rules.Entry{{Key: "route", Value: "x"}, {Key: "tenant", Value: "other"}}, kindDeny},
+		{map[string]string{"tenant": "acme"}, []rules.Entry{{Key: "tenant", Value: "acme"}}, kindDeny},
+		{map[string]string{"a": "1", "b": "2", "route": "api"}, []rules.Entry{{Key: "a", Value: "1"}, {Key: "b", Value: "2"}, {Key: "route", Value: "api"}}, kindDeny},
+	}
+	ss := srv.newSession()
+	ss.domain = simDomain
+	for _, tt := range tests {
+		b := &bucket{id: usage(tt.bucket, 0, 0).GetBucketId()}
+		if err := ss.resolve(b); err != nil {
+			t.Fatalf("%v: resolve: %v", tt.bucket, err)
+		}
+		if !slices.Equal(b.entries, tt.want) || b.kind != tt.kind {
+			t.Errorf("%v: got entries %v kind %d, want %v kind %d", tt.bucket, b.entries, b.kind, tt.want, tt.kind)
+		}
+	}
+}
+
+// TestGrantIsChecksCounter: the units granted to an Envoy are taken from
+// the counter Check charges for the same descriptor: after a grant, Check
+// sees the limit less the grant remaining.
+func TestGrantIsChecksCounter(t *testing.T) {
+	clock := storetest.NewClock()
+	eng, src, st := simEngine(t, redistest.Start(t).URL(), clock, simRules)
+	srv, err := New(eng, src, Options{Now: clock.Now, Allotter: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newSimEnvoy("envoy", func() *Server { return srv }, clock.Now())
+	id := map[string]string{"route": "api", "tenant": "acme"}
+	e.request(t, clock.Now(), id)
+	granted := int64(e.buckets[canonical(id)].strategy.GetTokenBucket().GetMaxTokens())
+	if granted == 0 {
+		t.Fatal("no grant")
+	}
+	resp, err := eng.Check(context.Background(), service.Request{Domain: simDomain,
+		Descriptors: []service.Descriptor{{Entries: []rules.Entry{{Key: "tenant", Value: "acme"}, {Key: "route", Value: "api"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Check took one more unit.
+	if got, want := resp.Statuses[0].Result.Remaining, 60000-granted-1; got != want {
+		t.Errorf("Check after a grant of %d: remaining %d, want %d", granted, got, want)
+	}
+}
+
+// swapRules is a RuleSource whose snapshot a test replaces (a reload).
+type swapRules struct {
+	p atomic.Pointer[rules.Snapshot]
+}
+
+func (s *swapRules) Current() *rules.Snapshot { return s.p.Load() }
+
+func parseRules(t *testing.T, yaml string) *rules.Snapshot {
+	t.Helper()
+	snap, err := rules.Parse("edge.yaml", []byte(yaml), rules.Options{})
+	if err != nil {
+		t.Fatalf("rules.Parse: %v", err)
+	}
+	return snap
+}
+
+// TestReload: after the rules are reloaded, a bucket's next report
+// matches it again; a bucket whose rule changed gets the new assignment at
+// once (here: unmatched DENY_ALL, then an unlimited rule's ALLOW_ALL).
+func TestReload(t *testing.T) {
+	clock := storetest.NewClock()
+	st, err := redis.New(redis.Options{URL: redistest.Start(t).URL(), Now: clock.Now, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	src := &swapRules{}
+	src.p.Store(parseRules(t, simRules))
+	eng, err := service.New(service.DefaultConfig(), src, st, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now, Allotter: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newSimEnvoy("envoy", func() *Server { return srv }, clock.Now())
+	id := map[string]string{"tenant": "other", "route": "x"}
+	e.request(t, clock.Now(), id)
+	if e.request(t, clock.Now(), id) {
+		t.Fatalf("unmatched bucket allowed before the reload, want DENY_ALL")
+	}
+	src.p.Store(parseRules(t, simRules+`  - key: tenant
+    value: other
+    descriptors:
+      - key: route
+        rate_limit: {unlimited: true}
+`))
+	now := clock.Now().Add(5 * time.Second)
+	clock.Set(now)
+	e.report(t, now, nil)
+	if !e.request(t, now, id) {
+		t.Errorf("bucket of a rule made unlimited by a reload: denied after the next report, want ALLOW_ALL")
+	}
+}

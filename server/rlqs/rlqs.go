@@ -1,0 +1,286 @@
+// Package rlqs serves Envoy's rate limit quota service, v3
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas),
+// over gRPC. Each Envoy groups requests into buckets, reports their usage
+// every few seconds, and enforces what the server assigns: allow all, deny
+// all, or a token bucket.
+//
+// A bucket is matched against the rules as a descriptor (see order.go for
+// the order of its keys). A bucket whose rule has a fixed_window or gcra
+// limit is served token buckets of exactly the units leased
+// for it from the store (sluice.Allotter: the same allotments as placement:
+// hybrid, on the same counter as Check), so Envoys never admit more than
+// the store granted: per fixed window, at most the limit fleet-wide. See
+// docs/rlqs.md.
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// Unmatched is what a bucket that matches no rule gets.
+type Unmatched uint8
+
+const (
+	// AllowUnmatched assigns ALLOW_ALL (the zero value).
+	AllowUnmatched Unmatched = iota
+	// DenyUnmatched assigns DENY_ALL.
+	DenyUnmatched
+)
+
+// ParseUnmatched parses "allow" or "deny" ("" is "allow").
+func ParseUnmatched(s string) (Unmatched, error) {
+	switch s {
+	case "allow", "":
+		return AllowUnmatched, nil
+	case "deny":
+		return DenyUnmatched, nil
+	}
+	return 0, fmt.Errorf("rlqs: unmatched: %q, want allow or deny", s)
+}
+
+// Options configure a Server. The zero value is valid: every field has a
+// default.
+type Options struct {
+	// Unmatched is the assignment of a bucket that matches no rule, or
+	// whose rule's limit cannot be leased (an algorithm other than
+	// fixed_window and gcra, a rule placed local, or no Allotter).
+	Unmatched Unmatched
+	// ReportingInterval is how often Envoys report (Envoy sends every 5 s
+	// today). Default 5 s.
+	ReportingInterval time.Duration
+	// AbandonAfter: a bucket nobody reported for this long is abandoned
+	// (the client forgets it). Default 6 × ReportingInterval.
+	AbandonAfter time.Duration
+	// StaticTTL is the time to live of an ALLOW_ALL or DENY_ALL assignment
+	// that is not a spent quota's; it is renewed while the bucket is
+	// reported. Default 12 × ReportingInterval.
+	StaticTTL time.Duration
+	// MaxBuckets bounds the buckets of one stream (and the usages of one
+	// message). Default 1000.
+	MaxBuckets int
+	// Split caps one grant at 1/Split of the quota left (as placement:
+	// hybrid does), so that near the limit assignments shrink. Default 4.
+	Split int64
+	// InitialShare is the fraction of a limit's quota asked for a bucket
+	// whose demand is not known yet. Default 1/16.
+	InitialShare float64
+	// Headroom multiplies the demand reported, to size a grant. Default 1.25.
+	Headroom float64
+	// AllotTimeout bounds one allotment call. Default 1 s.
+	AllotTimeout time.Duration
+	// Allotter is the store grants are leased from; it must hold the
+	// counters the engine's Check charges (for `sluice serve --store redis`,
+	// its store stack, whose Allot is the Redis store's). A bucket is
+	// leased when its rule's algorithm allots (sluice.AllotAlgorithm) and
+	// the rule is not placed local (per-instance counters). Nil: nothing is
+	// leased, every bucket of a limited rule is served Unmatched.
+	Allotter sluice.Allotter
+	// Limits bound domains and bucket entries (see service.Limits). The
+	// zero value is the defaults.
+	Limits service.Limits
+	// Logger receives store errors (at most one a second). Nil discards.
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// RuleSource supplies the rules in force (service.RuleSource).
+type RuleSource = service.RuleSource
+
+// Server implements RateLimitQuotaServiceServer. Create it with New; it is
+// safe for concurrent use (each stream is served by its own goroutine).
+type Server struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+	engine    *service.Engine
+	src       RuleSource
+	opts      Options
+	unmatched kind
+	log       *slog.Logger
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	lastLog  atomic.Int64
+
+	streams, reports, responses                  atomic.Uint64
+	grants, grantedUnits, allotErrors, abandoned atomic.Uint64
+	unleasable                                   atomic.Uint64
+}
+
+// New returns a Server deciding with e and the rules of src (the engine's
+// rule source).
+func New(e *service.Engine, src RuleSource, opts Options) (*Server, error) {
+	if e == nil || src == nil {
+		return nil, errors.New("rlqs: New: nil engine or rule source")
+	}
+	if opts.ReportingInterval < 0 || opts.AbandonAfter < 0 || opts.StaticTTL < 0 || opts.MaxBuckets < 0 ||
+		opts.Split < 0 || opts.InitialShare < 0 || opts.InitialShare > 1 || opts.Headroom < 0 || opts.AllotTimeout < 0 {
+		return nil, errors.New("rlqs: New: negative option, or initial share above 1")
+	}
+	if opts.ReportingInterval == 0 {
+		opts.ReportingInterval = 5 * time.Second
+	}
+	if opts.AbandonAfter == 0 {
+		opts.AbandonAfter = 6 * opts.ReportingInterval
+	}
+	if opts.StaticTTL == 0 {
+		opts.StaticTTL = 12 * opts.ReportingInterval
+	}
+	if opts.MaxBuckets == 0 {
+		opts.MaxBuckets = 1000
+	}
+	if opts.Split == 0 {
+		opts.Split = 4
+	}
+	if opts.InitialShare == 0 {
+		opts.InitialShare = 1.0 / 16
+	}
+	if opts.Headroom == 0 {
+		opts.Headroom = 1.25
+	}
+	if opts.AllotTimeout == 0 {
+		opts.AllotTimeout = time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Server{engine: e, src: src, opts: opts, log: log, stop: make(chan struct{}), unmatched: kindAllow}
+	if opts.Unmatched == DenyUnmatched {
+		s.unmatched = kindDeny
+	}
+	return s, nil
+}
+
+// ServiceName is the gRPC service Register serves.
+const ServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
+// Register adds the service to g.
+func (s *Server) Register(g grpc.ServiceRegistrar) { rlqspb.RegisterRateLimitQuotaServiceServer(g, s) }
+
+// Shutdown ends every stream cleanly (status OK; Envoys keep their
+// assignments until their TTLs end and reconnect elsewhere). Streams
+// opened afterwards end at once. Safe to call more than once.
+func (s *Server) Shutdown() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// Stats are a Server's counters since New.
+type Stats struct {
+	Streams, Reports, Responses uint64
+	// Grants counts allotments taken, GrantedUnits their units.
+	Grants, GrantedUnits   uint64
+	AllotErrors, Abandoned uint64
+	// Unleasable counts buckets whose rule could not be leased (served as
+	// unmatched).
+	Unleasable uint64
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Streams: s.streams.Load(), Reports: s.reports.Load(), Responses: s.responses.Load(),
+		Grants: s.grants.Load(), GrantedUnits: s.grantedUnits.Load(), AllotErrors: s.allotErrors.Load(),
+		Abandoned: s.abandoned.Load(), Unleasable: s.unleasable.Load(),
+	}
+}
+
+// allot leases from Options.Allotter (never nil when called: see leasable).
+func (s *Server) allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+	return s.opts.Allotter.Allot(ctx, reqs, out)
+}
+
+// leasable reports whether q's counter can be leased.
+func (s *Server) leasable(q service.Quota) bool {
+	return s.opts.Allotter != nil && q.Key != "" && q.Rule != nil && sluice.AllotAlgorithm(q.Limit.Algorithm) &&
+		q.Rule.Placement != rules.PlacementLocal
+}
+
+func (s *Server) logAllotError(err error) {
+	now := time.Now().UnixNano()
+	if last := s.lastLog.Load(); now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("rlqs: allotment failed; Envoys keep their assignments until their TTLs end", "err", err)
+}
+
+// StreamRateLimitQuotas serves one Envoy's stream until it ends: io.EOF
+// from the client (a clean end, status OK), Shutdown (OK), the client
+// going away (its context's error) or a bad message (InvalidArgument or
+// ResourceExhausted, naming the field).
+func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	s.streams.Add(1)
+	ctx := stream.Context()
+	ss := s.newSession()
+	type recv struct {
+		m   *rlqspb.RateLimitQuotaUsageReports
+		err error
+	}
+	in := make(chan recv)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			select {
+			case in <- recv{m, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if t := ss.next(); !t.IsZero() {
+			timer.Reset(max(t.Sub(s.opts.Now()), 0))
+		} else {
+			timer.Reset(time.Hour)
+		}
+		var resp *rlqspb.RateLimitQuotaResponse
+		select {
+		case <-s.stop:
+			return nil
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case r := <-in:
+			if errors.Is(r.err, io.EOF) {
+				return nil
+			}
+			if r.err != nil {
+				return r.err
+			}
+			s.reports.Add(1)
+			var err error
+			if resp, err = ss.handle(ctx, s.opts.Now(), r.m); err != nil {
+				return err
+			}
+		case <-timer.C:
+			resp = ss.tick(ctx, s.opts.Now())
+		}
+		if resp != nil {
+			s.responses.Add(1)
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+var _ rlqspb.RateLimitQuotaServiceServer = (*Server)(nil)

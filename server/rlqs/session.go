@@ -1,0 +1,365 @@
+package rlqs
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// kind is how a bucket is served.
+type kind uint8
+
+const (
+	kindAllow kind = iota + 1 // blanket ALLOW_ALL, renewed
+	kindDeny                  // blanket DENY_ALL, renewed
+	kindLease                 // token buckets sized from allotments
+)
+
+// bucket is the server's state for one bucket of one stream.
+type bucket struct {
+	id      *rlqspb.BucketId
+	entries []rules.Entry
+	kind    kind
+	quota   service.Quota   // kindLease only
+	snap    *rules.Snapshot // the rules it was matched with
+
+	lastReport time.Time
+	rate       float64 // requests per second (allowed + denied) last reported
+	reported   bool    // a report with time elapsed has set rate
+
+	// sent: an assignment is in force at the client (as far as the server
+	// knows) until expires; for kindLease, expires is also when the next
+	// allotment is due (end of the grant, or retry after a failure).
+	sent    bool
+	expires time.Time
+	granted int64     // units of the grant in force (0: DENY_ALL until refill)
+	grantAt time.Time // when it was sent
+	winEnd  time.Time // the end of the grant's period
+}
+
+// session is one stream's state. It is not safe for concurrent use: the
+// stream's goroutine owns it. Every method takes the time now (the server's
+// clock) so that tests drive it on a fake clock.
+type session struct {
+	srv     *Server
+	domain  string
+	buckets map[string]*bucket
+	seq     uint64 // assignments sent, to make each token bucket distinct
+	snap    *rules.Snapshot
+	orders  *keyOrders
+	// counters for Stats
+	reports, responses uint64
+}
+
+func (s *Server) newSession() *session {
+	return &session{srv: s, buckets: map[string]*bucket{}}
+}
+
+// handle applies one usage report and returns the response to send, nil
+// when there is nothing to send. An error is a gRPC status that ends the
+// stream.
+func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
+	ss.reports++
+	lim := ss.srv.opts.Limits
+	switch {
+	case ss.domain == "" && m.GetDomain() == "":
+		return nil, status.Error(codes.InvalidArgument, "rlqs: domain: the first message of a stream must carry the domain")
+	case ss.domain == "":
+		if err := lim.CheckDomain(m.GetDomain()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "rlqs: domain: %v", err)
+		}
+		ss.domain = m.GetDomain()
+	case m.GetDomain() != "" && m.GetDomain() != ss.domain:
+		return nil, status.Errorf(codes.InvalidArgument, "rlqs: domain: the stream is for domain %q; a new domain needs a new stream", ss.domain)
+	}
+	usages := m.GetBucketQuotaUsages()
+	if len(usages) > ss.srv.opts.MaxBuckets {
+		return nil, status.Errorf(codes.ResourceExhausted, "rlqs: bucket_quota_usages: %d in one message, at most %d", len(usages), ss.srv.opts.MaxBuckets)
+	}
+	var resp *rlqspb.RateLimitQuotaResponse
+	for i, u := range usages {
+		bm := u.GetBucketId().GetBucket()
+		if len(bm) == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: empty bucket", i)
+		}
+		if err := checkBucket(lim, i, bm); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %v", i, err)
+		}
+		key := canonical(bm)
+		b := ss.buckets[key]
+		if b == nil {
+			if len(ss.buckets) >= ss.srv.opts.MaxBuckets {
+				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: bucket_quota_usages[%d]: the stream already has %d buckets, at most %d", i, len(ss.buckets), ss.srv.opts.MaxBuckets)
+			}
+			b = &bucket{id: u.GetBucketId()}
+			if err := ss.resolve(b); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %v", i, err)
+			}
+			ss.buckets[key] = b
+		} else if b.snap != ss.srv.src.Current() {
+			// The rules were reloaded: match again; a bucket whose rule,
+			// limit or kind changed gets a new assignment now.
+			old := *b
+			if err := ss.resolve(b); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %v", i, err)
+			}
+			if b.kind != old.kind || b.quota.Limit != old.quota.Limit || ruleID(b.quota.Rule) != ruleID(old.quota.Rule) {
+				b.sent, b.granted = false, 0
+			}
+		}
+		b.lastReport = now
+		if el := u.GetTimeElapsed().AsDuration(); el > 0 {
+			b.rate = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / el.Seconds()
+			b.reported = true
+		}
+		// Denials mean the grant in force ran short only when the whole
+		// reported period followed it (denials before it are stale).
+		el := u.GetTimeElapsed().AsDuration()
+		starved := u.GetNumRequestsDenied() > 0 && u.GetTimeElapsed() != nil && !now.Add(-el).Before(b.grantAt)
+		if a := ss.act(ctx, now, b, starved); a != nil {
+			resp = appendAction(resp, a)
+		}
+	}
+	if resp != nil {
+		ss.responses++
+	}
+	return resp, nil
+}
+
+// tick sends what is due at now: new allotments for grants that ended and
+// abandon actions for buckets nobody reported for Options.AbandonAfter.
+func (ss *session) tick(ctx context.Context, now time.Time) *rlqspb.RateLimitQuotaResponse {
+	var resp *rlqspb.RateLimitQuotaResponse
+	keys := make([]string, 0, len(ss.buckets))
+	for k := range ss.buckets {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // a deterministic order of actions
+	for _, k := range keys {
+		b := ss.buckets[k]
+		if !now.Before(b.lastReport.Add(ss.srv.opts.AbandonAfter)) {
+			delete(ss.buckets, k)
+			ss.srv.abandoned.Add(1)
+			resp = appendAction(resp, &rlqspb.RateLimitQuotaResponse_BucketAction{
+				BucketId:     b.id,
+				BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+			})
+			continue
+		}
+		if b.kind == kindLease && !now.Before(b.expires) {
+			if a := ss.act(ctx, now, b, false); a != nil {
+				resp = appendAction(resp, a)
+			}
+		}
+	}
+	if resp != nil {
+		ss.responses++
+	}
+	return resp
+}
+
+// next returns when tick has something to do, or the zero time when the
+// stream has no buckets.
+func (ss *session) next() time.Time {
+	var t time.Time
+	for _, b := range ss.buckets {
+		d := b.lastReport.Add(ss.srv.opts.AbandonAfter)
+		if b.kind == kindLease && b.expires.Before(d) {
+			d = b.expires
+		}
+		if t.IsZero() || d.Before(t) {
+			t = d
+		}
+	}
+	return t
+}
+
+// resolve matches b against the rules in force and sets its kind.
+func (ss *session) resolve(b *bucket) error {
+	snap := ss.srv.src.Current()
+	if ss.orders == nil || ss.snap != snap {
+		ss.snap, ss.orders = snap, newKeyOrders(snap)
+	}
+	entries := ss.orders.entries(ss.srv.engine, ss.domain, b.id.GetBucket())
+	q, err := ss.srv.engine.Quota(ss.domain, entries)
+	if err != nil {
+		return err
+	}
+	b.entries, b.quota, b.snap = entries, q, snap
+	switch {
+	case q.Rule == nil:
+		b.kind = ss.srv.unmatched
+	case q.Unlimited || q.Shadow:
+		b.kind = kindAllow
+	case !ss.srv.leasable(q):
+		b.kind = ss.srv.unmatched
+		ss.srv.unleasable.Add(1)
+	default:
+		b.kind = kindLease
+	}
+	return nil
+}
+
+func ruleID(r *rules.Rule) string {
+	if r == nil {
+		return ""
+	}
+	return r.ID
+}
+
+// act returns the action b needs now, or nil. starved: the client reported
+// denials (its assignment ran short).
+func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	o := &ss.srv.opts
+	if b.kind != kindLease {
+		// Blanket rules live StaticTTL and are renewed (same strategy: the
+		// client only extends the TTL) when less than two reporting
+		// intervals are left.
+		if b.sent && b.expires.Sub(now) > 2*o.ReportingInterval {
+			return nil
+		}
+		b.sent, b.expires = true, now.Add(o.StaticTTL)
+		rule := typev3.RateLimitStrategy_ALLOW_ALL
+		if b.kind == kindDeny {
+			rule = typev3.RateLimitStrategy_DENY_ALL
+		}
+		return assignment(b.id, o.StaticTTL, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
+	}
+	inForce := b.sent && now.Before(b.expires)
+	if inForce && !(starved && b.granted > 0) {
+		return nil // the grant holds; a spent quota waits for its refill
+	}
+	l := b.quota.Limit
+	var want float64
+	switch {
+	case !b.reported:
+		want = float64(l.Quota) * o.InitialShare
+	case inForce && b.winEnd.After(now):
+		want = b.rate * b.winEnd.Sub(now).Seconds() * o.Headroom
+	default:
+		want = b.rate * l.Window.Seconds() * o.Headroom
+	}
+	w := int64(math.Ceil(max(want, 1)))
+	w = min(w, l.Quota, math.MaxUint32)
+	reqs := []sluice.AllotRequest{{Key: b.quota.Key, Limit: l, Want: w, Split: o.Split}}
+	out := make([]sluice.Allotment, 1)
+	actx, cancel := context.WithTimeout(ctx, o.AllotTimeout)
+	err := ss.srv.allot(actx, reqs, out)
+	if err == nil && out[0].Granted == 0 && out[0].Remaining > 0 {
+		// Less than Split units are left: 1/Split of them rounds down to
+		// nothing, so they go one at a time.
+		reqs[0].Want, reqs[0].Split = 1, 1
+		err = ss.srv.allot(actx, reqs, out)
+	}
+	cancel()
+	if err != nil {
+		// Nothing new is sent: the client keeps what it has until that
+		// assignment's TTL ends, then follows its expired behaviour.
+		ss.srv.allotErrors.Add(1)
+		ss.srv.logAllotError(err)
+		if !inForce {
+			b.expires = now.Add(o.ReportingInterval) // retry
+		}
+		return nil
+	}
+	a := out[0]
+	ss.srv.grants.Add(1)
+	ss.srv.grantedUnits.Add(uint64(a.Granted))
+	if a.Granted == 0 {
+		if inForce && b.granted > 0 {
+			// Top-up refused: keep the grant in force (the client keeps
+			// spending what it has left); nothing to send.
+			return nil
+		}
+		wait := a.ResetAfter
+		if wait <= 0 {
+			wait = o.ReportingInterval
+		}
+		b.sent, b.expires, b.granted, b.winEnd, b.grantAt = true, now.Add(wait), 0, now.Add(wait), now
+		return assignment(b.id, wait, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}})
+	}
+	ttl := a.TTL
+	if ttl <= 0 {
+		ttl = time.Millisecond // the grant ends now; the client sees it expire
+	}
+	b.sent, b.expires, b.granted, b.winEnd, b.grantAt = true, now.Add(ttl), a.Granted, now.Add(ttl), now
+	ss.seq++
+	return assignment(b.id, ttl, tokenBucket(a.Granted, ttl, l.Window, ss.seq))
+}
+
+// tokenBucket is a token bucket of exactly n tokens that refills less than
+// one token within ttl: its fill interval is more than twice ttl (and the
+// window), and varies with seq so that no two consecutive assignments are
+// the same strategy (a client only extends the TTL of an unchanged
+// strategy, without refilling it).
+func tokenBucket(n int64, ttl, window time.Duration, seq uint64) *typev3.RateLimitStrategy {
+	fill := 2*max(ttl, window) + time.Second + time.Duration(seq%1000)*time.Millisecond
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+		MaxTokens:     uint32(min(n, math.MaxUint32)),
+		TokensPerFill: wrapperspb.UInt32(1),
+		FillInterval:  durationpb.New(fill),
+	}}}
+}
+
+func assignment(id *rlqspb.BucketId, ttl time.Duration, st *typev3.RateLimitStrategy) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{
+		BucketId: id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(ttl),
+			RateLimitStrategy:    st,
+		}},
+	}
+}
+
+func appendAction(r *rlqspb.RateLimitQuotaResponse, a *rlqspb.RateLimitQuotaResponse_BucketAction) *rlqspb.RateLimitQuotaResponse {
+	if r == nil {
+		r = &rlqspb.RateLimitQuotaResponse{}
+	}
+	r.BucketAction = append(r.BucketAction, a)
+	return r
+}
+
+// checkBucket checks a bucket's size: entries, key and value lengths.
+func checkBucket(lim service.Limits, i int, m map[string]string) error {
+	keys := sortedKeys(m)
+	return lim.CheckEntries(i, len(keys), func(j int) (string, string) { return keys[j], m[keys[j]] })
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// canonical is a bucket's identity: its entries in key order, each length-
+// prefixed, so key order in the map does not matter and no two buckets
+// collide.
+func canonical(m map[string]string) string {
+	var b strings.Builder
+	for _, k := range sortedKeys(m) {
+		b.WriteString(strconv.Itoa(len(k)))
+		b.WriteByte(':')
+		b.WriteString(k)
+		b.WriteString(strconv.Itoa(len(m[k])))
+		b.WriteByte(':')
+		b.WriteString(m[k])
+	}
+	return b.String()
+}
