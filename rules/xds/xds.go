@@ -69,7 +69,8 @@ type Client struct {
 
 	cur     atomic.Pointer[rules.Snapshot]
 	mu      sync.Mutex
-	version string // version of the rules in force
+	version string    // version of the rules in force
+	applied time.Time // when they were applied
 	lastErr error  // nil, or why the last response was NACKed
 }
 
@@ -97,6 +98,14 @@ func (c *Client) Version() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.version
+}
+
+// LastReload returns when the rules in force were applied (zero before
+// any).
+func (c *Client) LastReload() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied
 }
 
 // LastError returns why the last response was NACKed, or nil when it was
@@ -206,7 +215,7 @@ func (c *Client) apply(resp *discovery.DiscoveryResponse) error {
 		return c.lastErr
 	}
 	c.cur.Store(snap)
-	c.version, c.lastErr = resp.GetVersionInfo(), nil
+	c.version, c.lastErr, c.applied = resp.GetVersionInfo(), nil, time.Now()
 	return nil
 }
 
