@@ -71,7 +71,7 @@ type Client struct {
 	mu      sync.Mutex
 	version string    // version of the rules in force
 	applied time.Time // when they were applied
-	lastErr error  // nil, or why the last response was NACKed
+	lastErr error     // nil, or why the last response was NACKed
 }
 
 // New returns a client of the management server at addr (host:port) that
