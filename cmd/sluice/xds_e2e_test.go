@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,5 +80,29 @@ func TestServeRulesXds(t *testing.T) {
 	ts.clock.Advance(2 * time.Hour) // a fresh window
 	if got := allowed(); got != 6 {
 		t.Errorf("version 2: allowed %d of 10, want 6", got)
+	}
+}
+
+// TestRulesXdsFlags: --rules-xds needs --rules-xds-node, and with it the
+// rule directory is not checked.
+func TestRulesXdsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name, xds, node, dir, want string
+	}{
+		{"no node", "127.0.0.1:18000", "", "/nonexistent", "--rules-xds-node: empty"},
+		{"directory not read", "127.0.0.1:18000", "edge-1", "/nonexistent", ""},
+		{"directory without xds", "", "", "/nonexistent", "--rules:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := defaultServeConfig()
+			cfg.Rules.Dir, cfg.Rules.XDS, cfg.Rules.XDSNode = tc.dir, tc.xds, tc.node
+			err := cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Validate = %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 }
