@@ -179,6 +179,7 @@ func TestClientAgainstGoControlPlane(t *testing.T) {
 	m.set(t, "v3", bad, config("b", "beta", 5), config("c", "beta", 2))
 	eventually(t, "v3 NACKed", func() bool { _, n := m.seen(); return len(n) > 0 })
 	_, nacks := m.seen()
+	t.Logf("NACK error_detail: %s", nacks[0])
 	for _, want := range []string{`version "v3"`, "xds:a:", "descriptors[0].rate_limit.unit", `unknown unit "unknown"`, "beta"} {
 		if !strings.Contains(nacks[0], want) {
 			t.Errorf("NACK error_detail = %q, want it to contain %q", nacks[0], want)
