@@ -163,6 +163,37 @@ func Parse(file string, data []byte, opts Options) (*Snapshot, error) {
 	return compile(trees, p.probs)
 }
 
+// File is one rule file's name (used in problems) and contents, for
+// ParseFiles.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// ParseFiles compiles rule files held in memory (rules delivered over
+// xDS, for instance) into one Snapshot, with LoadDir's checks: each file
+// holds one domain, a domain may not appear in two files (unless
+// opts.MergeDomains), and an empty set is an error. The returned error, if
+// any, is an Errors listing every problem in every file.
+func ParseFiles(files []File, opts Options) (*Snapshot, error) {
+	var trees []*domainTree
+	var probs Errors
+	for _, f := range files {
+		p := &parser{file: f.Name, opts: opts}
+		if t := p.parse(f.Data); t != nil {
+			trees = append(trees, t)
+		}
+		probs = append(probs, p.probs...)
+	}
+	if len(files) == 0 {
+		probs = append(probs, Problem{Msg: "no rule files"})
+	}
+	if opts.MergeDomains {
+		trees = mergeTrees(trees, &probs)
+	}
+	return compile(trees, probs)
+}
+
 // LoadDir reads every *.yaml and *.yml file in dir (not in subdirectories;
 // names starting with "." are skipped, which also skips the "..data" and
 // timestamped directories of a Kubernetes ConfigMap mount while following its

@@ -39,6 +39,9 @@ type serveConfig struct {
 type rulesConfig struct {
 	// Dir is the directory of rule files, watched for changes.
 	Dir string
+	// XDS, if set, is the xDS management server (host:port) the rules come
+	// from instead of Dir; XDSNode is the node ID sent to it.
+	XDS, XDSNode string
 	// DefaultAlgorithm applies to rate_limits that name none.
 	DefaultAlgorithm string
 	// Guard holds back reloads that remove domains or rules in use.
@@ -210,6 +213,8 @@ func defaultServeConfig() serveConfig {
 // line.
 func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Rules.Dir, "rules", c.Rules.Dir, "directory of rule files (watched for changes)")
+	fs.StringVar(&c.Rules.XDS, "rules-xds", c.Rules.XDS, "xDS management server (host:port) to take the rules from (RateLimitConfig resources over ADS) instead of --rules")
+	fs.StringVar(&c.Rules.XDSNode, "rules-xds-node", c.Rules.XDSNode, "xDS node ID sent to --rules-xds")
 	fs.StringVar(&c.Rules.DefaultAlgorithm, "default-algorithm", c.Rules.DefaultAlgorithm, "algorithm of rules that name none: "+algorithmList())
 	fs.BoolVar(&c.Rules.Guard.AllowRemoval, "rules-allow-removal", c.Rules.Guard.AllowRemoval, "apply rule reloads that remove a domain or a rule in use (off: such a reload is held until confirmed in "+rules.AllowRemovalFile+")")
 	fs.DurationVar(&c.Rules.Guard.InUse, "rules-in-use-window", c.Rules.Guard.InUse, "a rule matched within this window is in use: a reload removing it is held (0: only removed domains are held)")
@@ -315,7 +320,11 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv env) error {
 func (c serveConfig) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Rules.Dir == "" {
+	if c.Rules.XDS != "" {
+		if c.Rules.XDSNode == "" {
+			bad("--rules-xds-node: empty; give the node ID the management server knows this instance by")
+		}
+	} else if c.Rules.Dir == "" {
 		bad("--rules: empty; give a directory of rule files")
 	} else if fi, err := os.Stat(c.Rules.Dir); err != nil {
 		bad("--rules: %v", err)

@@ -103,7 +103,7 @@ func flagGiven(args []string, flag string) bool {
 type server struct {
 	cfg     serveConfig
 	log     *slog.Logger
-	watcher *watch.Watcher
+	watcher ruleSource // *watch.Watcher, or *xds.Client with --rules-xds
 	store   sluice.Store
 	closers []io.Closer
 	engine  *service.Engine
@@ -147,7 +147,10 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: --default-algorithm: %w", err)
 	}
-	s.watcher, err = watch.New(cfg.Rules.Dir, rules.Options{DefaultAlgorithm: alg, MergeDomains: cfg.Envoy.MergeDomains}, log.With("component", "rules"))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := promstats.New(reg)
+	s.watcher, err = newRuleSource(cfg.Rules, rules.Options{DefaultAlgorithm: alg, MergeDomains: cfg.Envoy.MergeDomains}, metrics.ObserveReload, log.With("component", "rules"))
 	if err != nil {
 		if _, statErr := os.Stat(cfg.Rules.Dir); errors.Is(statErr, fs.ErrNotExist) && cfg.Rules.Dir == defaultServeConfig().Rules.Dir {
 			// The default names the repository's examples: say what to pass elsewhere.
@@ -155,11 +158,6 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		}
 		return nil, fmt.Errorf("serve: rules: %w", err)
 	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := promstats.New(reg)
-	s.watcher.OnReload = metrics.ObserveReload
 
 	ecfg := service.DefaultConfig()
 	ecfg.ExpectedReplicas = cfg.Service.ExpectedReplicas
@@ -221,13 +219,15 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: engine: %w", err)
 	}
-	s.watcher.Guard = ruleGuard(cfg.Rules.Guard, s.engine)
-	s.watcher.OnHold = func(h *rules.Hold) {
-		var reasons []string
-		if h != nil {
-			reasons = h.Reasons
+	if w, ok := s.watcher.(*watch.Watcher); ok { // over xDS, the management server decides removals
+		w.Guard = ruleGuard(cfg.Rules.Guard, s.engine)
+		w.OnHold = func(h *rules.Hold) {
+			var reasons []string
+			if h != nil {
+				reasons = h.Reasons
+			}
+			metrics.ObserveHold(reasons)
 		}
-		metrics.ObserveHold(reasons)
 	}
 
 	reg.MustRegister(newDetailedCollector(s.engine), storeUpGauge(s.engine))
@@ -432,6 +432,9 @@ func (s *server) run(ctx context.Context) error {
 		}()
 	}
 	attrs := []any{"grpc", s.grpcAddr(), "http", s.httpAddr(), "tls", s.cfg.Listen.TLS.Cert != "", "store", s.cfg.Store.Kind, "rules", s.cfg.Rules.Dir}
+	if s.cfg.Rules.XDS != "" {
+		attrs[len(attrs)-1] = "xds://" + s.cfg.Rules.XDS
+	}
 	if s.debugLn != nil {
 		attrs = append(attrs, "debug", s.debugLn.Addr().String())
 	}

@@ -1,0 +1,324 @@
+// Package xds takes the rule set from an xDS management server instead of a
+// directory, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW does: a
+// Client subscribes, state of the world over the aggregated discovery
+// service (ADS), to resources of type
+// type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig, renders
+// each one as the equivalent rule file and compiles the set with the rules
+// package, so validation and errors are those of rule files. A set that
+// compiles replaces the rules in force at once and is ACKed; one that does
+// not is NACKed with the problems as error_detail, and the last good rules
+// stay.
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/rules"
+)
+
+// TypeURL is the xDS type of the resources a Client subscribes to.
+const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+
+// Bounds on what a management server may send.
+const (
+	// MaxMessageBytes bounds one DiscoveryResponse.
+	MaxMessageBytes = 16 << 20
+	// MaxResources bounds the RateLimitConfig resources of one response.
+	MaxResources = 10000
+	// MaxDepth bounds the nesting of descriptors.
+	MaxDepth = 32
+	// maxDetail bounds the error_detail message of a NACK.
+	maxDetail = 4096
+)
+
+// Client is an xDS client holding the rules most recently received and
+// compiled. Build it with New, start it with Run; Current is safe for
+// concurrent use and returns nil until the first good set has arrived. Set
+// the exported fields before Run.
+type Client struct {
+	// DialOptions are added to the dial (default: plaintext; pass TLS
+	// credentials here).
+	DialOptions []grpc.DialOption
+	// MinBackoff and MaxBackoff bound the wait before reconnecting after the
+	// stream breaks; it doubles from MinBackoff up to MaxBackoff and starts
+	// again after a response arrives. Zero: 100ms and 30s.
+	MinBackoff, MaxBackoff time.Duration
+	// OnUpdate, if set, is called after every response with the version
+	// received and nil (applied and ACKed) or the reason it was NACKed.
+	OnUpdate func(version string, err error)
+
+	addr, node string
+	opts       rules.Options
+	log        *slog.Logger
+
+	cur     atomic.Pointer[rules.Snapshot]
+	mu      sync.Mutex
+	version string    // version of the rules in force
+	applied time.Time // when they were applied
+	lastErr error     // nil, or why the last response was NACKed
+}
+
+// New returns a client of the management server at addr (host:port) that
+// identifies itself as node (the xDS node ID the server keys snapshots on).
+// opts are those of rule files. log may be nil.
+func New(addr, node string, opts rules.Options, log *slog.Logger) (*Client, error) {
+	if addr == "" {
+		return nil, errors.New("xds: no management server address")
+	}
+	if node == "" {
+		return nil, errors.New("xds: no node ID")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{addr: addr, node: node, opts: opts, log: log}, nil
+}
+
+// Current returns the rules in force, nil before the first good set.
+func (c *Client) Current() *rules.Snapshot { return c.cur.Load() }
+
+// Version returns the version_info of the rules in force ("" before any).
+func (c *Client) Version() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+// LastReload returns when the rules in force were applied (zero before
+// any).
+func (c *Client) LastReload() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied
+}
+
+// LastError returns why the last response was NACKed, or nil when it was
+// applied.
+func (c *Client) LastError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
+}
+
+// Run subscribes until ctx is done, reconnecting with backoff whenever the
+// stream breaks; it returns nil once ctx is done, or an error when the
+// address cannot be used at all.
+func (c *Client) Run(ctx context.Context) error {
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
+	}, c.DialOptions...)
+	conn, err := grpc.NewClient(c.addr, opts...)
+	if err != nil {
+		return fmt.Errorf("xds: %w", err)
+	}
+	defer conn.Close()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	minB, maxB := c.MinBackoff, c.MaxBackoff
+	if minB <= 0 {
+		minB = 100 * time.Millisecond
+	}
+	if maxB < minB {
+		maxB = max(30*time.Second, minB)
+	}
+	backoff := minB
+	for {
+		got, err := c.stream(ctx, ads)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if got {
+			backoff = minB
+		}
+		c.log.Warn("xds stream broke; reconnecting", "server", c.addr, "err", err, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxB)
+	}
+}
+
+// stream runs one ADS stream until it breaks; got reports whether any
+// response arrived.
+func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoveryServiceClient) (got bool, _ error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		return false, err
+	}
+	// A new stream resumes from the version in force, so the server need
+	// not resend what is already applied (it may anyway).
+	req := &discovery.DiscoveryRequest{Node: &core.Node{Id: c.node}, TypeUrl: TypeURL, VersionInfo: c.Version()}
+	if err := st.Send(req); err != nil {
+		return false, err
+	}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return got, err
+		}
+		got = true
+		ack := &discovery.DiscoveryRequest{Node: &core.Node{Id: c.node}, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
+		if resp.GetTypeUrl() != TypeURL {
+			ack.VersionInfo = c.Version()
+			ack.ErrorDetail = status.New(codes.InvalidArgument, fmt.Sprintf("unexpected type %q", resp.GetTypeUrl())).Proto()
+		} else if err := c.apply(resp); err != nil {
+			ack.VersionInfo = c.Version()
+			msg := err.Error()
+			if len(msg) > maxDetail {
+				msg = msg[:maxDetail] + "…"
+			}
+			ack.ErrorDetail = status.New(codes.InvalidArgument, msg).Proto()
+			c.log.Error("xds rules rejected; keeping the last good rules", "version", resp.GetVersionInfo(), "err", err)
+		} else {
+			ack.VersionInfo = resp.GetVersionInfo()
+			c.log.Info("xds rules applied", "version", resp.GetVersionInfo(), "resources", len(resp.GetResources()))
+		}
+		if c.OnUpdate != nil {
+			c.OnUpdate(resp.GetVersionInfo(), c.LastError())
+		}
+		if err := st.Send(ack); err != nil {
+			return got, err
+		}
+	}
+}
+
+// apply compiles resp's resources and, if they compile, makes them the
+// rules in force.
+func (c *Client) apply(resp *discovery.DiscoveryResponse) error {
+	snap, err := Compile(resp.GetResources(), c.opts)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.lastErr = fmt.Errorf("version %q: %w", resp.GetVersionInfo(), err)
+		return c.lastErr
+	}
+	c.cur.Store(snap)
+	c.version, c.lastErr, c.applied = resp.GetVersionInfo(), nil, time.Now()
+	return nil
+}
+
+// Compile turns RateLimitConfig resources into a snapshot: each becomes the
+// rule file "xds:NAME" (problems read "xds:NAME:line: field: msg", the line
+// being that of the rendering, Render). An empty set is an error, as an
+// empty rule directory is.
+func Compile[A interface {
+	GetTypeUrl() string
+	GetValue() []byte
+}](resources []A, opts rules.Options) (*rules.Snapshot, error) {
+	if len(resources) > MaxResources {
+		return nil, fmt.Errorf("%d resources, more than %d", len(resources), MaxResources)
+	}
+	files := make([]rules.File, 0, len(resources))
+	for i, r := range resources {
+		if r.GetTypeUrl() != TypeURL {
+			return nil, fmt.Errorf("resources[%d]: type %q, want %s", i, r.GetTypeUrl(), TypeURL)
+		}
+		var cfg rlconf.RateLimitConfig
+		if err := unmarshal(r.GetValue(), &cfg); err != nil {
+			return nil, fmt.Errorf("resources[%d]: %w", i, err)
+		}
+		data, err := Render(&cfg)
+		if err != nil {
+			return nil, fmt.Errorf("resources[%d] (%s): %w", i, cfg.GetName(), err)
+		}
+		name := cfg.GetName()
+		if name == "" {
+			name = fmt.Sprintf("resources[%d]", i)
+		}
+		files = append(files, rules.File{Name: "xds:" + name, Data: data})
+	}
+	return rules.ParseFiles(files, opts)
+}
+
+// yamlFile, yamlDescriptor and yamlLimit are the rule file format's fields
+// a RateLimitConfig carries.
+type yamlFile struct {
+	Domain      string           `yaml:"domain"`
+	Descriptors []yamlDescriptor `yaml:"descriptors,omitempty"`
+}
+
+type yamlDescriptor struct {
+	Key            string           `yaml:"key"`
+	Value          string           `yaml:"value,omitempty"`
+	RateLimit      *yamlLimit       `yaml:"rate_limit,omitempty"`
+	ShadowMode     bool             `yaml:"shadow_mode,omitempty"`
+	DetailedMetric bool             `yaml:"detailed_metric,omitempty"`
+	Descriptors    []yamlDescriptor `yaml:"descriptors,omitempty"`
+}
+
+type yamlLimit struct {
+	Unit            string        `yaml:"unit,omitempty"`
+	RequestsPerUnit *uint32       `yaml:"requests_per_unit,omitempty"`
+	Unlimited       bool          `yaml:"unlimited,omitempty"`
+	Name            string        `yaml:"name,omitempty"`
+	Replaces        []yamlReplace `yaml:"replaces,omitempty"`
+}
+
+type yamlReplace struct {
+	Name string `yaml:"name"`
+}
+
+// Render returns cfg as the equivalent rule file (the name is not part of
+// it). A unit of UNKNOWN renders as "unknown", which the rules reject,
+// unless the limit is unlimited.
+func Render(cfg *rlconf.RateLimitConfig) ([]byte, error) {
+	ds, err := descriptors(cfg.GetDescriptors(), 1)
+	if err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(yamlFile{Domain: cfg.GetDomain(), Descriptors: ds})
+}
+
+func descriptors(in []*rlconf.RateLimitDescriptor, depth int) ([]yamlDescriptor, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	if depth > MaxDepth {
+		return nil, fmt.Errorf("descriptors nested deeper than %d", MaxDepth)
+	}
+	out := make([]yamlDescriptor, len(in))
+	for i, d := range in {
+		sub, err := descriptors(d.GetDescriptors(), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = yamlDescriptor{Key: d.GetKey(), Value: d.GetValue(), ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric(), Descriptors: sub}
+		if rl := d.GetRateLimit(); rl != nil {
+			l := &yamlLimit{Unlimited: rl.GetUnlimited(), Name: rl.GetName()}
+			if !rl.GetUnlimited() || rl.GetUnit() != rlconf.RateLimitUnit_UNKNOWN {
+				l.Unit = strings.ToLower(rl.GetUnit().String())
+			}
+			if !rl.GetUnlimited() {
+				n := rl.GetRequestsPerUnit()
+				l.RequestsPerUnit = &n
+			}
+			for _, r := range rl.GetReplaces() {
+				l.Replaces = append(l.Replaces, yamlReplace{Name: r.GetName()})
+			}
+			out[i].RateLimit = l
+		}
+	}
+	return out, nil
+}
