@@ -38,8 +38,7 @@ func auditTime(flagName, v string, now time.Time) (string, error) {
 }
 
 func runAudit(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("audit", stderr)
 	var ac adminClient
 	ac.flags(fs)
 	tenantName := fs.String("tenant", "", "only rows about this tenant")

@@ -41,3 +41,18 @@ func printAnswer[T any](w io.Writer, what, output string, answer []byte, table f
 	}
 	return table(w, v)
 }
+
+// flagSetMade, when set (by tests), is called with every FlagSet a command
+// makes; the help test uses it to know each command's flags.
+var flagSetMade func(*flag.FlagSet)
+
+// newFlagSet makes a command's FlagSet: errors returned, not fatal, and
+// messages and help written to stderr.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if flagSetMade != nil {
+		flagSetMade(fs)
+	}
+	return fs
+}

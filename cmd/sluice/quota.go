@@ -146,9 +146,8 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		usage(stderr)
 		// The flags every action takes; `sluice quota ACTION -h` lists the action's own too.
-		common := flag.NewFlagSet("quota", flag.ContinueOnError)
+		common := newFlagSet("quota", stderr)
 		new(adminClient).flags(common)
-		common.SetOutput(stderr)
 		fmt.Fprintln(stderr, "\nFlags of every action (sluice quota ACTION -h for the action's own):")
 		common.PrintDefaults()
 		if len(args) == 0 {
@@ -157,8 +156,7 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return nil
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("quota "+action, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("quota "+action, stderr)
 	var ac adminClient
 	ac.flags(fs)
 	var tier, effective, expires, after string

@@ -36,8 +36,7 @@ func runSwitch(ctx context.Context, args []string, getenv env, stdout, stderr io
 		return nil
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("switch "+action, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("switch "+action, stderr)
 	var ac adminClient
 	ac.flags(fs)
 	var domain, rule, state string

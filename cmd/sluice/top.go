@@ -41,8 +41,7 @@ func parseAdminCommand(fs *flag.FlagSet, args []string, getenv env, npos int) ([
 }
 
 func runTop(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("top", stderr)
 	var ac adminClient
 	ac.flags(fs)
 	domain := fs.String("domain", "", "only this domain")
@@ -111,8 +110,7 @@ func printTop(w io.Writer, top dashboard.TopResponse) error {
 }
 
 func runUsage(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("usage", stderr)
 	var ac adminClient
 	ac.flags(fs)
 	output := outputFlag(fs)
