@@ -27,6 +27,10 @@ func adminAnswers(t *testing.T, answers map[string]string) (*httptest.Server, *[
 			http.Error(w, "not in the test's answers: "+key, http.StatusNotFound)
 			return
 		}
+		if a == "" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, a)
 	}))
@@ -77,6 +81,11 @@ func TestOperatorOutput(t *testing.T) {
 	}
 	getenv := func(k string) string {
 		return map[string]string{envAdminToken: "tok", "SLUICE_ADMIN_URL": srv.URL}[k]
+	}
+	// quota rm takes no --output and prints one line.
+	var rm bytes.Buffer
+	if err := run(context.Background(), []string{"quota", "rm", "acme"}, getenv, &rm, io.Discard); err != nil || rm.String() != "removed acme\n" {
+		t.Errorf("sluice quota rm acme: %v, printed %q; want nil and %q", err, rm.String(), "removed acme\n")
 	}
 	for _, tc := range tests {
 		for _, output := range []string{"json", "table", ""} {

@@ -162,7 +162,8 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	var tier, effective, expires, after string
 	var limit int
 	var ovs quotaOverrides
-	output := new(string)
+	table := "table" // rm and reset print one line, whatever --output
+	output := &table
 	if action == "set" || action == "get" || action == "list" {
 		output = outputFlag(fs)
 	}
