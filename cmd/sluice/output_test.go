@@ -61,6 +61,7 @@ func TestOperatorOutput(t *testing.T) {
 		"GET /admin/v1/quotas?limit=100&tier=enterprise": quotaListAnswer,
 		"GET /admin/v1/top?n=10&window=5m0s":             topAnswer,
 		"GET /admin/v1/usage/acme":                       usageAnswer,
+		"DELETE /admin/v1/quotas/acme":                   "",
 	})
 	tests := []struct {
 		name   string
