@@ -90,7 +90,7 @@ func startAdminServer(t *testing.T, bin, rules, redisURL, pgURL, tokens string) 
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
-		return err == nil && resp.StatusCode == 200 && strings.Contains(string(body), "tenants: live")
+		return err == nil && resp.StatusCode == 200 && strings.Contains(string(body), `tenants: {"source":"live","stale":false`)
 	})
 	return s
 }

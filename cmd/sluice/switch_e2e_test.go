@@ -47,7 +47,7 @@ func TestSwitchLevels(t *testing.T) {
 	for _, s := range []*testServer{a, b} {
 		waitUntil(t, "tenants live", 10*time.Second, func() bool {
 			_, body := get(t, s.base+"/readyz")
-			return strings.Contains(body, "tenants: live")
+			return strings.Contains(body, `tenants: {"source":"live","stale":false`)
 		})
 	}
 	// hits sends n hits of domain to b and counts the allowed ones.
@@ -92,7 +92,7 @@ func TestSwitchLevels(t *testing.T) {
 	if got := hits("feed", 10); got != 10 {
 		t.Errorf("feed under the global shadow switch: %d of 10 allowed, want 10", got)
 	}
-	_, body := get(t, b.base+"/debug/rules")
+	_, body := get(t, "http://"+b.debugLn.Addr().String()+"/debug/rules") // the debug listener: no token
 	if !strings.Contains(body, `"domain":"pay","id":"k"`) || strings.Count(body, `"switch":"off"`) != 1 || strings.Count(body, `"switch":"shadow"`) != 1 {
 		t.Errorf("/debug/rules on b = %s, want pay's rule off and feed's shadow", body)
 	}
