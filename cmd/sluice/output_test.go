@@ -106,6 +106,7 @@ func TestOperatorOutput(t *testing.T) {
 					}
 					return
 				}
+				t.Logf("sluice %s:\n%s", strings.Join(args, " "), got)
 				if strings.Contains(got, "{") {
 					t.Errorf("table output holds JSON:\n%s", got)
 				}
