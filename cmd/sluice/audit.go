@@ -38,8 +38,7 @@ func auditTime(flagName, v string, now time.Time) (string, error) {
 }
 
 func runAudit(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("audit", stderr)
 	var ac adminClient
 	ac.flags(fs)
 	tenantName := fs.String("tenant", "", "only rows about this tenant")
@@ -48,7 +47,7 @@ func runAudit(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	until := fs.String("until", "", "only rows before this time: RFC 3339, or a duration before now")
 	limit := fs.Int("limit", 100, fmt.Sprintf("rows per page (1–%d)", tenant.MaxAuditPage))
 	cursor := fs.String("cursor", "", "start at this page (the next printed by the previous one)")
-	output := fs.String("output", "table", "table or json (the admin API's answer)")
+	output := outputFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice audit [--tenant T] [--actor A] [--since T] [--until T] [--limit N] [--cursor C] [--output table|json]")
 		fmt.Fprintln(stderr, "\nPrints the audit log (quota changes, switches, resets), newest first, one page at a time.")
@@ -63,8 +62,8 @@ func runAudit(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		}
 		return err
 	}
-	if *output != "table" && *output != "json" {
-		return fmt.Errorf("audit: --output %q: want table or json: %w", *output, errUsage)
+	if err := checkOutput("audit", *output); err != nil {
+		return err
 	}
 	if *limit < 1 || *limit > tenant.MaxAuditPage {
 		return fmt.Errorf("audit: --limit %d: want 1 to %d: %w", *limit, tenant.MaxAuditPage, errUsage)
@@ -89,15 +88,7 @@ func runAudit(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	if *output == "json" {
-		_, err := stdout.Write(out)
-		return err
-	}
-	var page admin.AuditPageJSON
-	if err := json.Unmarshal(out, &page); err != nil {
-		return fmt.Errorf("audit: the answer is not what this version expects: %w", err)
-	}
-	return printAudit(stdout, page)
+	return printAnswer(stdout, "audit", *output, out, printAudit)
 }
 
 // printAudit prints a page of the audit log as a table, then how to get

@@ -34,8 +34,7 @@ type checkArgs struct {
 // follow entries). SLUICE_CHECK_ADDR sets --addr when the flag is absent.
 func parseCheckArgs(args []string, getenv env, stderr io.Writer) (checkArgs, error) {
 	var c checkArgs
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "gRPC address of the server (env SLUICE_CHECK_ADDR)")
 	fs.StringVar(&c.domain, "domain", "", "rule domain (required)")
 	fs.Func("hits", "hits to charge (hits_addend); 0 checks without charging; default 1", func(s string) error {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,8 +19,7 @@ func init() {
 }
 
 func runDiff(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("diff", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("diff", stderr)
 	var ac adminClient
 	ac.flags(fs)
 	against := fs.String("against", "", "base URL of the running server whose sample to replay (wins over --admin-url)")

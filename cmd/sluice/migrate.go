@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -16,8 +15,7 @@ func init() {
 }
 
 func runMigrate(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("migrate", stderr)
 	url := fs.String("postgres-url", "", "PostgreSQL URL (prefer SLUICE_POSTGRES_URL: a flag's value shows in ps)")
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait for the database")
 	fs.Usage = func() {

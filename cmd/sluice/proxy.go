@@ -54,8 +54,7 @@ func runProxy(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		inflight                                                                         int64
 		rlsTLS                                                                           clientTLSConfig
 	)
-	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("proxy", stderr)
 	fs.StringVar(&configFile, "config", "", "YAML file with the settings below (flags win over it)")
 	fs.StringVar(&upstream, "upstream", "", "URL of the API to forward to (required)")
 	fs.StringVar(&rulesDir, "rules", "", "directory of rule files, applied in process and reloaded on change")

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/sluice-rl/sluice/server/admin"
@@ -132,22 +133,21 @@ func (c *adminClient) do(ctx context.Context, getenv env, what, method, path str
 
 func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	usage := func(w io.Writer) {
-		fmt.Fprintln(w, "Usage: sluice quota set TENANT --tier T [--domain D --override 'DESCRIPTOR=N/UNIT'…]… [--effective-at T] [--expires-at T]")
-		fmt.Fprintln(w, "       sluice quota get TENANT")
+		fmt.Fprintln(w, "Usage: sluice quota set TENANT --tier T [--domain D --override 'DESCRIPTOR=N/UNIT'…]… [--effective-at T] [--expires-at T] [--output table|json]")
+		fmt.Fprintln(w, "       sluice quota get TENANT [--output table|json]")
 		fmt.Fprintln(w, "       sluice quota rm TENANT")
-		fmt.Fprintln(w, "       sluice quota list [--tier T] [--limit N] [--after TENANT]")
+		fmt.Fprintln(w, "       sluice quota list [--tier T] [--limit N] [--after TENANT] [--output table|json]")
 		fmt.Fprintln(w, "       sluice quota reset TENANT       (forget every counter of the tenant: quota back in full)")
 		fmt.Fprintln(w, "\nAn override belongs to the --domain given before it: --domain api --override '=7/minute'")
 		fmt.Fprintln(w, "--domain billing --override '=5000/month' overrides the rule at the tenant key of both files.")
 		fmt.Fprintln(w, "\nTalks to a server's admin API (--admin-url, SLUICE_ADMIN_URL) with the bearer token in")
-		fmt.Fprintln(w, "SLUICE_ADMIN_TOKEN or --token-file, and prints its JSON answer.")
+		fmt.Fprintln(w, "SLUICE_ADMIN_TOKEN or --token-file, and prints its answer as a table (--output json: as it came).")
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		usage(stderr)
 		// The flags every action takes; `sluice quota ACTION -h` lists the action's own too.
-		common := flag.NewFlagSet("quota", flag.ContinueOnError)
+		common := newFlagSet("quota", stderr)
 		new(adminClient).flags(common)
-		common.SetOutput(stderr)
 		fmt.Fprintln(stderr, "\nFlags of every action (sluice quota ACTION -h for the action's own):")
 		common.PrintDefaults()
 		if len(args) == 0 {
@@ -156,13 +156,17 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return nil
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("quota "+action, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("quota "+action, stderr)
 	var ac adminClient
 	ac.flags(fs)
 	var tier, effective, expires, after string
 	var limit int
 	var ovs quotaOverrides
+	table := "table" // rm and reset print one line, whatever --output
+	output := &table
+	if action == "set" || action == "get" || action == "list" {
+		output = outputFlag(fs)
+	}
 	switch action {
 	case "set":
 		fs.StringVar(&tier, "tier", "", "free, pro, enterprise or custom (required)")
@@ -190,6 +194,9 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
+		return err
+	}
+	if err := checkOutput("quota "+action, *output); err != nil {
 		return err
 	}
 	var method, path string
@@ -259,6 +266,65 @@ func runQuota(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		}
 		return nil
 	}
-	_, err = stdout.Write(out)
-	return err
+	if action == "list" {
+		return printAnswer(stdout, "quota list", *output, out, quotaListTable)
+	}
+	return printAnswer(stdout, "quota "+action, *output, out, quotaTable)
+}
+
+// quotaTable prints one tenant's record: its tier and times, its overrides,
+// and the limit each rule resolves to now with where it comes from.
+func quotaTable(w io.Writer, q admin.QuotaJSON) error {
+	fmt.Fprintf(w, "tenant %s: tier %s, effective %s, expires %s, updated %s\n", oneLine(q.Tenant), q.Tier,
+		q.EffectiveAt.UTC().Format(time.RFC3339), expiry(q.ExpiresAt), q.UpdatedAt.UTC().Format(time.RFC3339))
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	if len(q.Overrides) > 0 {
+		fmt.Fprintln(tw, "\nOVERRIDE DOMAIN\tDESCRIPTOR\tLIMIT")
+		for _, o := range q.Overrides {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", o.Domain, dash(oneLine(o.Descriptor)), perUnit(int64(o.RequestsPerUnit), o.Unit, o.Window))
+		}
+	}
+	if len(q.Quotas) > 0 {
+		fmt.Fprintln(tw, "\nDOMAIN\tRULE\tDESCRIPTOR\tLIMIT\tSOURCE")
+		for _, r := range q.Quotas {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Domain, r.Rule, dash(oneLine(r.Descriptor)), perUnit(int64(r.RequestsPerUnit), r.Unit, r.Window), r.Source)
+		}
+	}
+	return tw.Flush()
+}
+
+// quotaListTable prints a page of tenants, then how to get the next page.
+func quotaListTable(w io.Writer, page admin.ListJSON) error {
+	if len(page.Tenants) == 0 {
+		fmt.Fprintln(w, "no tenants")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tTIER\tOVERRIDES\tEFFECTIVE\tEXPIRES")
+	for _, q := range page.Tenants {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", oneLine(q.Tenant), q.Tier, len(q.Overrides), q.EffectiveAt.UTC().Format(time.RFC3339), expiry(q.ExpiresAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.Next != "" {
+		fmt.Fprintf(w, "more: run again with --after %s\n", page.Next)
+	}
+	return nil
+}
+
+// perUnit writes a limit as N/UNIT, or N/WINDOW for a duration window.
+func perUnit(n int64, unit, window string) string {
+	if unit == "" {
+		unit = window
+	}
+	return fmt.Sprintf("%d/%s", n, unit)
+}
+
+// expiry writes a record's expiry time, or "never".
+func expiry(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -43,8 +42,7 @@ func init() {
 
 func runServe(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	cfg := defaultServeConfig()
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("serve", stderr)
 	cfg.flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice serve [flags]")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,8 +19,7 @@ func init() {
 // runSimulate runs sim.DefaultSuite (optionally with a recorded trace) and
 // prints the results as a table or JSON on stdout, progress on stderr.
 func runSimulate(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("simulate", stderr)
 	var (
 		seed     = fs.Uint64("seed", 1, "seed of every workload; the same seed gives the same results")
 		format   = fs.String("format", "table", "output: table or json")

@@ -36,11 +36,10 @@ func runSwitch(ctx context.Context, args []string, getenv env, stdout, stderr io
 		return nil
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("switch "+action, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("switch "+action, stderr)
 	var ac adminClient
 	ac.flags(fs)
-	var domain, rule, state, output string
+	var domain, rule, state string
 	var global bool
 	switch action {
 	case "set", "clear":
@@ -55,7 +54,7 @@ func runSwitch(ctx context.Context, args []string, getenv env, stdout, stderr io
 		usage(stderr)
 		return fmt.Errorf("switch: unknown action %q (want list, set or clear): %w", action, errUsage)
 	}
-	fs.StringVar(&output, "output", "table", "table or json")
+	output := outputFlag(fs)
 	fs.Usage = func() { usage(stderr); fmt.Fprintln(stderr, "\nFlags:"); fs.PrintDefaults() }
 	if _, err := parseAdminCommand(fs, args[1:], getenv, 0); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -63,23 +62,17 @@ func runSwitch(ctx context.Context, args []string, getenv env, stdout, stderr io
 		}
 		return err
 	}
-	if output != "table" && output != "json" {
-		return fmt.Errorf("switch %s: --output: %q (want table or json): %w", action, output, errUsage)
+	if err := checkOutput("switch "+action, *output); err != nil {
+		return err
 	}
 	if action == "list" {
 		out, _, err := ac.do(ctx, getenv, "switch list", http.MethodGet, "switches", nil)
 		if err != nil {
 			return err
 		}
-		if output == "json" {
-			_, err = stdout.Write(out)
-			return err
-		}
-		var list struct{ Switches []admin.SwitchJSON }
-		if err := json.Unmarshal(out, &list); err != nil {
-			return fmt.Errorf("switch list: the answer is not what this version expects: %w", err)
-		}
-		return switchTable(stdout, list.Switches)
+		return printAnswer(stdout, "switch list", *output, out, func(w io.Writer, list struct{ Switches []admin.SwitchJSON }) error {
+			return switchTable(w, list.Switches)
+		})
 	}
 	req := admin.SwitchJSON{Domain: domain, Rule: rule, State: state}
 	switch {
@@ -104,15 +97,9 @@ func runSwitch(ctx context.Context, args []string, getenv env, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	if output == "json" {
-		_, err = stdout.Write(out)
-		return err
-	}
-	var got admin.SwitchJSON
-	if err := json.Unmarshal(out, &got); err != nil {
-		return fmt.Errorf("switch %s: the answer is not what this version expects: %w", action, err)
-	}
-	return switchTable(stdout, []admin.SwitchJSON{got})
+	return printAnswer(stdout, "switch "+action, *output, out, func(w io.Writer, got admin.SwitchJSON) error {
+		return switchTable(w, []admin.SwitchJSON{got})
+	})
 }
 
 // switchTable prints switches as a table.

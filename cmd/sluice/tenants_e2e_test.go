@@ -136,16 +136,16 @@ func TestTenantsEndToEnd(t *testing.T) {
 	}
 
 	cmdEnv := map[string]string{"SLUICE_ADMIN_TOKEN": e2eRW, "SLUICE_ADMIN_URL": a.base}
-	out, err := sluiceCmd(t, cmdEnv, "quota", "set", "acme", "--tier", "enterprise", "--domain", "api", "--override", "endpoint:POST /api/v1/orders=500/minute")
+	out, err := sluiceCmd(t, cmdEnv, "quota", "set", "acme", "--tier", "enterprise", "--domain", "api", "--override", "endpoint:POST /api/v1/orders=500/minute", "--output", "json")
 	if err != nil || !strings.Contains(out, `"override"`) {
 		t.Fatalf("sluice quota set: %v\n%s", err, out)
 	}
 	took := waitUntil(t, "server b enforces the override set through a", 10*time.Second, func() bool { return ordersLimit(t, b.base, "acme") == 500 })
 	t.Logf("a quota set on server a applied on server b after %v", took)
-	if out, err := sluiceCmd(t, cmdEnv, "quota", "get", "acme"); err != nil || !strings.Contains(out, `"tier": "enterprise"`) {
+	if out, err := sluiceCmd(t, cmdEnv, "quota", "get", "acme", "--output", "json"); err != nil || !strings.Contains(out, `"tier": "enterprise"`) {
 		t.Errorf("sluice quota get: %v\n%s", err, out)
 	}
-	if out, err := sluiceCmd(t, cmdEnv, "quota", "list", "--tier", "enterprise"); err != nil || !strings.Contains(out, `"acme"`) {
+	if out, err := sluiceCmd(t, cmdEnv, "quota", "list", "--tier", "enterprise", "--output", "json"); err != nil || !strings.Contains(out, `"acme"`) {
 		t.Errorf("sluice quota list: %v\n%s", err, out)
 	}
 	roEnv := map[string]string{"SLUICE_ADMIN_TOKEN": e2eRO, "SLUICE_ADMIN_URL": a.base}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,17 +41,17 @@ func parseAdminCommand(fs *flag.FlagSet, args []string, getenv env, npos int) ([
 }
 
 func runTop(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("top", stderr)
 	var ac adminClient
 	ac.flags(fs)
 	domain := fs.String("domain", "", "only this domain")
 	rule := fs.String("rule", "", "only this rule (its ID)")
 	n := fs.Int("n", 10, "keys per rule (1–100)")
 	window := fs.Duration("window", 5*time.Minute, "how far back (up to 15m)")
-	asJSON := fs.Bool("json", false, "print the admin API's JSON instead of a table")
+	output := outputFlag(fs)
+	asJSON := fs.Bool("json", false, "the same as --output json (kept for older scripts)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice top [--domain D] [--rule R] [--n 10] [--window 5m] [--json]")
+		fmt.Fprintln(stderr, "Usage: sluice top [--domain D] [--rule R] [--n 10] [--window 5m] [--output table|json]")
 		fmt.Fprintln(stderr, "\nPrints, per rule, the keys most often denied, with their checks and the error bound of the")
 		fmt.Fprintln(stderr, "estimates (fleet-wide when the server runs on Redis). Needs an admin token (read-only is enough).")
 		fmt.Fprintln(stderr, "\nFlags:")
@@ -62,6 +61,12 @@ func runTop(ctx context.Context, args []string, getenv env, stdout, stderr io.Wr
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
+		return err
+	}
+	if *asJSON {
+		*output = "json"
+	}
+	if err := checkOutput("top", *output); err != nil {
 		return err
 	}
 	q := url.Values{"n": {strconv.Itoa(*n)}, "window": {window.String()}}
@@ -75,15 +80,7 @@ func runTop(ctx context.Context, args []string, getenv env, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		_, err := stdout.Write(out)
-		return err
-	}
-	var top dashboard.TopResponse
-	if err := json.Unmarshal(out, &top); err != nil {
-		return fmt.Errorf("top: the answer is not what this version expects: %w", err)
-	}
-	return printTop(stdout, top)
+	return printAnswer(stdout, "top", *output, out, printTop)
 }
 
 // printTop prints a top answer as one table per rule.
@@ -113,13 +110,13 @@ func printTop(w io.Writer, top dashboard.TopResponse) error {
 }
 
 func runUsage(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("usage", stderr)
 	var ac adminClient
 	ac.flags(fs)
-	asJSON := fs.Bool("json", false, "print the admin API's JSON instead of a table")
+	output := outputFlag(fs)
+	asJSON := fs.Bool("json", false, "the same as --output json (kept for older scripts)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice usage TENANT [--json]")
+		fmt.Fprintln(stderr, "Usage: sluice usage TENANT [--output table|json]")
 		fmt.Fprintln(stderr, "\nPrints each limit that applies to the tenant: its limit, used, remaining and reset, read")
 		fmt.Fprintln(stderr, "from the store without charging. Needs an admin token (read-only is enough).")
 		fmt.Fprintln(stderr, "\nFlags:")
@@ -132,19 +129,18 @@ func runUsage(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		}
 		return err
 	}
+	if *asJSON {
+		*output = "json"
+	}
+	if err := checkOutput("usage", *output); err != nil {
+		return err
+	}
 	out, _, err := ac.do(ctx, getenv, "usage", http.MethodGet, "usage/"+url.PathEscape(pos[0]), nil)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		_, err := stdout.Write(out)
-		return err
-	}
-	var u admin.UsageJSON
-	if err := json.Unmarshal(out, &u); err != nil {
-		return fmt.Errorf("usage: the answer is not what this version expects: %w", err)
-	}
-	return printUsage(stdout, u, time.Now())
+	now := time.Now()
+	return printAnswer(stdout, "usage", *output, out, func(w io.Writer, u admin.UsageJSON) error { return printUsage(w, u, now) })
 }
 
 // printUsage prints a usage answer as a table.

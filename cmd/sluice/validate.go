@@ -23,8 +23,7 @@ func init() {
 // status 1) if any argument has a problem, and a usage error (exit status 2)
 // when called wrongly.
 func runValidate(_ context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("validate", stderr)
 	alg := fs.String("default-algorithm", sluice.FixedWindow.String(),
 		"algorithm of rules that name none, as for sluice serve (env SLUICE_DEFAULT_ALGORITHM): "+algorithmNames())
 	merge := fs.Bool("merge-domains", false, "let rule files share a domain, as sluice serve --merge-domains (env SLUICE_MERGE_DOMAINS)")
