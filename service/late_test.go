@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -120,11 +121,15 @@ func TestLateReplyRedis(t *testing.T) {
 		degraded Degraded
 		code     Code
 		refunded uint64
-		left     int // requests the store admits afterwards
+		left     []int // requests the store may admit afterwards
 	}{
-		{"closed", FailedClosed, CodeOverLimit, 1, 4},
-		{"local", Local, CodeOK, 1, 4},
-		{"open", FailedOpen, CodeOK, 0, 3},
+		{"closed", FailedClosed, CodeOverLimit, 1, []int{4}},
+		{"local", Local, CodeOK, 1, []int{4}},
+		// open undoes nothing: the held call keeps its charge if it ran (3
+		// left), but on a loaded host the call can reach Redis after its
+		// deadline, and the script's deadline guard then runs nothing (4).
+		// Either way no refund may be sent (LateRefunded +0, above).
+		{"open", FailedOpen, CodeOK, 0, []int{3, 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -163,8 +168,8 @@ func TestLateReplyRedis(t *testing.T) {
 					admitted++
 				}
 			}
-			if admitted != tt.left {
-				t.Errorf("%d of 5 requests admitted after the late reply, want %d (quota 4)", admitted, tt.left)
+			if !slices.Contains(tt.left, admitted) {
+				t.Errorf("%d of 5 requests admitted after the late reply, want one of %v (quota 4)", admitted, tt.left)
 			}
 		})
 	}

@@ -37,8 +37,7 @@ func runDeny(ctx context.Context, args []string, getenv env, stdout, stderr io.W
 		return nil
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("deny "+action, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("deny "+action, stderr)
 	var ac adminClient
 	ac.flags(fs)
 	var e admin.DenyJSON
