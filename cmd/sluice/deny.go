@@ -29,14 +29,10 @@ func runDeny(ctx context.Context, args []string, getenv env, stdout, stderr io.W
 		fmt.Fprintln(w, "deny lists. Every change is audited. Talks to a server's admin API (--admin-url,")
 		fmt.Fprintln(w, "SLUICE_ADMIN_URL) with the bearer token in SLUICE_ADMIN_TOKEN or --token-file.")
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return fmt.Errorf("deny: no action given: %w", errUsage)
-		}
-		return nil
+	action, ok, err := splitAction("deny", args, stderr, usage)
+	if !ok {
+		return err
 	}
-	action := args[0]
 	fs := newFlagSet("deny "+action, stderr)
 	var ac adminClient
 	ac.flags(fs)

@@ -56,3 +56,17 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	}
 	return fs
 }
+
+// splitAction takes the action word of an operator command (sluice NAME
+// ACTION [flags]). With no word, or with -h, it prints usage to stderr and
+// returns ok false: with no word, err is a usage error; with -h, nil.
+func splitAction(name string, args []string, stderr io.Writer, usage func(io.Writer)) (action string, ok bool, err error) {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return "", false, fmt.Errorf("%s: no action given: %w", name, errUsage)
+		}
+		return "", false, nil
+	}
+	return args[0], true, nil
+}

@@ -28,14 +28,10 @@ func runSwitch(ctx context.Context, args []string, getenv env, stdout, stderr io
 		fmt.Fprintln(w, "clear turns the switch back on. Every change is audited. Talks to a server's admin API")
 		fmt.Fprintln(w, "(--admin-url, SLUICE_ADMIN_URL) with the bearer token in SLUICE_ADMIN_TOKEN or --token-file.")
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return fmt.Errorf("switch: no action given: %w", errUsage)
-		}
-		return nil
+	action, ok, err := splitAction("switch", args, stderr, usage)
+	if !ok {
+		return err
 	}
-	action := args[0]
 	fs := newFlagSet("switch "+action, stderr)
 	var ac adminClient
 	ac.flags(fs)
