@@ -105,9 +105,16 @@ func BenchmarkHealthCheckBaseline(b *testing.B) {
 }
 
 // BenchmarkShouldRateLimit: ShouldRateLimit over loopback gRPC, one
-// descriptor, 10^4 distinct values, real engine and memory store.
+// descriptor, 10^4 distinct values, real engine and memory store, with the
+// server options sluice serve uses (ServerOptions); /default-options is
+// grpc-go's defaults, for comparison.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	g := grpc.NewServer()
+	b.Run("server-options", func(b *testing.B) { benchShouldRateLimit(b, ServerOptions()...) })
+	b.Run("default-options", func(b *testing.B) { benchShouldRateLimit(b) })
+}
+
+func benchShouldRateLimit(b *testing.B, opts ...grpc.ServerOption) {
+	g := grpc.NewServer(opts...)
 	New(benchEngine(b), Options{}).Register(g)
 	client := rlsv3.NewRateLimitServiceClient(serve(b, g))
 	reqs := benchRequests(10_000)

@@ -170,3 +170,23 @@ func (s *Server) grpcError(ctx context.Context, err error) error {
 	s.log.ErrorContext(ctx, "check failed", "err", err)
 	return status.Error(codes.Internal, err.Error())
 }
+
+// StreamWorkers is the number of goroutines ServerOptions keeps to run
+// calls on (grpc.NumStreamWorkers). A call that finds none idle runs on a
+// goroutine of its own, as without workers, so it is not a limit: it is
+// how many calls at once run on a goroutine whose stack has already grown,
+// instead of growing (copying) a fresh one per call.
+const StreamWorkers = 64
+
+// ServerOptions are the transport options Sluice's gRPC server runs with,
+// each chosen by counting the server's instructions per request
+// (scripts/instr.sh, BENCHMARKS.md): calls run on StreamWorkers
+// long-lived goroutines, and a connection's write buffer is taken from a
+// pool only while it has something to write. They change no behaviour a
+// client sees.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(StreamWorkers),
+		grpc.SharedWriteBuffer(true),
+	}
+}
