@@ -71,6 +71,7 @@ done
 
 names=()
 counts=()
+menv=() # NAME=value settings of the next server measured
 # measure NAME METHOD PORT COMMAND...: runs COMMAND under callgrind, drives
 # it on 127.0.0.1:PORT and records NAME's instructions per request.
 measure() {
@@ -78,11 +79,14 @@ measure() {
 	shift 3
 	local out="$tmp/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_').out"
 	echo "--- $name" >&2
-	GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$out" "$@" \
-		>"$out.log" 2>&1 &
+	# valgrind does not follow an exec: the environment is set outside it.
+	env "${menv[@]}" GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 \
+		valgrind --tool=callgrind --callgrind-out-file="$out" "$@" >"$out.log" 2>&1 &
 	local pid=$!
 	started+=("$pid")
-	if ! "$tmp/sluice-bench" grpc --addr "127.0.0.1:$port" --method "$method" --domain bench \
+	# The hooks (callgrind_control) run with the server's environment too:
+	# valgrind names its control pipe after $USER and $HOST.
+	if ! env "${menv[@]}" "$tmp/sluice-bench" grpc --addr "127.0.0.1:$port" --method "$method" --domain bench \
 		--key remote_address --keys 10000 --concurrency 50 --conns 1 --wait 180s \
 		--requests "$requests" --warmup-requests "$warmup" \
 		--before "callgrind_control -z $pid >/dev/null" --after "callgrind_control -d $pid >/dev/null" >&2; then
@@ -130,11 +134,13 @@ if want envoy && [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
 		mkdir -p "$tmp/runtime/ratelimit/config"
 		cp "$root/testdata/rules/bench/bench.yaml" "$tmp/runtime/ratelimit/config/bench.yaml"
 		p=$(free_port)
-		measure "envoyproxy/ratelimit (redis)" rls "$p" env USE_STATSD=false LOG_LEVEL=warn \
-			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
-			RUNTIME_ROOT="$tmp/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-			RUNTIME_IGNOREDOTFILES=true GRPC_HOST=127.0.0.1 GRPC_PORT="$p" HOST=127.0.0.1 \
-			PORT="$(free_port)" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(free_port)" "$ENVOY_RATELIMIT_BIN"
+		menv=(USE_STATSD=false LOG_LEVEL=warn
+			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port"
+			RUNTIME_ROOT="$tmp/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false
+			RUNTIME_IGNOREDOTFILES=true GRPC_HOST=127.0.0.1 GRPC_PORT="$p" HOST=127.0.0.1
+			PORT="$(free_port)" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(free_port)")
+		measure "envoyproxy/ratelimit (redis)" rls "$p" "$ENVOY_RATELIMIT_BIN"
+		menv=()
 	else
 		echo "instr.sh: ENVOY_RATELIMIT_BIN=$ENVOY_RATELIMIT_BIN is not an executable; skipped" >&2
 	fi
