@@ -182,8 +182,7 @@ const StreamWorkers = 64
 // ServerOptions are the transport options Sluice's gRPC server runs with,
 // each chosen by counting the server's instructions per request
 // (scripts/instr.sh, BENCHMARKS.md): calls run on StreamWorkers
-// long-lived goroutines; a connection's write buffer is taken from a pool
-// only while it has something to write; and the server's codec is grpc-go's
+// long-lived goroutines, and the server's codec is grpc-go's
 // proto codec, except that Register's ShouldRateLimit decodes its request
 // and encodes its response by hand when they hold only what Envoy sends
 // (every other service and message goes to the proto codec unchanged).
@@ -194,7 +193,6 @@ const StreamWorkers = 64
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.NumStreamWorkers(StreamWorkers),
-		grpc.SharedWriteBuffer(true),
 		grpc.ForceServerCodecV2(newCodec()),
 	}
 }
