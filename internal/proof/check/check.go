@@ -88,14 +88,20 @@ type Rule struct {
 //     that had not received the last writes). Charges made before End may be
 //     forgotten once, so a span that overlaps [Start, End] is allowed one
 //     more quota (window, log) or one more burst (bucket) per such fault.
-//   - anything else ("pause", "latency", "instance", "outage", "reset"):
-//     recorded for the reader; no bound moves. Each failure mode's own
-//     bound holds throughout.
+//   - "clock": instance Instance's clock reads OffsetUS ahead of the shared
+//     clock. Only its in-process decisions read it (failure mode local:
+//     its share per window of its own clock); Redis decides on Redis's
+//     TIME. Its local admissions are counted in windows of its clock.
+//   - anything else ("pause", "latency", "instance", "outage", "reset",
+//     "reload"): recorded for the reader; no bound moves. Each failure
+//     mode's own bound holds throughout.
 type Fault struct {
-	Name  string `json:"name"`
-	Kind  string `json:"kind"`
-	Start int64  `json:"start_us"`
-	End   int64  `json:"end_us"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+	Start    int64  `json:"start_us"`
+	End      int64  `json:"end_us"`
+	Instance int    `json:"instance,omitempty"`  // kind clock
+	OffsetUS int64  `json:"offset_us,omitempty"` // kind clock
 }
 
 // Change is a rule reload that changed one rule's limit: every instance
@@ -138,7 +144,10 @@ func (v Violation) String() string {
 type Report struct {
 	// Worst is, per rule, the largest admitted count a bound was checked
 	// against and that bound (the tightest ratio seen).
-	Worst      map[string]Worst
+	Worst map[string]Worst
+	// Local is, per rule in failure mode local, the most one instance
+	// admitted on its own in one window of its clock, and its share.
+	Local      map[string]Worst
 	Violations []Violation
 	Events     int
 }
@@ -154,7 +163,7 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 // Check checks h against the bounds of its rules.
 func Check(h History) Report {
-	rep := Report{Worst: map[string]Worst{}, Events: len(h.Events)}
+	rep := Report{Worst: map[string]Worst{}, Local: map[string]Worst{}, Events: len(h.Events)}
 	rules := map[string]Rule{}
 	for _, r := range h.Rules {
 		rules[r.Name] = r
@@ -181,9 +190,13 @@ func Check(h History) Report {
 		changes[c.Rule] = append(changes[c.Rule], c)
 	}
 	var losses []Fault
+	offsets := map[int]int64{}
 	for _, f := range h.Faults {
-		if f.Kind == "loss" {
+		switch f.Kind {
+		case "loss":
 			losses = append(losses, f)
+		case "clock":
+			offsets[f.Instance] = f.OffsetUS
 		}
 	}
 	keys := make([]series, 0, len(byKey))
@@ -197,7 +210,7 @@ func Check(h History) Report {
 			rep.Violations = append(rep.Violations, Violation{"history", k.rule, k.key, "events of a rule the history does not describe"})
 			continue
 		}
-		b := bounds{r: r, changes: changes[r.Name], losses: losses}
+		b := bounds{r: r, changes: changes[r.Name], losses: losses, offsets: offsets}
 		sort.Slice(b.changes, func(i, j int) bool { return b.changes[i].Send < b.changes[j].Send })
 		evs := byKey[k]
 		sort.Slice(evs, func(i, j int) bool { return evs[i].Send < evs[j].Send })
@@ -205,7 +218,11 @@ func Check(h History) Report {
 		var w Worst
 		switch r.Kind {
 		case "window":
-			vs, w = checkWindow(b, k.key, evs, resets[k])
+			var lw Worst
+			vs, w, lw = checkWindow(b, k.key, evs, resets[k])
+			if lw.Bound > 0 && lw.Admitted >= rep.Local[r.Name].Admitted {
+				rep.Local[r.Name] = lw
+			}
 		case "log":
 			vs, w = checkSpan(r, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
 				return b.quota(from, to), to-from < r.WindowUS
@@ -232,6 +249,7 @@ type bounds struct {
 	r       Rule
 	changes []Change // by Send
 	losses  []Fault
+	offsets map[int]int64 // instance → how far its clock runs ahead, µs
 }
 
 // limit is one limit a rule had: its quota and burst (0: the quota).
@@ -349,8 +367,9 @@ func hasReset(rs []Reset, from, to int64) bool {
 
 // checkWindow: per epoch-aligned window, the admissions certainly inside it
 // (sent and answered within it) are at most Quota; per instance, the local
-// admissions certainly inside it at most LocalShare.
-func checkWindow(b bounds, key string, evs []Event, rs []Reset) ([]Violation, Worst) {
+// admissions certainly inside one window of that instance's clock at most
+// LocalShare.
+func checkWindow(b bounds, key string, evs []Event, rs []Reset) ([]Violation, Worst, Worst) {
 	r := b.r
 	var vs []Violation
 	var worst Worst
@@ -360,13 +379,18 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset) ([]Violation, Wo
 		if e.Verdict != Allowed || e.Recv == 0 {
 			continue
 		}
+		if e.Degraded == Local {
+			// Decided in process, on the instance's clock.
+			o := b.offsets[e.Instance]
+			ls, lr := (e.Send+o)/r.WindowUS, (e.Recv-1+o)/r.WindowUS
+			if ls == lr {
+				local[[2]int64{ls, int64(e.Instance)}] += e.Cost
+			}
+			continue
+		}
 		ws, wr := e.Send/r.WindowUS, (e.Recv-1)/r.WindowUS
 		if ws != wr {
 			continue // may be in either window: certain of neither
-		}
-		if e.Degraded == Local {
-			local[[2]int64{ws, int64(e.Instance)}] += e.Cost
-			continue
 		}
 		if counted(e) {
 			admitted[ws] = append(admitted[ws], e)
@@ -398,13 +422,17 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset) ([]Violation, Wo
 				fmt.Sprintf("window [%d, %d) µs admitted %d > bound %d", from, to, n, q)})
 		}
 	}
+	var lw Worst
 	for c, n := range local {
+		if r.LocalShare > 0 && n >= lw.Admitted {
+			lw = Worst{n, r.LocalShare}
+		}
 		if r.LocalShare > 0 && n > r.LocalShare {
 			vs = append(vs, Violation{"local", r.Name, key,
 				fmt.Sprintf("instance %d admitted %d on its own in window %d > its share %d", c[1], n, c[0], r.LocalShare)})
 		}
 	}
-	return vs, worst
+	return vs, worst, lw
 }
 
 // checkSpan: for every pair of counted admissions a ≤ b (by Send), the
@@ -502,7 +530,11 @@ func (r Report) Summary() string {
 	fmt.Fprintf(&b, "%d events, %d violations\n", r.Events, len(r.Violations))
 	for _, n := range names {
 		w := r.Worst[n]
-		fmt.Fprintf(&b, "  %-24s worst %d of bound %d\n", n, w.Admitted, w.Bound)
+		fmt.Fprintf(&b, "  %-24s worst %d of bound %d", n, w.Admitted, w.Bound)
+		if l, ok := r.Local[n]; ok {
+			fmt.Fprintf(&b, "; on its own %d of share %d", l.Admitted, l.Bound)
+		}
+		b.WriteString("\n")
 	}
 	for i, v := range r.Violations {
 		if i == 20 {

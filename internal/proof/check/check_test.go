@@ -181,6 +181,33 @@ func TestCheckerCatchesOvershootByOneUnderFaults(t *testing.T) {
 	}
 }
 
+// TestCheckerClockAhead: an instance whose clock runs ahead keeps its
+// local share per window of its own clock. Instance 1, 500 ms ahead,
+// admits its share of 2 at 300 ms and 2 more at 600 ms (its clock: 800 ms
+// and 1.1 s, two windows): within its bound, though one window of the
+// shared clock holds 4. A third in its second window is one too many; and
+// without the clock fault on record the same history is over (the bound
+// follows the fault, not the other way round).
+func TestCheckerClockAhead(t *testing.T) {
+	localAt := func(ts int64) Event {
+		e := allowed("win", "k", 1, ts)
+		e.Degraded = Local
+		return e
+	}
+	evs := []Event{localAt(300 * ms), localAt(310 * ms), localAt(600 * ms), localAt(610 * ms)}
+	clock := []Fault{{Name: "instance 1 clock +500 ms", Kind: "clock", Instance: 1, OffsetUS: 500 * ms, End: 2000 * ms}}
+	if rep := Check(History{Rules: rules, Events: evs, Faults: clock}); !rep.OK() {
+		t.Errorf("share per window of its clock: got %v, want none", rep.Violations)
+	}
+	rep := Check(History{Rules: rules, Events: with1(evs, localAt(620*ms)), Faults: clock})
+	if rep.OK() || rep.Violations[0].Bound != "local" {
+		t.Errorf("one over its share in its window: got %v, want a local violation", rep.Violations)
+	}
+	if rep := Check(History{Rules: rules, Events: evs}); rep.OK() {
+		t.Errorf("the same history without the clock fault: got no violation, want a local one")
+	}
+}
+
 // TestCheckerTenantReset: a tenant's override is a rule of its own to the
 // checker (quota 2 here); after a reset of the tenant, a denial with less
 // than that admitted since contradicts it, and the override's window bound

@@ -37,6 +37,9 @@ import (
 // Replicas is how many `sluice serve` processes a run starts.
 const Replicas = 3
 
+// SkewedInstance is the instance whose clock a Schedule's Skew moves.
+const SkewedInstance = 2
+
 // rulesYAML: one rule per bound the checker holds (all with 1 s windows, so
 // a short run crosses many), keyed by descriptor key. fwQuota is the fixed
 // window's quota; a reload rewrites it.
@@ -144,6 +147,10 @@ type Schedule struct {
 	// Degrades says the faults must make some decisions degraded (or the
 	// fault did not reach the fleet and the run proves nothing).
 	Degrades bool
+	// Skew is how far instance SkewedInstance's clock runs ahead of the
+	// others' (sluice serve --clock-skew: the clock of its in-process
+	// stores, which decide failure_mode local); 0: none.
+	Skew time.Duration
 	// Duration of the traffic; 0 means 4 s.
 	Duration time.Duration
 	Faults   []Fault
@@ -435,6 +442,9 @@ func start(t TB, bin string, s Schedule) *Fleet {
 		args := []string{"serve", "--store", "redis", "--redis-url", url, "--rules", rules, "--admin-token-file", tokens,
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "off",
 			"--expected-replicas", fmt.Sprint(Replicas), "--log-level", "warn"}
+		if s.Skew != 0 && i == SkewedInstance {
+			args = append(args, "--clock-skew", s.Skew.String())
+		}
 		if pgURL != "" {
 			args = append(args, "--migrate", "--tenant-snapshot", filepath.Join(dir, fmt.Sprintf("snapshot-%d", i)))
 		}
@@ -480,6 +490,13 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	f.start = time.Now()
+	if s.Skew != 0 {
+		f.Record(fmt.Sprintf("instance %d clock %v ahead", SkewedInstance, s.Skew), "clock", f.start.UnixMicro(), f.start.Add(d).UnixMicro())
+		f.mu.Lock()
+		c := &f.hist.Faults[len(f.hist.Faults)-1]
+		c.Instance, c.OffsetUS = SkewedInstance, s.Skew.Microseconds()
+		f.mu.Unlock()
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

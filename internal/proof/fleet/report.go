@@ -46,7 +46,11 @@ func Table(results []Result) string {
 				b.WriteString(" — |")
 				continue
 			}
-			fmt.Fprintf(&b, " %d / %d |", w.Admitted, w.Bound)
+			fmt.Fprintf(&b, " %d / %d", w.Admitted, w.Bound)
+			if l, ok := r.Report.Local[c.rule]; ok {
+				fmt.Fprintf(&b, " (own %d / %d)", l.Admitted, l.Bound)
+			}
+			b.WriteString(" |")
 		}
 		fmt.Fprintf(&b, " %s |\n", Verdict(r))
 	}

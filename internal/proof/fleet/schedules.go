@@ -75,8 +75,18 @@ func Schedules() []Schedule {
 			}},
 			{At: 3500 * ms, Name: "reset tenant acme", Do: func(f *Fleet) error { return f.Reset("acme", Tenant) }},
 		}},
+		{Name: "instance 2 clock 2.5 s ahead, Redis down 2.5 s", Store: "single", Short: true, Degrades: true, Skew: 2500 * ms, Faults: []Fault{
+			{At: 1200 * ms, Name: "kill redis, restart after 2.5 s", Do: func(f *Fleet) error {
+				t := now()
+				f.Redis.Kill()
+				time.Sleep(2500 * ms)
+				f.Redis.Restart()
+				f.Record("redis killed and restarted empty", "loss", t, now())
+				return nil
+			}},
+		}},
 		{Name: "no fault", Store: "cluster"},
-		{Name: "one master SIGSTOP 1.5 s", Store: "cluster", Degrades: true, Faults: []Fault{
+		{Name: "one master SIGSTOP 1.5 s", Store: "cluster", Short: true, Degrades: true, Faults: []Fault{
 			{At: 1500 * ms, Name: "SIGSTOP master 1", Do: func(f *Fleet) error {
 				s := f.Cluster.Servers[1]
 				s.Pause()
