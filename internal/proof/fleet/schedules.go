@@ -43,6 +43,17 @@ func Schedules() []Schedule {
 				return nil
 			}},
 		}},
+		{Name: "connections dropped 6× in 1.5 s", Store: "single", Short: true, Faults: []Fault{
+			{At: 1500 * ms, Name: "drop every Redis connection every 250 ms", Do: func(f *Fleet) error {
+				t := now()
+				for range 6 {
+					f.Proxy.Drop()
+					time.Sleep(250 * ms)
+				}
+				f.Record("Redis connections dropped 6 times", "network", t, now())
+				return nil
+			}},
+		}},
 		{Name: "an instance SIGKILLed", Store: "single", Short: true, Faults: []Fault{
 			{At: 2 * time.Second, Name: "SIGKILL instance 2", Do: func(f *Fleet) error {
 				t := now()
