@@ -145,6 +145,9 @@ type Report struct {
 	// Worst is, per rule, the largest admitted count a bound was checked
 	// against and that bound (the tightest ratio seen).
 	Worst map[string]Worst
+	// Moved is, per rule, the worst span whose bound a fault moved (a loss,
+	// a reload): absent when no fault moved the rule's bound.
+	Moved map[string]Worst
 	// Local is, per rule in failure mode local, the most one instance
 	// admitted on its own in one window of its clock, and its share.
 	Local      map[string]Worst
@@ -158,12 +161,22 @@ type Worst struct {
 	Admitted, Bound int64
 }
 
+// worse reports whether w is a worse case than c: a larger share of its
+// bound, or the same share of a larger bound (a bound a fault moved).
+func (w Worst) worse(c Worst) bool {
+	if c.Bound == 0 {
+		return w.Bound > 0
+	}
+	l, r := w.Admitted*c.Bound, c.Admitted*w.Bound
+	return l > r || l == r && w.Bound > c.Bound
+}
+
 // OK reports whether no bound was broken.
 func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 // Check checks h against the bounds of its rules.
 func Check(h History) Report {
-	rep := Report{Worst: map[string]Worst{}, Local: map[string]Worst{}, Events: len(h.Events)}
+	rep := Report{Worst: map[string]Worst{}, Moved: map[string]Worst{}, Local: map[string]Worst{}, Events: len(h.Events)}
 	rules := map[string]Rule{}
 	for _, r := range h.Rules {
 		rules[r.Name] = r
@@ -215,28 +228,31 @@ func Check(h History) Report {
 		evs := byKey[k]
 		sort.Slice(evs, func(i, j int) bool { return evs[i].Send < evs[j].Send })
 		var vs []Violation
-		var w Worst
+		var w, mw Worst
 		switch r.Kind {
 		case "window":
 			var lw Worst
-			vs, w, lw = checkWindow(b, k.key, evs, resets[k])
+			vs, w, mw, lw = checkWindow(b, k.key, evs, resets[k])
 			if lw.Bound > 0 && lw.Admitted >= rep.Local[r.Name].Admitted {
 				rep.Local[r.Name] = lw
 			}
 		case "log":
-			vs, w = checkSpan(r, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
+			vs, w, mw = checkSpan(b, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
 				return b.quota(from, to), to-from < r.WindowUS
 			})
 		case "bucket":
-			vs, w = checkSpan(r, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
+			vs, w, mw = checkSpan(b, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
 				return b.bucket(from, to), to-from <= 4*r.WindowUS
 			})
 		default:
 			vs = []Violation{{"history", r.Name, k.key, fmt.Sprintf("unknown rule kind %q", r.Kind)}}
 		}
 		rep.Violations = append(rep.Violations, vs...)
-		if cur := rep.Worst[r.Name]; w.Bound > 0 && (cur.Bound == 0 || w.Admitted*cur.Bound > cur.Admitted*w.Bound) {
+		if w.worse(rep.Worst[r.Name]) {
 			rep.Worst[r.Name] = w
+		}
+		if mw.worse(rep.Moved[r.Name]) {
+			rep.Moved[r.Name] = mw
 		}
 		rep.Violations = append(rep.Violations, checkResets(b, k.key, evs, resets[k])...)
 	}
@@ -272,6 +288,14 @@ func (b bounds) inForce(from, to int64) []limit {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// moved reports whether a fault moves the bound of [from, to]: more than
+// one limit may be in force, or another than the rule's own, or charges
+// may have been lost.
+func (b bounds) moved(from, to int64) bool {
+	in := b.inForce(from, to)
+	return len(in) != 1 || in[0] != limit{b.r.Quota, b.r.Burst} || b.lossesIn(from, to) > 0
 }
 
 // lossesIn counts the faults that may have lost charges within [from, to].
@@ -369,10 +393,8 @@ func hasReset(rs []Reset, from, to int64) bool {
 // (sent and answered within it) are at most Quota; per instance, the local
 // admissions certainly inside one window of that instance's clock at most
 // LocalShare.
-func checkWindow(b bounds, key string, evs []Event, rs []Reset) ([]Violation, Worst, Worst) {
+func checkWindow(b bounds, key string, evs []Event, rs []Reset) (vs []Violation, worst, moved, lw Worst) {
 	r := b.r
-	var vs []Violation
-	var worst Worst
 	admitted := map[int64][]Event{}
 	local := map[[2]int64]int64{}
 	for _, e := range evs {
@@ -414,15 +436,17 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset) ([]Violation, Wo
 			n += e.Cost
 		}
 		q := b.quota(from, to-1)
-		if worst.Bound == 0 || n*worst.Bound > worst.Admitted*q {
-			worst = Worst{n, q}
+		if w := (Worst{n, q}); w.worse(worst) {
+			worst = w
+		}
+		if w := (Worst{n, q}); b.moved(from, to-1) && w.worse(moved) {
+			moved = w
 		}
 		if n > q {
 			vs = append(vs, Violation{"window", r.Name, key,
 				fmt.Sprintf("window [%d, %d) µs admitted %d > bound %d", from, to, n, q)})
 		}
 	}
-	var lw Worst
 	for c, n := range local {
 		if r.LocalShare > 0 && n >= lw.Admitted {
 			lw = Worst{n, r.LocalShare}
@@ -432,21 +456,20 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset) ([]Violation, Wo
 				fmt.Sprintf("instance %d admitted %d on its own in window %d > its share %d", c[1], n, c[0], r.LocalShare)})
 		}
 	}
-	return vs, worst, lw
+	return vs, worst, moved, lw
 }
 
 // checkSpan: for every pair of counted admissions a ≤ b (by Send), the
 // admissions certainly inside [a.Send, b.Recv] are at most bound(from, to),
 // where the pair is checked only when bound says the span applies.
-func checkSpan(r Rule, key string, evs []Event, rs []Reset, bound func(from, to int64) (int64, bool)) ([]Violation, Worst) {
+func checkSpan(bs bounds, key string, evs []Event, rs []Reset, bound func(from, to int64) (int64, bool)) (vs []Violation, worst, moved Worst) {
+	r := bs.r
 	var adm []Event
 	for _, e := range evs {
 		if counted(e) && e.Recv != 0 {
 			adm = append(adm, e)
 		}
 	}
-	var vs []Violation
-	var worst Worst
 	for i := range adm {
 		from := adm[i].Send
 		var n int64
@@ -469,17 +492,20 @@ func checkSpan(r Rule, key string, evs []Event, rs []Reset, bound func(from, to 
 			if hasReset(rs, from, to) {
 				continue
 			}
-			if worst.Bound == 0 || n*worst.Bound > worst.Admitted*b {
-				worst = Worst{n, b}
+			if w := (Worst{n, b}); w.worse(worst) {
+				worst = w
+			}
+			if w := (Worst{n, b}); bs.moved(from, to) && w.worse(moved) {
+				moved = w
 			}
 			if n > b {
 				vs = append(vs, Violation{r.Kind, r.Name, key,
 					fmt.Sprintf("[%d, %d] µs (%d µs) admitted %d > bound %d", from, to, to-from, n, b)})
-				return vs, worst // one witness per key is enough
+				return vs, worst, moved // one witness per key is enough
 			}
 		}
 	}
-	return vs, worst
+	return vs, worst, moved
 }
 
 // checkResets: after a reset has been answered and the documented
@@ -531,6 +557,9 @@ func (r Report) Summary() string {
 	for _, n := range names {
 		w := r.Worst[n]
 		fmt.Fprintf(&b, "  %-24s worst %d of bound %d", n, w.Admitted, w.Bound)
+		if m, ok := r.Moved[n]; ok {
+			fmt.Fprintf(&b, "; across a fault %d of bound %d", m.Admitted, m.Bound)
+		}
 		if l, ok := r.Local[n]; ok {
 			fmt.Fprintf(&b, "; on its own %d of share %d", l.Admitted, l.Bound)
 		}

@@ -162,6 +162,8 @@ func TestCheckerCatchesOvershootByOneUnderFaults(t *testing.T) {
 			h := History{Rules: rules, Events: tc.ok, Faults: tc.faults, Changes: tc.changes}
 			if rep := Check(h); !rep.OK() {
 				t.Errorf("history at the moved bound: got violations, want none:\n%s", rep.Summary())
+			} else if m, ok := rep.Moved[tc.ok[0].Rule]; !ok || m.Admitted != m.Bound {
+				t.Errorf("worst span across the fault: got %+v (reported %v), want one exactly at its moved bound", m, ok)
 			}
 			h.Events = tc.over
 			rep := Check(h)

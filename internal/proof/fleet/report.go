@@ -47,6 +47,9 @@ func Table(results []Result) string {
 				continue
 			}
 			fmt.Fprintf(&b, " %d / %d", w.Admitted, w.Bound)
+			if m, ok := r.Report.Moved[c.rule]; ok && m != w {
+				fmt.Fprintf(&b, " (fault %d / %d)", m.Admitted, m.Bound)
+			}
 			if l, ok := r.Report.Local[c.rule]; ok {
 				fmt.Fprintf(&b, " (own %d / %d)", l.Admitted, l.Bound)
 			}
