@@ -43,11 +43,6 @@ func TestShortFaultMatrix(t *testing.T) {
 			for _, p := range r.Problems() {
 				t.Error(p)
 			}
-			for _, l := range r.Log {
-				if strings.Contains(l, "FAILED") {
-					t.Errorf("fault: %s", l)
-				}
-			}
 			if dir != "" {
 				if err := fleet.WriteHistory(dir, r); err != nil {
 					t.Error(err)

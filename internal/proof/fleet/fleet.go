@@ -176,13 +176,18 @@ type Result struct {
 }
 
 // Problems lists why a run proves less than it should, beside the
-// checker's violations: a rule never driven to a denial, or a fault that
-// degraded no decision.
+// checker's violations: a rule never driven to a denial, a fault that
+// could not be injected, or one that degraded no decision when it should.
 func (r Result) Problems() []string {
 	var out []string
 	for _, c := range r.History.Rules {
 		if r.Denied[c.Name] == 0 {
 			out = append(out, fmt.Sprintf("rule %s never denied: the traffic did not test its bound", c.Name))
+		}
+	}
+	for _, l := range r.Log {
+		if strings.Contains(l, ": FAILED: ") {
+			out = append(out, "fault "+l)
 		}
 	}
 	if r.Schedule.Degrades && len(r.Degraded) == 0 {
