@@ -17,9 +17,9 @@ var columns = []struct{ rule, title string }{
 	{"log", "sliding log"},
 	{"gcra", "gcra"},
 	{"tb", "token bucket"},
-	{"loc", "fixed window, local fallback"},
-	{"hyb", "fixed window, hybrid"},
-	{"ten", "tenant, free tier"},
+	{"loc", "local fallback"},
+	{"hyb", "hybrid"},
+	{"ten", "tenant tier"},
 	{"acme", "tenant override"},
 }
 
