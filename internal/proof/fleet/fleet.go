@@ -59,19 +59,26 @@ descriptors:
     rate_limit: {name: hyb, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: closed, placement: hybrid}
 `
 
-// tenantsYAML: a tenant-keyed rule whose free tier is 20/s; tenant acme
-// gets an override of 10/s in PostgreSQL (overrideQuota).
+// tenantsYAML: a tenant-keyed rule whose free tier is 20/s (tenant acme
+// gets an override of 10/s in PostgreSQL: overrideQuota), and below it an
+// hourly quota (hourlyQuota) whose hour is longer than a reset takes to
+// reach every instance, so a denial after a tenant reset can contradict it.
 const tenantsYAML = `domain: prooft
 tenant_key: tenant
 descriptors:
   - key: tenant
     rate_limit: {name: ten, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: closed}
+    descriptors:
+      - key: quota
+        value: hourly
+        rate_limit: {name: hourly, algorithm: fixed_window, unit: hour, requests_per_unit: 600, failure_mode: closed}
 `
 
 const (
 	fwQuota       = 20
-	fwReloaded    = 10 // what the reload fault sets fw to
-	overrideQuota = 10 // tenant acme's override of "ten"
+	fwReloaded    = 10  // what the reload fault sets fw to
+	overrideQuota = 10  // tenant acme's override of "ten"
+	hourlyQuota   = 600 // the tenant's hourly quota
 	// Tenant is the tenant that has an override.
 	Tenant = "acme"
 )
@@ -79,9 +86,9 @@ const (
 // acmeRecord is the tenant's record: free tier, ten overridden to 10/s.
 var acmeRecord = fmt.Sprintf(`{"tier":"free","overrides":[{"domain":"prooft","descriptor":"","requests_per_unit":%d,"unit":"second"}]}`, overrideQuota)
 
-// Contracts is what the documentation promises for the rules of a run:
-// Rules names them as the checker knows them ("acme" is rule ten for the
-// tenant with the override).
+// Contracts is what the documentation promises for the rules of a run,
+// named as the checker knows them: "acme" is rule ten for the tenant with
+// the override, "hourly" that tenant's hourly quota.
 func Contracts(tenants bool) []check.Rule {
 	const sec = int64(time.Second / time.Microsecond)
 	rs := []check.Rule{
@@ -95,7 +102,7 @@ func Contracts(tenants bool) []check.Rule {
 	}
 	if tenants {
 		rs = append(rs,
-			check.Rule{Name: "ten", Kind: "window", Quota: 20, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+			check.Rule{Name: "hourly", Kind: "window", Quota: hourlyQuota, WindowUS: 3600 * sec, FailureMode: "closed", PropagationUS: sec},
 			check.Rule{Name: "acme", Kind: "window", Quota: overrideQuota, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
 		)
 	}
@@ -151,6 +158,9 @@ type Schedule struct {
 	// others' (sluice serve --clock-skew: the clock of its in-process
 	// stores, which decide failure_mode local); 0: none.
 	Skew time.Duration
+	// Setup, if set, runs just before the clients start (its decisions
+	// are part of the history).
+	Setup func(f *Fleet) error
 	// Duration of the traffic; 0 means 4 s.
 	Duration time.Duration
 	Faults   []Fault
@@ -269,7 +279,7 @@ func (f *Fleet) Record(name, kind string, start, end int64) {
 
 // Reset resets one key of one rule (checker's name) through instance 0's
 // admin API and records when it was sent and answered. Rule "acme" resets
-// the tenant (every counter of it).
+// the tenant: every counter of it, recorded for "acme" and "hourly".
 func (f *Fleet) Reset(rule, key string) error {
 	body := fmt.Sprintf(`{"domain":"proof","descriptor":[{"key":%q,"value":%q}]}`, rule, key)
 	if rule == "acme" {
@@ -282,6 +292,11 @@ func (f *Fleet) Reset(rule, key string) error {
 	r.Recv = now()
 	f.mu.Lock()
 	f.hist.Resets = append(f.hist.Resets, r)
+	if rule == "acme" { // every counter of the tenant
+		h := r
+		h.Rule = "hourly"
+		f.hist.Resets = append(f.hist.Resets, h)
+	}
 	f.mu.Unlock()
 	f.Record("reset "+rule+" "+key, "reset", r.Send, r.Recv)
 	return nil
@@ -357,6 +372,44 @@ func (f *Fleet) waitLimit(i int, domain, key, value string, quota int, d time.Du
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("instance %d: %s %s=%s: limit %d, want %d after %v", i, domain, key, value, got, quota, d)
+}
+
+// SpendHourly spends the tenant's whole hourly quota in one check (cost
+// hourlyQuota) through instance 0, recorded as a client's decision like
+// any other (client -1), so that the hour is denied until a reset.
+func (f *Fleet) SpendHourly() error {
+	body := fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q},{"key":"quota","value":"hourly"}]}],"hits":%d}`, Tenant, hourlyQuota)
+	e := check.Event{Client: -1, Instance: 0, Key: Tenant, Rule: "hourly", Cost: hourlyQuota, Send: now()}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Post(f.http[0]+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		e.Verdict = check.Timeout
+	} else {
+		var cr struct {
+			Allowed  bool
+			Statuses []struct{ Degraded string }
+		}
+		derr := json.NewDecoder(resp.Body).Decode(&cr)
+		resp.Body.Close()
+		e.Recv = now()
+		switch {
+		case derr != nil || resp.StatusCode != 200 && resp.StatusCode != 429:
+			e.Verdict = check.Error
+		case cr.Allowed:
+			e.Verdict = check.Allowed
+		default:
+			e.Verdict = check.Denied
+		}
+		if len(cr.Statuses) == 1 {
+			e.Degraded = cr.Statuses[0].Degraded
+		}
+	}
+	f.mu.Lock()
+	f.hist.Events = append(f.hist.Events, e)
+	f.mu.Unlock()
+	if e.Verdict != check.Allowed {
+		return fmt.Errorf("spend the hourly quota: %s", e.Verdict)
+	}
+	return nil
 }
 
 // Kill SIGKILLs instance i.
@@ -502,6 +555,14 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 		c.Instance, c.OffsetUS = SkewedInstance, s.Skew.Microseconds()
 		f.mu.Unlock()
 	}
+	if s.Setup != nil {
+		line := "setup"
+		if err := s.Setup(f); err != nil {
+			line += fmt.Sprintf(": FAILED: %v", err)
+		}
+		logf("  %s", line)
+		flog = append(flog, line)
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -526,7 +587,7 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 	}()
 	keys := []string{"fw", "log", "gcra", "tb", "loc", "hyb"}
 	if s.Tenants {
-		keys = append(keys, "ten", "acme")
+		keys = append(keys, "hourly", "acme")
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
 	for c := range clients {
@@ -540,8 +601,9 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 				inst := rng.IntN(len(f.http))
 				body := fmt.Sprintf(`{"domain":"proof","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, rule, key)
 				switch rule {
-				case "ten":
-					body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q}]}]}`, key)
+				case "hourly":
+					key = Tenant
+					body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q},{"key":"quota","value":"hourly"}]}]}`, key)
 				case "acme":
 					key = Tenant
 					body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q}]}]}`, key)

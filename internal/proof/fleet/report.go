@@ -19,8 +19,8 @@ var columns = []struct{ rule, title string }{
 	{"tb", "token bucket"},
 	{"loc", "local fallback"},
 	{"hyb", "hybrid"},
-	{"ten", "tenant tier"},
 	{"acme", "tenant override"},
+	{"hourly", "tenant hourly"},
 }
 
 // Table renders the matrix in markdown: a row per schedule (fault and
