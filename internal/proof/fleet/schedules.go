@@ -22,7 +22,7 @@ func Schedules() []Schedule {
 				return nil
 			}},
 		}},
-		{Name: "Redis killed, restarted empty", Store: "single", Short: true, Degrades: true, Faults: []Fault{
+		{Name: "Redis killed, restarted empty", Store: "single", Short: true, Degrades: true, Duration: 6 * time.Second, Faults: []Fault{
 			{At: 1500 * ms, Name: "kill redis, restart after 1 s", Do: func(f *Fleet) error {
 				t := now()
 				f.Redis.Kill()
@@ -92,7 +92,7 @@ func Schedules() []Schedule {
 					return nil
 				}},
 			}},
-		{Name: "instance 2 clock 2.5 s ahead, Redis down 2.5 s", Store: "single", Short: true, Degrades: true, Skew: 2500 * ms, Faults: []Fault{
+		{Name: "instance 2 clock 2.5 s ahead, Redis down 2.5 s", Store: "single", Short: true, Degrades: true, Skew: 2500 * ms, Duration: 6 * time.Second, Faults: []Fault{
 			{At: 1200 * ms, Name: "kill redis, restart after 2.5 s", Do: func(f *Fleet) error {
 				t := now()
 				f.Redis.Kill()
