@@ -227,7 +227,7 @@ func TestDeniedCacheCosts(t *testing.T) {
 			{0, 100, sluice.ReasonAllowed, 0, false},
 			{100 * time.Millisecond, 10, sluice.ReasonLimited, 900 * time.Millisecond, false},
 			{200 * time.Millisecond, 50, sluice.ReasonLimited, 800 * time.Millisecond, true}, // the window's end, whatever the cost
-			{200 * time.Millisecond, 5, sluice.ReasonLimited, 800 * time.Millisecond, false},  // smaller: the store's
+			{200 * time.Millisecond, 5, sluice.ReasonLimited, 800 * time.Millisecond, false}, // smaller: the store's
 			{200 * time.Millisecond, 101, sluice.ReasonCostTooHigh, 0, false},
 			{time.Second, 100, sluice.ReasonAllowed, 0, false},
 		}},
