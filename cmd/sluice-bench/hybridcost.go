@@ -435,10 +435,10 @@ func redisINFO(addr, section string) (string, error) {
 	return string(body), nil
 }
 
-// coldThreshold is store/hybrid's: a key expected to be hit fewer than 8
+// coldThreshold is store/hybrid's: a key expected to be hit fewer than 2
 // times over an allotment's span (the horizon, at most the limit's window
 // for a bucket) is too cold to lease (see its "Cold keys").
-const coldThreshold = 8
+const coldThreshold = 2
 
 // zipfWeights returns the probabilities of users 1..n under Zipf(s).
 func zipfWeights(s float64, n int) []float64 {
