@@ -115,17 +115,24 @@ func runHybridCost(ctx context.Context, o *costOptions, stdout io.Writer) error 
 		return fmt.Errorf("hybrid --cost: --cost-rate, --cost-workers, --cost-duration, --cost-users, --cost-cold-period and --cost-horizon must be positive, --cost-zipf-s > 1: %w", errUsage)
 	}
 	together := o.together && o.redisURL == ""
+	servers := 2
+	if !together {
+		servers = 1
+	}
 	for i := range o.urls {
-		if o.urls[i] = o.redisURL; o.redisURL != "" || (i == 1 && !together) {
+		switch {
+		case o.redisURL != "":
+			o.urls[i] = o.redisURL
+		case i < servers:
+			srv, stop, err := redistest.StartProcess()
+			if err != nil {
+				return fmt.Errorf("hybrid --cost: redis-server: %w", err)
+			}
+			defer stop()
+			o.urls[i] = srv.URL()
+		default:
 			o.urls[i] = o.urls[0]
-			continue
 		}
-		srv, stop, err := redistest.StartProcess()
-		if err != nil {
-			return fmt.Errorf("hybrid --cost: redis-server: %w", err)
-		}
-		defer stop()
-		o.urls[i] = srv.URL()
 	}
 	how := "one after the other on one redis-server"
 	if together {
