@@ -276,9 +276,9 @@ func simEngine(t *testing.T, url string, clock *storetest.Clock, yaml string) (*
 type fleet struct {
 	start    time.Time
 	step     time.Duration
-	admitted []int           // admissions of the limited bucket, per step
-	requests map[int64]int   // window index → requests of the limited bucket
-	messages map[int64]int   // window index → stream messages
+	admitted []int         // admissions of the limited bucket, per step
+	requests map[int64]int // window index → requests of the limited bucket
+	messages map[int64]int // window index → stream messages
 	envoys   []*simEnvoy
 	srv      *Server // the server after the restart
 	// the trickle into other buckets: an unlimited rule's, and one
@@ -526,7 +526,7 @@ func TestFleetSlidingWindow(t *testing.T) {
 			now := f.start.Add(time.Duration(i) * f.step)
 			w := windowIndex(now)
 			adm[w] += a
-			e := now.Sub(time.UnixMicro(w * time.Minute.Microseconds())).Seconds() / 60
+			e := now.Sub(time.UnixMicro(w*time.Minute.Microseconds())).Seconds() / 60
 			if est := int(math.Ceil(float64(adm[w-1])*(1-e))) + adm[w]; est > limit {
 				t.Fatalf("at %v: estimate %d (previous window %d, this one %d), want ≤ %d", now.Sub(f.start), est, adm[w-1], adm[w], limit)
 			}
