@@ -228,7 +228,7 @@ func eachStore(t *testing.T, f func(t *testing.T, kind string)) {
 
 // newSimStore returns a fresh store of kind ("memory" or "redis") whose
 // time is now (nil: the real clock).
-func newSimStore(t *testing.T, kind string, now func() time.Time) sluice.Allotter {
+func newSimStore(t testing.TB, kind string, now func() time.Time) sluice.Allotter {
 	t.Helper()
 	if kind == "memory" {
 		s := memory.New(memory.Options{Now: now})
@@ -239,7 +239,7 @@ func newSimStore(t *testing.T, kind string, now func() time.Time) sluice.Allotte
 }
 
 // newRedisStore is a Redis store at url with a fresh prefix, on now.
-func newRedisStore(t *testing.T, url string, now func() time.Time) *redis.Store {
+func newRedisStore(t testing.TB, url string, now func() time.Time) *redis.Store {
 	t.Helper()
 	st, err := redis.New(redis.Options{URL: url, Now: now, Timeout: 5 * time.Second, Prefix: fmt.Sprintf("rlqs%d:", time.Now().UnixNano())})
 	if err != nil {
@@ -250,7 +250,7 @@ func newRedisStore(t *testing.T, url string, now func() time.Time) *redis.Store 
 }
 
 // simEngineOn is an engine deciding with the rules yaml over st.
-func simEngineOn(t *testing.T, st sluice.Store, yaml string) (*service.Engine, service.RuleSource) {
+func simEngineOn(t testing.TB, st sluice.Store, yaml string) (*service.Engine, service.RuleSource) {
 	t.Helper()
 	snap, err := rules.Parse("edge.yaml", []byte(yaml), rules.Options{})
 	if err != nil {
