@@ -487,14 +487,21 @@ func TestFleetTokenBucket(t *testing.T) {
 			rate  = 1000.0 // tokens a second
 		)
 		f := runFleet(t, kind, algRules("token_bucket", ", burst: 6000"))
-		sum := 0
+		sum, span, last := 0, 0, 0 // last: admitted in the 60 s up to this step
+		perSpan := int(time.Minute / f.step)
 		for i, a := range f.admitted {
 			sum += a
 			el := time.Duration(i+1) * f.step
 			if bound := burst + int(rate*el.Seconds()); sum > bound {
 				t.Fatalf("admitted %d by %v, want ≤ burst + elapsed × rate = %d", sum, el, bound)
 			}
+			last += a
+			if i >= perSpan {
+				last -= f.admitted[i-perSpan]
+			}
+			span = max(span, last)
 		}
+		t.Logf("most admitted in any 60 s span: %d (burst + 60 s × rate: %d)", span, burst+int(rate*60))
 		first := windowIndex(f.start)
 		adm := f.perWindow()
 		for w := first; w < first+10; w++ {
@@ -522,15 +529,19 @@ func TestFleetSlidingWindow(t *testing.T) {
 		const limit = 60000
 		f := runFleet(t, kind, algRules("sliding_window", ""))
 		adm := map[int64]int{}
+		worst := 0
 		for i, a := range f.admitted {
 			now := f.start.Add(time.Duration(i) * f.step)
 			w := windowIndex(now)
 			adm[w] += a
 			e := now.Sub(time.UnixMicro(w*time.Minute.Microseconds())).Seconds() / 60
-			if est := int(math.Ceil(float64(adm[w-1])*(1-e))) + adm[w]; est > limit {
+			est := int(math.Ceil(float64(adm[w-1])*(1-e))) + adm[w]
+			if est > limit {
 				t.Fatalf("at %v: estimate %d (previous window %d, this one %d), want ≤ %d", now.Sub(f.start), est, adm[w-1], adm[w], limit)
 			}
+			worst = max(worst, est)
 		}
+		t.Logf("highest estimate of admissions in a sliding minute: %d of %d", worst, limit)
 		first := windowIndex(f.start)
 		for w := first; w < first+10; w++ {
 			f.logWindow(t, w, adm[w], limit)
