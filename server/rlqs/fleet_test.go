@@ -24,8 +24,9 @@ import (
 )
 
 // The simulated Envoy follows the rate_limit_quota filter's documented
-// behaviour (Envoy v1.32–v1.36 docs and the RLQS proto comments, as
-// summarised in PROTOCOLS.md); no real Envoy runs here:
+// behaviour (the RLQS and filter proto comments of Envoy commit 37b04b2,
+// which go-control-plane's envoy module v1.40.0 was generated from, and
+// the filter's docs); no real Envoy runs here:
 //   - a request matched into a bucket the client does not know creates it,
 //     is decided by no_assignment_behavior, and the client sends a usage
 //     report for the new bucket at once;
