@@ -201,3 +201,40 @@ func TestReload(t *testing.T) {
 		t.Errorf("bucket of a rule made unlimited by a reload: denied after the next report, want ALLOW_ALL")
 	}
 }
+
+// TestLeaseTTL: a grant lives to the end of the window that counts its
+// units for the window algorithms (so a sliding window's units are spent
+// in the window that counts them), and one window for the bucket
+// algorithms (tokens taken now), on both stores: 45 s into a one-minute
+// window, 15 s and 60 s.
+func TestLeaseTTL(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind string) {
+		for _, tc := range []struct {
+			alg  string
+			want time.Duration
+		}{
+			{"fixed_window", 15 * time.Second},
+			{"sliding_window", 15 * time.Second},
+			{"gcra", time.Minute},
+			{"token_bucket", time.Minute},
+		} {
+			t.Run(tc.alg, func(t *testing.T) {
+				clock := storetest.NewClock()
+				clock.Advance(45 * time.Second)
+				st := newSimStore(t, kind, clock.Now)
+				eng, src := simEngineOn(t, st, algRules(tc.alg, ""))
+				srv, err := New(eng, src, Options{Now: clock.Now, Allotter: st})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := newSimEnvoy("envoy", func() *Server { return srv }, clock.Now())
+				id := map[string]string{"route": "api", "tenant": "acme"}
+				e.request(t, clock.Now(), id)
+				b := e.buckets[canonical(id)]
+				if b.strategy.GetTokenBucket() == nil || b.expires.Sub(clock.Now()) != tc.want {
+					t.Errorf("assignment %v expiring in %v, want a token bucket expiring in %v", b.strategy, b.expires.Sub(clock.Now()), tc.want)
+				}
+			})
+		}
+	})
+}
