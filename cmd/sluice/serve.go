@@ -269,7 +269,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.grpc = grpc.NewServer(gopts...)
 	s.rls.Register(s.grpc)
-	if err := s.registerRLQS(ecfg.Limits); err != nil {
+	if err := s.registerRLQS(reg, ecfg.Limits); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 
