@@ -463,7 +463,7 @@ func (s *Store) execLingering(algs algMask, keys, args []string) ([]rueidis.Redi
 // completes the late refunds the call itself carried (request.linger). It
 // never touches the requests it was given, which their
 // callers may still read: it decodes the reply into copies. It counts in
-// Stats: LateCharged, LateRefunded, RefundFailures, LateUnknown.
+// Stats: LateCharged, LateRefunded, RefundFailures, LateUnknown, LateExpired.
 func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.RedisResult) {
 	vals, err := replyValues(<-late)
 	groups := make([]*request, len(batch))
@@ -492,7 +492,10 @@ func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.Redis
 		}
 	}
 	if errors.Is(err, errExpired) {
-		return // it reached Redis too late and did nothing
+		if unknown {
+			s.lateExpired.Add(1) // it reached Redis too late and did nothing
+		}
+		return
 	}
 	if err != nil {
 		if unknown {

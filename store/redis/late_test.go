@@ -71,45 +71,61 @@ func TestLateReplyRefund(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			warmScripts(t, st, tt.ops)
-			before := st.Stats()
-			proxy.SetReplyDelay(3 * timeout)
-			start := time.Now()
-			err := st.Take(ctx, tt.ops, make([]sluice.Result, len(tt.ops)))
-			proxy.SetReplyDelay(0)
-			// The store's timeout ended it (ctx never ends), not the reply.
-			if !errors.Is(err, sluice.ErrStoreTimeout) {
-				t.Fatalf("Take with its reply held = %v, want ErrStoreTimeout", err)
-			}
-			// Until the late reply has come (at 3 × timeout) and been settled.
-			for time.Since(start) < 4*timeout ||
-				st.Stats().LateRefunded-before.LateRefunded < tt.refunded && time.Since(start) < time.Minute {
-				time.Sleep(10 * time.Millisecond)
-			}
-			got := st.Stats()
-			if d := got.LateCharged - before.LateCharged; d != tt.refunded {
-				t.Errorf("LateCharged +%d, want +%d", d, tt.refunded)
-			}
-			if d := got.LateRefunded - before.LateRefunded; d != tt.refunded {
-				t.Errorf("LateRefunded +%d, want +%d", d, tt.refunded)
-			}
-			if d := got.RefundFailures - before.RefundFailures; d != 0 {
-				t.Errorf("RefundFailures +%d, want +0", d)
-			}
-			if d := got.LateUnknown - before.LateUnknown; d != 0 {
-				t.Errorf("LateUnknown +%d, want +0", d)
-			}
 			looks := make([]sluice.Op, len(tt.ops))
 			for i, op := range tt.ops {
 				looks[i] = sluice.Op{Key: op.Key, Limit: op.Limit}
 			}
 			res := make([]sluice.Result, len(looks))
-			if err := direct.Take(ctx, looks, res); err != nil {
-				t.Fatal(err)
-			}
-			for i := range res {
-				if res[i].Remaining != tt.want[i] {
-					t.Errorf("%s: remaining %d after the late reply, want %d", looks[i].Key, res[i].Remaining, tt.want[i])
+			for attempt := 1; ; attempt++ {
+				before := st.Stats()
+				proxy.SetReplyDelay(3 * timeout)
+				start := time.Now()
+				err := st.Take(ctx, tt.ops, make([]sluice.Result, len(tt.ops)))
+				proxy.SetReplyDelay(0)
+				// The store's timeout ended it (ctx never ends), not the reply.
+				if !errors.Is(err, sluice.ErrStoreTimeout) {
+					t.Fatalf("Take with its reply held = %v, want ErrStoreTimeout", err)
 				}
+				// Until the late reply has come (at 3 × timeout) and been settled.
+				for time.Since(start) < 4*timeout ||
+					st.Stats().LateRefunded-before.LateRefunded < tt.refunded &&
+						st.Stats().LateExpired == before.LateExpired && time.Since(start) < time.Minute {
+					time.Sleep(10 * time.Millisecond)
+				}
+				got := st.Stats()
+				if err := direct.Take(ctx, looks, res); err != nil {
+					t.Fatal(err)
+				}
+				// On a loaded host the held call may reach Redis after its
+				// deadline (scripts/guard.lua) and do nothing: nothing was
+				// charged, so there is nothing to refund or keep. The case
+				// is not tested by that attempt; try again.
+				untouched := true
+				for i := range res {
+					untouched = untouched && res[i].Remaining == tt.ops[i].Limit.Quota
+				}
+				if attempt < 5 && (got.LateExpired > before.LateExpired || tt.refunded == 0 && untouched) {
+					t.Logf("attempt %d: the held call reached Redis after its deadline and did nothing; again", attempt)
+					continue
+				}
+				if d := got.LateCharged - before.LateCharged; d != tt.refunded {
+					t.Errorf("LateCharged +%d, want +%d", d, tt.refunded)
+				}
+				if d := got.LateRefunded - before.LateRefunded; d != tt.refunded {
+					t.Errorf("LateRefunded +%d, want +%d", d, tt.refunded)
+				}
+				if d := got.RefundFailures - before.RefundFailures; d != 0 {
+					t.Errorf("RefundFailures +%d, want +0", d)
+				}
+				if d := got.LateUnknown - before.LateUnknown; d != 0 {
+					t.Errorf("LateUnknown +%d, want +0", d)
+				}
+				for i := range res {
+					if res[i].Remaining != tt.want[i] {
+						t.Errorf("%s: remaining %d after the late reply, want %d", looks[i].Key, res[i].Remaining, tt.want[i])
+					}
+				}
+				return
 			}
 		})
 	}
@@ -163,20 +179,35 @@ func TestLateRefundSlow(t *testing.T) {
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Hour}
 	op := sluice.Op{Key: "k", Limit: limit, Cost: 3, UndoIfUnknown: true}
 	warmScripts(t, st, []sluice.Op{op})
-	proxy.SetReplyDelay(3 * timeout) // the Take's reply and the refund's
-	err = st.Take(ctx, []sluice.Op{op}, make([]sluice.Result, 1))
-	if !errors.Is(err, sluice.ErrStoreTimeout) {
-		t.Fatalf("Take with its reply held = %v, want ErrStoreTimeout", err)
-	}
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got := st.Stats(); got.LateRefunded+got.RefundFailures+got.LateUnknown > 0 {
+	var before, got Stats
+	for attempt := 1; ; attempt++ {
+		before = st.Stats()
+		proxy.SetReplyDelay(3 * timeout) // the Take's reply and the refund's
+		err = st.Take(ctx, []sluice.Op{op}, make([]sluice.Result, 1))
+		if !errors.Is(err, sluice.ErrStoreTimeout) {
+			t.Fatalf("Take with its reply held = %v, want ErrStoreTimeout", err)
+		}
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			got = st.Stats()
+			if got.LateRefunded+got.RefundFailures+got.LateUnknown+got.LateExpired >
+				before.LateRefunded+before.RefundFailures+before.LateUnknown+before.LateExpired {
+				break
+			}
+		}
+		proxy.SetReplyDelay(0)
+		// A loaded host may deliver the held call after its deadline: it
+		// did nothing, and this attempt tested nothing (see
+		// TestLateReplyRefund).
+		if got.LateExpired == before.LateExpired || attempt == 5 {
 			break
 		}
+		t.Logf("attempt %d: the held call reached Redis after its deadline and did nothing; again", attempt)
 	}
-	proxy.SetReplyDelay(0)
-	if got := st.Stats(); got.LateCharged != 1 || got.LateRefunded != 1 || got.RefundFailures != 0 || got.LateUnknown != 0 {
-		t.Errorf("Stats: LateCharged %d, LateRefunded %d, RefundFailures %d, LateUnknown %d; want 1, 1, 0, 0",
-			got.LateCharged, got.LateRefunded, got.RefundFailures, got.LateUnknown)
+	if d := [...]uint64{got.LateCharged - before.LateCharged, got.LateRefunded - before.LateRefunded,
+		got.RefundFailures - before.RefundFailures, got.LateUnknown - before.LateUnknown,
+		got.LateExpired - before.LateExpired}; d != [...]uint64{1, 1, 0, 0, 0} {
+		t.Errorf("Stats: LateCharged +%d, LateRefunded +%d, RefundFailures +%d, LateUnknown +%d, LateExpired +%d; want +1, +1, +0, +0, +0",
+			d[0], d[1], d[2], d[3], d[4])
 	}
 	direct, err := New(Options{URL: srv.URL()}) // not behind the held replies
 	if err != nil {

@@ -331,6 +331,7 @@ type Store struct {
 	lateCharged  atomic.Uint64
 	lateRefunded atomic.Uint64
 	lateUnknown  atomic.Uint64
+	lateExpired  atomic.Uint64
 	// inv is the subscription to invalidations (invalidate.go), and
 	// subscriptions counts its confirmations.
 	inv           invHub
@@ -457,6 +458,10 @@ type Stats struct {
 	// unknown that got no reply within Options.LateReplyWait either (or
 	// one the store could not read): whether they charged stays unknown.
 	LateUnknown uint64
+	// LateExpired is the number of such calls whose late reply said they
+	// reached Redis after their deadline (scripts/guard.lua) and did
+	// nothing: nothing was charged, so nothing is refunded.
+	LateExpired uint64
 	// Subscriptions is the number of times the store's subscription to
 	// invalidations (see Invalidations) was confirmed: 1 after the first
 	// Invalidations call, and one more after each lost connection.
@@ -469,7 +474,7 @@ func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load(),
 		RefundFailures: s.refundFailures.Load(), LateCharged: s.lateCharged.Load(),
 		LateRefunded: s.lateRefunded.Load(), LateUnknown: s.lateUnknown.Load(),
-		Subscriptions: s.subscriptions.Load()}
+		LateExpired: s.lateExpired.Load(), Subscriptions: s.subscriptions.Load()}
 }
 
 // Cluster reports whether the store talks to a Redis Cluster.
