@@ -18,12 +18,16 @@
 #               the store's calls carry about 16 decisions each, as in
 #               production-like runs (sluice-bench redis prints takes/call)
 #   ALGORITHM   extra Sluice algorithms to measure after fixed_window
-# Env: SLUICE_BENCH=path to a built cmd/sluice-bench (default: built here).
+# Env: SLUICE_BENCH=path to a built cmd/sluice-bench (default: built here);
+#      WARMUP=uncounted load on the same keys before each measured one
+#      (default 10s), so that most decisions find their key, as in a
+#      long-running service (10^4 keys, limit 60000/min).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dur=${1:-20s}
 workers=${2:-32}
+warmup=${WARMUP:-10s}
 shift $(( $# > 2 ? 2 : $# ))
 extra=("$@")
 
@@ -68,6 +72,10 @@ measure() {
 	local name=$1
 	shift
 	n=$((n + 1))
+	# Warm-up, not counted: the same keys, so that the measured load sees
+	# keys that exist, as a long-running one does.
+	"$bench" redis --redis-url "$url" --duration "$warmup" --goroutines "$workers" \
+		--keys 10000 --quota 60000 --window 1m --prefix "instr$n:" "$@" >/dev/null
 	callgrind_control -z "$pid" >/dev/null 2>&1
 	"$bench" redis --redis-url "$url" --duration "$dur" --goroutines "$workers" \
 		--keys 10000 --quota 60000 --window 1m --prefix "instr$n:" "$@" >"$tmp/out.$n"

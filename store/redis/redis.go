@@ -310,6 +310,7 @@ func (o Options) withDefaults() Options {
 type Store struct {
 	client      rueidis.Client
 	scripts     [256]atomic.Pointer[rueidis.Lua] // by algMask, composed on first use
+	fast        *rueidis.Lua                     // scripts/fast.lua (batch.go)
 	cluster     bool
 	prefix      string
 	channel     string // Pub/Sub channel of invalidations (invalidate.go)
@@ -403,6 +404,7 @@ func New(opts Options) (*Store, error) {
 		lateWait:    opts.LateReplyWait,
 		leases:      mrand.NewChaCha8(seed),
 		stop:        make(chan struct{}),
+		fast:        rueidis.NewLuaScript(compose("fast.lua")),
 	}
 	s.nodes.opts = opts.Breaker
 	s.one = batcher{s: s, slot: -1}

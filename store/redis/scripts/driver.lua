@@ -58,7 +58,9 @@ local function announce(g, j)
     gave[#gave + 1] = #key .. ':' .. key
   end
 end
-local clock
+-- clock is Redis TIME in µs, read at most once per call (by guard.lua, or
+-- by time_now).
+local clock = guard_now
 
 -- limit returns the params of a limit spec, parsed once per call.
 local function limit(spec)
