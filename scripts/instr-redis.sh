@@ -23,6 +23,7 @@
 #      (default 10s), so that most decisions find their key, as in a
 #      long-running service (10^4 keys, limit 60000/min).
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
 dur=${1:-20s}
@@ -74,11 +75,18 @@ measure() {
 	n=$((n + 1))
 	# Warm-up, not counted: the same keys, so that the measured load sees
 	# keys that exist, as a long-running one does.
-	"$bench" redis --redis-url "$url" --duration "$warmup" --goroutines "$workers" \
+	# A long store timeout: callgrind slows Redis down, and a decision that
+	# times out would be answered by a failure policy (sluice-bench redis
+	# then refuses to report, and so does this script).
+	"$bench" redis --redis-url "$url" --duration "$warmup" --goroutines "$workers" --timeout 30s \
 		--keys 10000 --quota 60000 --window 1m --prefix "instr$n:" "$@" >/dev/null
 	callgrind_control -z "$pid" >/dev/null 2>&1
-	"$bench" redis --redis-url "$url" --duration "$dur" --goroutines "$workers" \
-		--keys 10000 --quota 60000 --window 1m --prefix "instr$n:" "$@" >"$tmp/out.$n"
+	if ! "$bench" redis --redis-url "$url" --duration "$dur" --goroutines "$workers" --timeout 30s \
+		--keys 10000 --quota 60000 --window 1m --prefix "instr$n:" "$@" >"$tmp/out.$n"; then
+		cat "$tmp/out.$n" >&2
+		echo "instr-redis.sh: $name: sluice-bench redis failed: no figure" >&2
+		exit 1
+	fi
 	callgrind_control -d "$pid" >/dev/null 2>&1
 	local dump=
 	for _ in $(seq 1 150); do

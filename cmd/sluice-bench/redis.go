@@ -71,6 +71,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	quota := fs.Int64("quota", 1000, "quota of the limit, per window")
 	window := fs.Duration("window", time.Second, "window of the limit")
 	prefix := fs.String("prefix", "sluice-bench:", "key prefix (keys expire by themselves)")
+	timeout := fs.Duration("timeout", time.Second, "the store's Options.Timeout (at least the URL's); a call without a reply by then fails its decisions")
 	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
 	}
@@ -82,8 +83,8 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	if err := limit.Validate(); err != nil {
 		return fmt.Errorf("%w: limit: %w", errUsage, err)
 	}
-	if *workers < 1 || *keys < 1 || *dur <= 0 || *rate < 0 {
-		return fmt.Errorf("%w: --goroutines, --keys and --duration must be positive, --rate ≥ 0", errUsage)
+	if *workers < 1 || *keys < 1 || *dur <= 0 || *rate < 0 || *timeout <= 0 {
+		return fmt.Errorf("%w: --goroutines, --keys, --duration and --timeout must be positive, --rate ≥ 0", errUsage)
 	}
 	if *pattern != patternSluice && *pattern != patternIncrExpire {
 		return fmt.Errorf("%w: --pattern %q, want %s or %s", errUsage, *pattern, patternSluice, patternIncrExpire)
@@ -101,7 +102,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	if opts.Prefix == "" {
 		opts.Prefix = *prefix
 	}
-	opts.Timeout = max(opts.Timeout, time.Second)
+	opts.Timeout = max(opts.Timeout, *timeout)
 
 	names := make([]string, *keys)
 	for i := range names {

@@ -30,7 +30,7 @@
 -- since it would set the same instant, when minTTL is 0 (the Redis clock's
 -- default). With a minTTL the TTL is set on every charge, as driver.lua does.
 
-local call, tonumber, floor = redis.call, tonumber, math.floor
+local call, tonumber, floor, KEYS, ARGV = redis.call, tonumber, math.floor, KEYS, ARGV
 local pack, unpack, tunpack = struct.pack, struct.unpack, unpack
 
 -- Decision codes, as lib.lua's.
