@@ -13,6 +13,13 @@
 // pipelined by the client. An idle store adds no delay: a lone Take is sent at
 // once.
 //
+// A call whose every group is one Take on a fixed_window key (the hot mix
+// of an Envoy-style deployment) runs a script of its own, scripts/fast.lua:
+// the same decisions, but one MGET for the call's keys, one SET per charge,
+// one TIME per call and one packed reply, so that Redis spends little more
+// per decision than the SET (see BENCHMARKS.md, "Redis instructions per
+// decision"). Any other call runs the general driver (scripts/driver.lua).
+//
 // # Keys and hash slots
 //
 // The Redis key of an op is Options.Prefix, one letter naming the
@@ -61,7 +68,10 @@
 //
 // With Options.Now nil the scripts read Redis TIME, one clock for the
 // fleet. Key TTLs are set in the script, to when the key's state is back to
-// a fresh key's, so every key expires once its traffic stops.
+// a fresh key's, so every key expires once its traffic stops. (With the
+// Redis clock and MinTTL 0, a fixed-window charge in the window the key
+// already holds keeps its TTL, which ends with that window: the instant a
+// new one would name.)
 //
 // # Failure
 //
