@@ -547,8 +547,7 @@ func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.Redis
 // parseReply distributes the script's reply over the groups: per group a
 // string of packed little-endian doubles (now, then 5 per op), and for a
 // modeUndo group the undo count and triples. The reply of the fast driver
-// (fast) is one string of 6 doubles per group (one op each), the same
-// values.
+// (fast) is read by parseFast.
 func parseReply(vals []rueidis.RedisMessage, batch []*request, fast bool) error {
 	if fast {
 		return parseFast(vals, batch)
@@ -655,32 +654,27 @@ const compactMark = -1
 
 // parseFast distributes the fast driver's reply (scripts/fast.lua) over
 // its groups, one fixed-window Take each, grouped in runs as exec sent
-// them: per run its now, then per op a compact code or a full record.
+// them: integers, per run its now, then per op a compact code or a full
+// record.
 func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
-	if len(vals) != 1 {
-		return fmt.Errorf("reply has %d values, want 1", len(vals))
-	}
-	packed, err := vals[0].ToString()
-	if err != nil {
-		return fmt.Errorf("reply: %w", err)
-	}
-	if len(packed)%8 != 0 {
-		return fmt.Errorf("reply: %d bytes, want a multiple of 8", len(packed))
-	}
-	n, pos := len(packed)/8, 0
-	next := func() (int64, bool) {
-		if pos >= n {
-			return 0, false
+	pos := 0
+	next := func() (int64, error) {
+		if pos >= len(vals) {
+			return 0, errors.New("reply: too short")
 		}
 		pos++
-		return unpackInt(packed, pos-1), true
+		v, err := vals[pos-1].AsInt64()
+		if err != nil {
+			return 0, fmt.Errorf("reply: %w", err)
+		}
+		return v, nil
 	}
 	var now, stop int64
 	for k, r := range batch {
+		var err error
 		if k == 0 || !sameRun(batch[k-1], r) {
-			var ok bool
-			if now, ok = next(); !ok {
-				return errors.New("reply: too short")
+			if now, err = next(); err != nil {
+				return err
 			}
 			id := now / r.window
 			if now%r.window < 0 {
@@ -690,14 +684,14 @@ func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 		}
 		r.nowOut = now
 		r.res = r.res1[:]
-		code, ok := next()
-		if !ok {
-			return errors.New("reply: too short")
+		code, err := next()
+		if err != nil {
+			return err
 		}
 		if code == compactMark {
 			for i := range 4 {
-				if r.res[i], ok = next(); !ok {
-					return errors.New("reply: too short")
+				if r.res[i], err = next(); err != nil {
+					return err
 				}
 			}
 			r.res[4] = 0
@@ -712,8 +706,8 @@ func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 			r.res[3] = stop
 		}
 	}
-	if pos != n {
-		return fmt.Errorf("reply: %d values, want %d", n, pos)
+	if pos != len(vals) {
+		return fmt.Errorf("reply: %d values, want %d", len(vals), pos)
 	}
 	return nil
 }

@@ -2,7 +2,7 @@
 -- release, no action, mode 0) on a fixed_window key: the store's hot mix.
 -- It decides exactly as driver.lua with fixed_window.lua does (load, step,
 -- store if charged), but without their tables, closures and parsing, with
--- at most one TIME per call, one MGET for every key and one reply string:
+-- at most one TIME per call, one MGET for every key and one reply array:
 -- what Redis spends per decision is then mostly the GET's share of the
 -- MGET and the SET. It stands alone (not concatenated with lib.lua, whose
 -- set-up costs every call as much as a few decisions); TestFastConstants
@@ -14,8 +14,8 @@
 -- cost (an integer), now (µs, or "" for Redis TIME). KEYS: one per op, in
 -- order.
 --
--- Reply: a one-element array holding one string of packed little-endian
--- doubles: per run its now, then per op of the run one code
+-- Reply: an array of integers: per run its now, then per op of the run one
+-- code
 --   ((remaining × 4 + reason) × 2 + held) where held is 1 when the window
 --   holds a count (resetAfter is then the time to the window's end, else 0),
 --   and retryAfter is the time to the window's end when reason is LIMITED;
@@ -157,15 +157,6 @@ while ai <= nargs do
     end
   end
 end
--- One string, packed 64 doubles at a time (a C call takes a bounded number
--- of arguments).
-local parts, i = {}, 1
-while i <= no do
-  local j = i + 63
-  if j > no then
-    j = no
-  end
-  parts[#parts + 1] = pack('<' .. string.rep('d', j - i + 1), tunpack(out, i, j))
-  i = j + 1
-end
-return {table.concat(parts)}
+-- Integers, not packed doubles: for one number per op Redis writes an
+-- integer reply for less than struct.pack costs.
+return out
