@@ -41,10 +41,11 @@ type request struct {
 	args   []string // group header and op fields, ready to append to ARGV
 	leases []uint64 // lease ID offered to each acquire, else 0
 	algs   algMask
-	// fast says the group is one Take of cost ≥ 0 (no release, no action,
-	// mode decide) on a fixed window: a call of such groups only runs the
-	// fast driver (scripts/fast.lua).
-	fast bool
+	// one says the group is one Take of cost ≥ 0 (no release, no action,
+	// mode decide) on a bucket or window key, and fast that it is on a
+	// fixed window: a call of such groups only runs scripts/one.lua, of
+	// fixed windows only scripts/fast.lua (see callKind).
+	one, fast bool
 	// window is the limit's window in µs, and win its quota and window
 	// in decimal (fast groups only).
 	window int64
@@ -133,7 +134,8 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	}
 	if n == 1 && mode == modeDecide {
 		op := &ops[r.op(0)]
-		r.fast = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm == sluice.FixedWindow
+		r.one = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.SlidingLog && op.Limit.Algorithm != sluice.Concurrency
+		r.fast = r.one && op.Limit.Algorithm == sluice.FixedWindow
 		if r.fast {
 			r.win = windowArgs(op.Limit)
 			r.window = op.Limit.Params().Window
@@ -351,7 +353,7 @@ func (s *Store) exec(slot int, batch []*request) {
 	}
 	nkeys, nargs, allots := 0, 2, 0
 	var algs algMask
-	fast := true
+	fast, one := true, true
 	for _, r := range batch {
 		algs |= r.algs
 		nkeys += r.n()
@@ -360,28 +362,45 @@ func (s *Store) exec(slot int, batch []*request) {
 			allots += r.n()
 		}
 		fast = fast && r.fast
+		one = one && r.one
+	}
+	kind := kindDriver
+	switch {
+	case fast:
+		kind = kindFast
+	case one:
+		kind = kindOne
 	}
 	keys := make([]string, 0, nkeys)
 	var args []string
-	if fast {
+	switch kind {
+	case kindFast:
 		// scripts/fast.lua: minTTL, deadline (below), dup, then runs of
 		// ops of one limit, cost and now: count, quota, window, cost, now.
 		args = make([]string, 3, 8)
+	case kindOne:
+		// scripts/one.lua: minTTL, deadline (below), dup, then per op
+		// limit, cost and now.
+		args = make([]string, 3, 3+3*len(batch))
+	default:
+		args = make([]string, 0, nargs+2)
+		args = append(args, s.minTTL, s.channel, strconv.Itoa(len(batch)))
+	}
+	if kind != kindDriver {
 		args[0] = s.minTTL
 		if mayRepeat(batch) {
 			args[2] = "1"
 		}
-	} else {
-		args = make([]string, 0, nargs+2)
-		args = append(args, s.minTTL, s.channel, strconv.Itoa(len(batch)))
 	}
 	sticky, unknown := false, false
 	run, count := 0, 0
 	for k, r := range batch {
 		keys = append(keys, r.keys...)
 		switch {
-		case !fast:
+		case kind == kindDriver:
 			args = append(args, r.args...)
+		case kind == kindOne:
+			args = append(args, r.args[3], r.args[4], r.args[2])
 		case k == 0 || !sameRun(batch[k-1], r):
 			if count > 0 {
 				args[run] = strconv.Itoa(count)
@@ -394,11 +413,14 @@ func (s *Store) exec(slot int, batch []*request) {
 		sticky = sticky || r.sticky
 		unknown = unknown || r.unknown != nil
 	}
-	if fast {
+	var script *rueidis.Lua
+	switch kind {
+	case kindFast:
 		args[run] = strconv.Itoa(count)
-	}
-	script := s.fast
-	if !fast {
+		script = s.fast
+	case kindOne:
+		script = s.oneScript(algs)
+	default:
 		script = s.script(algs)
 	}
 	s.calls.Add(1)
@@ -417,7 +439,7 @@ func (s *Store) exec(slot int, batch []*request) {
 			deadline = strconv.FormatInt(dl, 10)
 		}
 	}
-	if fast {
+	if kind != kindDriver {
 		args[1] = deadline
 	} else {
 		args = append(args, "g:"+deadline)
@@ -435,7 +457,7 @@ func (s *Store) exec(slot int, batch []*request) {
 	}
 	took := time.Since(start)
 	if err == nil {
-		if perr := parseReply(vals, batch, fast); perr != nil {
+		if perr := parseReply(vals, batch, kind); perr != nil {
 			err = &replyError{perr}
 		} else if s.now == nil && !sticky { // a refund reports the charge's now
 			n.clock.sample(batch[0].nowOut, start, took)
@@ -458,7 +480,7 @@ func (s *Store) exec(slot int, batch []*request) {
 		close(r.done)
 	}
 	if late != nil {
-		go s.settleLate(slot, batch, late, fast)
+		go s.settleLate(slot, batch, late, kind)
 	}
 }
 
@@ -504,7 +526,7 @@ func (s *Store) execLingering(script *rueidis.Lua, keys, args []string) ([]rueid
 // store timeout. It never touches the requests it was given, which their
 // callers may still read: it decodes the reply into copies. It counts in
 // Stats: LateCharged, LateRefunded, RefundFailures, LateUnknown.
-func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.RedisResult, fast bool) {
+func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.RedisResult, kind callKind) {
 	vals, err := replyValues(<-late)
 	if errors.Is(err, errExpired) {
 		return // it reached Redis too late and did nothing
@@ -516,9 +538,10 @@ func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.Redis
 	groups := make([]*request, len(batch))
 	for k, r := range batch {
 		groups[k] = &request{mode: r.mode, now: r.now, idx: r.idx, keys: r.keys, args: r.args,
-			leases: r.leases, algs: r.algs, unknown: r.unknown}
+			leases: r.leases, algs: r.algs, unknown: r.unknown,
+			one: r.one, fast: r.fast, window: r.window, win: r.win}
 	}
-	if parseReply(vals, groups, fast) != nil {
+	if parseReply(vals, groups, kind) != nil {
 		s.lateUnknown.Add(1)
 		return
 	}
@@ -546,11 +569,14 @@ func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.Redis
 
 // parseReply distributes the script's reply over the groups: per group a
 // string of packed little-endian doubles (now, then 5 per op), and for a
-// modeUndo group the undo count and triples. The reply of the fast driver
-// (fast) is read by parseFast.
-func parseReply(vals []rueidis.RedisMessage, batch []*request, fast bool) error {
-	if fast {
+// modeUndo group the undo count and triples. The replies of the other
+// drivers (kind) are read by parseFast and parseOne.
+func parseReply(vals []rueidis.RedisMessage, batch []*request, kind callKind) error {
+	switch kind {
+	case kindFast:
 		return parseFast(vals, batch)
+	case kindOne:
+		return parseOne(vals, batch)
 	}
 	pos := 0
 	for _, r := range batch {
@@ -601,6 +627,44 @@ func parseReply(vals []rueidis.RedisMessage, batch []*request, fast bool) error 
 	}
 	if pos != len(vals) {
 		return fmt.Errorf("reply has %d values, want %d", len(vals), pos)
+	}
+	return nil
+}
+
+// callKind is which script a call runs.
+type callKind int
+
+const (
+	// kindDriver: the general driver (lib.lua, the algorithms' files,
+	// guard.lua, driver.lua), for any batch.
+	kindDriver callKind = iota
+	// kindFast: scripts/fast.lua, for a batch of one-op fixed-window
+	// Takes (request.fast).
+	kindFast
+	// kindOne: scripts/one.lua after lib.lua and the algorithms' files,
+	// for a batch of one-op Takes on bucket and window keys (request.one).
+	kindOne
+)
+
+// parseOne distributes the reply of scripts/one.lua over its groups, one
+// op each: one string of 6 packed doubles per op.
+func parseOne(vals []rueidis.RedisMessage, batch []*request) error {
+	if len(vals) != 1 {
+		return fmt.Errorf("reply has %d values, want 1", len(vals))
+	}
+	packed, err := vals[0].ToString()
+	if err != nil {
+		return fmt.Errorf("reply: %w", err)
+	}
+	if len(packed) != 8*6*len(batch) {
+		return fmt.Errorf("reply: %d bytes for %d ops, want %d", len(packed), len(batch), 8*6*len(batch))
+	}
+	for k, r := range batch {
+		r.nowOut = unpackInt(packed, 6*k)
+		r.res = r.res1[:]
+		for i := range r.res {
+			r.res[i] = unpackInt(packed, 6*k+1+i)
+		}
 	}
 	return nil
 }
@@ -675,6 +739,9 @@ func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 		if k == 0 || !sameRun(batch[k-1], r) {
 			if now, err = next(); err != nil {
 				return err
+			}
+			if r.window <= 0 {
+				return fmt.Errorf("reply: group without a window (%d)", r.window)
 			}
 			id := now / r.window
 			if now%r.window < 0 {

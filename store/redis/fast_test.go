@@ -14,25 +14,43 @@ import (
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
-// TestFastBatch sends batches of one-op fixed-window Takes straight to the
-// batcher's exec, so that they run as one call of the fast driver
-// (scripts/fast.lua) with runs of ops sharing limit, cost and now, keys that
-// come again in the call, costs above the quota and a clock that goes
-// back, and checks every decision against the memory store deciding the
-// same ops one by one, in order. (A fake clock comes with a minTTL, so every
-// charge sets the TTL; TestFastRedisClock runs the KEEPTTL path.)
+// TestFastBatch sends batches of one-op Takes straight to the batcher's
+// exec, so that they run as one script call: of fixed windows alone, the
+// fast driver (scripts/fast.lua), with runs of ops sharing limit, cost and
+// now; of every bucket and window algorithm, scripts/one.lua. Keys come
+// again in a call, costs exceed the quota and the clock goes back; every
+// decision is checked against the memory store deciding the same ops one by
+// one, in order. (A fake clock comes with a minTTL, so every charge sets
+// the TTL; TestFastRedisClock runs the KEEPTTL path.)
 func TestFastBatch(t *testing.T) {
 	srv := redistest.Start(t)
-	c := storetest.NewClock()
-	st := newTestStore(t, srv.URL(), c)
-	mem := memory.New(memory.Options{Now: c.Now})
-	defer mem.Close()
-	limits := []sluice.Limit{
+	fixed := []sluice.Limit{
 		{Algorithm: sluice.FixedWindow, Quota: 3, Window: 10 * time.Millisecond},
 		{Algorithm: sluice.FixedWindow, Quota: 7, Window: 999 * time.Microsecond * 7},
 		{Algorithm: sluice.FixedWindow, Quota: 1000, Window: 60 * time.Millisecond},
 	}
-	keys := diffKeys(6, "fast")
+	mixed := append([]sluice.Limit{
+		{Algorithm: sluice.TokenBucket, Quota: 5, Window: 30 * time.Millisecond, Burst: 9},
+		{Algorithm: sluice.GCRA, Quota: 3, Window: 10 * time.Millisecond},
+		{Algorithm: sluice.LeakyBucket, Quota: 7, Window: 999 * time.Microsecond * 7},
+		{Algorithm: sluice.SlidingWindow, Quota: 3, Window: 10 * time.Millisecond},
+		{Algorithm: sluice.SlidingWindow, Quota: 1000, Window: 60 * time.Millisecond},
+	}, fixed...)
+	for _, tc := range []struct {
+		name   string
+		limits []sluice.Limit
+		kind   callKind
+	}{{"fast", fixed, kindFast}, {"one", mixed, kindOne}} {
+		t.Run(tc.name, func(t *testing.T) { fastBatch(t, srv, tc.limits, tc.kind) })
+	}
+}
+
+func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind callKind) {
+	c := storetest.NewClock()
+	st := newTestStore(t, srv.URL(), c)
+	mem := memory.New(memory.Options{Now: c.Now})
+	defer mem.Close()
+	keys := diffKeys(2*len(limits), "fast")
 	rng := rand.New(rand.NewPCG(7, 11))
 	ctx := context.Background()
 	calls, ops := 0, 0
@@ -59,8 +77,8 @@ func TestFastBatch(t *testing.T) {
 			opss[i] = []sluice.Op{{Key: keys[k], Limit: l, Cost: cost}}
 			now := strconv.FormatInt(c.Now().UnixMicro(), 10)
 			batch[i] = st.newRequest(opss[i], nil, now, modeDecide)
-			if !batch[i].fast {
-				t.Fatalf("request for %+v is not fast", opss[i][0])
+			if r := batch[i]; !r.one || r.fast != (l.Algorithm == sluice.FixedWindow) || (kind == kindFast && !r.fast) {
+				t.Fatalf("request for %+v: one %v fast %v, want one (and fast for a fixed window)", opss[i][0], r.one, r.fast)
 			}
 		}
 		st.exec(-1, batch)

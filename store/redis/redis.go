@@ -321,6 +321,7 @@ type Store struct {
 	client      rueidis.Client
 	scripts     [256]atomic.Pointer[rueidis.Lua] // by algMask, composed on first use
 	fast        *rueidis.Lua                     // scripts/fast.lua (batch.go)
+	ones        [256]atomic.Pointer[rueidis.Lua] // scripts/one.lua by algMask (batch.go)
 	cluster     bool
 	prefix      string
 	channel     string // Pub/Sub channel of invalidations (invalidate.go)
@@ -494,6 +495,34 @@ func (s *Store) script(m algMask) *rueidis.Lua {
 		return l
 	}
 	l := rueidis.NewLuaScript(batchScriptFor(m))
+	if p.CompareAndSwap(nil, l) {
+		return l
+	}
+	return p.Load()
+}
+
+// oneScript returns scripts/one.lua after lib.lua and the files of the
+// algorithms in m.
+func (s *Store) oneScript(m algMask) *rueidis.Lua {
+	p := &s.ones[m]
+	if l := p.Load(); l != nil {
+		return l
+	}
+	names := []string{"lib.lua"}
+	need := map[string]bool{}
+	for _, a := range sluice.Algorithms() {
+		if m&(1<<a) != 0 {
+			for _, f := range algFiles[a] {
+				need[f] = true
+			}
+		}
+	}
+	for _, f := range fileOrder {
+		if need[f] {
+			names = append(names, f)
+		}
+	}
+	l := rueidis.NewLuaScript(compose(append(names, "one.lua")...))
 	if p.CompareAndSwap(nil, l) {
 		return l
 	}
