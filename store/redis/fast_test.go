@@ -36,18 +36,35 @@ func TestFastBatch(t *testing.T) {
 		{Algorithm: sluice.SlidingWindow, Quota: 3, Window: 10 * time.Millisecond},
 		{Algorithm: sluice.SlidingWindow, Quota: 1000, Window: 60 * time.Millisecond},
 	}, fixed...)
+	// Hour-long windows with minTTL 0 (as with the Redis clock): TTLs of
+	// up to an hour of real time, so the fast driver's KEEPTTL path (a
+	// charge in the window the key holds) runs under the fake clock, which
+	// moves minutes at a time.
+	hours := []sluice.Limit{
+		{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Hour},
+		{Algorithm: sluice.FixedWindow, Quota: 1000, Window: 2 * time.Hour},
+	}
 	for _, tc := range []struct {
 		name   string
 		limits []sluice.Limit
 		kind   callKind
-	}{{"fast", fixed, kindFast}, {"one", mixed, kindOne}} {
-		t.Run(tc.name, func(t *testing.T) { fastBatch(t, srv, tc.limits, tc.kind) })
+		minTTL string
+		tick   time.Duration
+	}{
+		{"fast", fixed, kindFast, "", time.Microsecond},
+		{"one", mixed, kindOne, "", time.Microsecond},
+		{"fast minTTL 0", hours, kindFast, "0", 10 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) { fastBatch(t, srv, tc.limits, tc.kind, tc.minTTL, tc.tick) })
 	}
 }
 
-func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind callKind) {
+func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind callKind, minTTL string, tick time.Duration) {
 	c := storetest.NewClock()
 	st := newTestStore(t, srv.URL(), c)
+	if minTTL != "" {
+		st.minTTL = minTTL
+	}
 	mem := memory.New(memory.Options{Now: c.Now})
 	defer mem.Close()
 	keys := diffKeys(2*len(limits), "fast")
@@ -61,9 +78,9 @@ func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind 
 		for i := range n {
 			switch x := rng.IntN(10); {
 			case x < 2:
-				c.Advance(time.Duration(rng.IntN(3000)) * time.Microsecond)
+				c.Advance(time.Duration(rng.IntN(3000)) * tick)
 			case x < 3 && step%7 == 0:
-				c.Advance(-time.Duration(rng.IntN(3000)) * time.Microsecond)
+				c.Advance(-time.Duration(rng.IntN(3000)) * tick)
 			}
 			k := rng.IntN(len(keys))
 			l := limits[k%len(limits)]

@@ -94,66 +94,83 @@ while ai <= nargs do
   elseif r >= w then
     base = base + 1
   end
+  -- hot: the common case below (a charge in the key's window, which
+  -- holds a count, with room for it) can be taken without the general
+  -- step, whose outcome it is.
+  local hot = min_ttl == 0 and cost > 0 and q < COMPACT
   for _ = 1, count do
     k = k + 1
     -- fixed_window.lua's load and step.
     local key = KEYS[k]
-    local raw = latest and latest[key] or raws[k]
+    local raw = raws[k]
+    if latest and latest[key] then
+      raw = latest[key]
+    end
     local sid, scur = 0, 0
     if raw and #raw == 16 then
       sid, scur = unpack('<dd', raw)
     end
-    local id, cur = base, scur
-    if id < sid then
-      id = sid
-    end
-    if id ~= sid then
-      cur = 0
-    end
-    local stop = (id + 1) * w - now
-    local reason, retry = ALLOWED, 0
-    if cost > q then
-      reason = TOO_HIGH
-    elseif cost > 0 and cur + cost > q then -- a look is allowed, even in debt
-      reason, retry = LIMITED, stop
-    elseif cost > 0 then
-      cur = cur + cost
-      -- store_state: cur > 0, so the state is fresh only at stop > 0.
-      local enc = pack('<dd', id, cur)
-      if min_ttl == 0 and id == sid and scur > 0 then
-        call('SET', key, enc, 'KEEPTTL')
-      else
-        -- lib.lua's cdiv(stop, 1000), at least minTTL; a whole number,
-        -- which redis.call writes without exponent below 10^17.
-        local ms = floor((stop + 999) / 1000)
-        local rm = (stop + 999) - ms * 1000
-        if rm < 0 then
-          ms = ms - 1
-        elseif rm >= 1000 then
-          ms = ms + 1
-        end
-        if ms < min_ttl then
-          ms = min_ttl
-        end
-        call('SET', key, enc, 'PX', ms)
-      end
+    if hot and sid == base and scur > 0 and scur + cost <= q then
+      local enc = pack('<dd', base, scur + cost)
+      call('SET', key, enc, 'KEEPTTL')
       if latest then
         latest[key] = enc
       end
-    end
-    local remaining, held = q - cur, 0
-    if remaining < 0 then -- a charge may have put cur above quota
-      remaining = 0
-    end
-    if cur > 0 then
-      held = 1
-    end
-    if id == base and remaining < COMPACT then
       no = no + 1
-      out[no] = (remaining * 4 + reason) * 2 + held
+      out[no] = (q - scur - cost) * 8 + 1 -- allowed, held
     else
-      out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = -1, reason, remaining, held * stop, retry
-      no = no + 5
+      local id, cur = base, scur
+      if id < sid then
+        id = sid
+      end
+      if id ~= sid then
+        cur = 0
+      end
+      local stop = (id + 1) * w - now
+      local reason, retry = ALLOWED, 0
+      if cost > q then
+        reason = TOO_HIGH
+      elseif cost > 0 and cur + cost > q then -- a look is allowed, even in debt
+        reason, retry = LIMITED, stop
+      elseif cost > 0 then
+        cur = cur + cost
+        -- store_state: cur > 0, so the state is fresh only at stop > 0.
+        local enc = pack('<dd', id, cur)
+        if min_ttl == 0 and id == sid and scur > 0 then
+          call('SET', key, enc, 'KEEPTTL')
+        else
+          -- lib.lua's cdiv(stop, 1000), at least minTTL; a whole number,
+          -- which redis.call writes without exponent below 10^17.
+          local ms = floor((stop + 999) / 1000)
+          local rm = (stop + 999) - ms * 1000
+          if rm < 0 then
+            ms = ms - 1
+          elseif rm >= 1000 then
+            ms = ms + 1
+          end
+          if ms < min_ttl then
+            ms = min_ttl
+          end
+          call('SET', key, enc, 'PX', ms)
+        end
+        if latest then
+          latest[key] = enc
+        end
+      end
+      local remaining, held = q - cur, 0
+      if remaining < 0 then -- a charge may have put cur above quota
+        remaining = 0
+      end
+      if cur > 0 then
+        held = 1
+      end
+      if id == base and remaining < COMPACT then
+        no = no + 1
+        out[no] = (remaining * 4 + reason) * 2 + held
+      else
+        out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = -1, reason, remaining, held * stop, retry
+        no = no + 5
+      end
     end
   end
 end
