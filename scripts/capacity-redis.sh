@@ -13,16 +13,21 @@
 # /metrics). A decision answered by a failure policy (outcomes failed_open,
 # failed_closed, local_allowed, local_denied) was not decided by Redis: if
 # there is any, the script prints why and exits 1 without Redis figures.
-# Then the Redis side of the same load through the store in process
-# (sluice-bench redis, unpaced, CONCURRENCY callers), which refuses the same
-# way, and envoyproxy/ratelimit's command pattern on the same Redis
-# (sluice-bench redis --pattern incrby-expire).
+# Then the service's CPU on the memory store (placement local), the same
+# way; then the Redis side of the same load through the store in process
+# (sluice-bench redis, CONCURRENCY callers), which refuses the same way,
+# and envoyproxy/ratelimit's command pattern on the same Redis
+# (sluice-bench redis --pattern incrby-expire: its defaults' pool of 10
+# connections, each request's INCRBY + EXPIRE written alone).
 #
-# Usage: scripts/capacity-redis.sh [DURATION] [CONCURRENCY]   (default 20s 50)
+# Usage: scripts/capacity-redis.sh [DURATION] [CONCURRENCY] [RATE]
+#   (default 20s 50 10000; the in-process pairs run unpaced, then at RATE
+#   decisions per second, the same for both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dur=${1:-20s}
 conc=${2:-50}
+rate=${3:-10000}
 
 for bin in redis-server redis-cli curl; do
 	command -v "$bin" >/dev/null || { echo "capacity-redis.sh: $bin not found" >&2; exit 1; }
@@ -98,10 +103,23 @@ join -t'|' <(awk -F'[:,=]' '/^cmdstat_/ {print $1 "|" $3}' "$tmp/cs0" | sort) \
 	<(awk -F'[:,=]' '/^cmdstat_/ {print $1 "|" $3}' "$tmp/cs" | sort) |
 	awk -F'|' -v d="$good" '$1 != "cmdstat_info" && $3 - $2 > 0 { printf "  %-22s %8.4f/decision\n", substr($1, 9), ($3 - $2) / d }'
 
-echo "=== in process: the Redis store (sluice-bench redis), $conc callers, $dur"
-"$tmp/sluice-bench" redis --redis-url "$url" --algorithm fixed_window --quota 60000 --window 1m \
-	--goroutines "$conc" --duration "$dur" --prefix "cap-sluice:"
-echo "=== in process: envoyproxy/ratelimit's pattern (pipelined INCRBY + EXPIRE), $conc callers, $dur"
-"$tmp/sluice-bench" redis --redis-url "$url" --pattern incrby-expire --algorithm fixed_window --quota 60000 --window 1m \
-	--goroutines "$conc" --duration "$dur" --prefix "cap-envoy:"
+echo "=== sluice serve --store memory (placement local), gRPC, $conc callers, $dur"
+mport=$(free_port)
+"$tmp/sluice" serve --rules testdata/rules/bench-global --grpc-addr "127.0.0.1:$mport" \
+	--http-addr "127.0.0.1:$(free_port)" --debug-addr "" --log-level warn --store memory >"$tmp/serve-mem.log" 2>&1 &
+mpid=$!
+pids+=("$mpid")
+for _ in $(seq 1 100); do "$tmp/sluice-bench" grpc --addr "127.0.0.1:$mport" --method health --duration 100ms --warmup 0s >/dev/null 2>&1 && break; sleep 0.1; done
+"$tmp/sluice-bench" grpc --addr "127.0.0.1:$mport" --concurrency "$conc" --duration 5s --warmup 0s >/dev/null
+"$tmp/sluice-bench" grpc --addr "127.0.0.1:$mport" --concurrency "$conc" --duration "$dur" --warmup 0s --pid "$mpid"
+kill "$mpid"
+
+for rate in 0 "$rate"; do
+	echo "=== in process, rate $rate (0: unpaced): the Redis store (sluice-bench redis), $conc callers, $dur"
+	"$tmp/sluice-bench" redis --redis-url "$url" --algorithm fixed_window --quota 60000 --window 1m \
+		--goroutines "$conc" --duration "$dur" --rate "$rate" --prefix "cap-sluice$rate:"
+	echo "=== in process, rate $rate: envoyproxy/ratelimit's pattern (INCRBY + EXPIRE per decision, pool of 10), $conc callers, $dur"
+	"$tmp/sluice-bench" redis --redis-url "$url" --pattern incrby-expire --algorithm fixed_window --quota 60000 --window 1m \
+		--goroutines "$conc" --duration "$dur" --rate "$rate" --prefix "cap-envoy$rate:"
+done
 uptime

@@ -30,9 +30,15 @@ const (
 	// Redis driver for a fixed window: per decision, INCRBY of the
 	// window's counter by the hits and EXPIRE of it for the window's
 	// length, pipelined together (its fixedRateLimitCacheImpl), the
-	// decision being count ≤ quota.
+	// decision being count ≤ quota. As its defaults send them
+	// (REDIS_POOL_SIZE 10, REDIS_PIPELINE_WINDOW 0: each request's
+	// pipeline written at once on a connection of the pool, none shared
+	// with another request's), unless --envoy-pool is 0.
 	patternIncrExpire = "incrby-expire"
 )
+
+// envoyPoolSize is envoyproxy/ratelimit's default REDIS_POOL_SIZE.
+const envoyPoolSize = 10
 
 // benchRedisResult is what one run of sluice-bench redis measured.
 type benchRedisResult struct {
@@ -71,6 +77,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	quota := fs.Int64("quota", 1000, "quota of the limit, per window")
 	window := fs.Duration("window", time.Second, "window of the limit")
 	prefix := fs.String("prefix", "sluice-bench:", "key prefix (keys expire by themselves)")
+	pool := fs.Int("envoy-pool", envoyPoolSize, "--pattern incrby-expire: connections, each request's INCRBY + EXPIRE written alone on one (envoyproxy/ratelimit's REDIS_POOL_SIZE, REDIS_PIPELINE_WINDOW 0); 0: one connection that pipelines every caller's commands together")
 	timeout := fs.Duration("timeout", time.Second, "the store's Options.Timeout (at least the URL's); a call without a reply by then fails its decisions")
 	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
@@ -83,7 +90,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	if err := limit.Validate(); err != nil {
 		return fmt.Errorf("%w: limit: %w", errUsage, err)
 	}
-	if *workers < 1 || *keys < 1 || *dur <= 0 || *rate < 0 || *timeout <= 0 {
+	if *workers < 1 || *keys < 1 || *dur <= 0 || *rate < 0 || *timeout <= 0 || *pool < 0 {
 		return fmt.Errorf("%w: --goroutines, --keys, --duration and --timeout must be positive, --rate ≥ 0", errUsage)
 	}
 	if *pattern != patternSluice && *pattern != patternIncrExpire {
@@ -120,7 +127,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 		defer st.Close()
 		decide = sluiceDecider(st, names, limit)
 	case patternIncrExpire:
-		c, err := incrClient(*url)
+		c, err := incrClient(*url, *pool)
 		if err != nil {
 			return err
 		}
@@ -302,14 +309,22 @@ func sluiceDecider(st *redis.Store, names []string, limit sluice.Limit) func(*ra
 	}
 }
 
-// incrClient connects to a single Redis node for the incrby-expire pattern.
-func incrClient(url string) (rueidis.Client, error) {
+// incrClient connects to a single Redis node for the incrby-expire pattern:
+// with pool > 0, a pool of that many connections, each call on one of its
+// own (no pipelining across callers), as envoyproxy/ratelimit's radix
+// client with REDIS_PIPELINE_WINDOW 0; with 0, one connection that
+// pipelines concurrent callers' commands together.
+func incrClient(url string, pool int) (rueidis.Client, error) {
 	copt, err := rueidis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --pattern %s needs a single node's redis:// URL: %w", errUsage, patternIncrExpire, err)
 	}
 	copt.DisableCache = true
 	copt.DisableRetry = true
+	if pool > 0 {
+		copt.DisableAutoPipelining = true
+		copt.BlockingPoolSize = pool
+	}
 	c, err := rueidis.NewClient(copt)
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect: %w", err)
@@ -321,8 +336,7 @@ func incrClient(url string) (rueidis.Client, error) {
 // random key: the counter of the key's current window is
 // "<prefix><key>_<window start, unix seconds>", and each decision pipelines
 // INCRBY counter 1 and EXPIRE counter <window seconds>, allowed while the
-// count is within the quota. The client pipelines concurrent callers'
-// commands on one connection, as ratelimit's does.
+// count is within the quota.
 func incrExpireDecider(c rueidis.Client, prefix string, names []string, limit sluice.Limit) func(*rand.Rand) (bool, error) {
 	secs := int64(limit.Window / time.Second)
 	return func(rng *rand.Rand) (bool, error) {
