@@ -42,6 +42,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 go build -o "$tmp/sluice" ./cmd/sluice
 go build -o "$tmp/sluice-bench" ./cmd/sluice-bench

@@ -51,6 +51,7 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 bench=${SLUICE_BENCH:-}
 if [ -z "$bench" ]; then
@@ -116,7 +117,11 @@ echo "$a"
 b=$(measure "envoy INCRBY+EXPIRE (pool of 10)" --pattern incrby-expire --algorithm fixed_window)
 echo "$b"
 for alg in "${extra[@]}"; do
-	measure "sluice global $alg" --pattern sluice --algorithm "$alg"
+	case $alg in
+	sliding_log | concurrency) q=(--quota 100000) ;; # the most a log keeps
+	*) q=() ;;
+	esac
+	measure "sluice global $alg" --pattern sluice --algorithm "$alg" "${q[@]}"
 done
 awk -v a="$(echo "$a" | awk '{print $(NF-5)}')" -v b="$(echo "$b" | awk '{print $(NF-5)}')" \
 	'BEGIN { printf "ratio sluice / envoy: %.2fx (goal <= 1.5x)\n", a / b }'
