@@ -20,6 +20,9 @@
 #               production-like runs (sluice-bench redis prints takes/call)
 #   ALGORITHM   extra Sluice algorithms to measure after fixed_window
 # Env: SLUICE_BENCH=path to a built cmd/sluice-bench (default: built here);
+#      SLUICE_FLAGS=more sluice-bench redis flags for the Sluice loads, e.g.
+#      "--max-batch 1" (one decision per script call, as with a Redis Cluster
+#      whose keys are in different slots);
 #      WARMUP=uncounted load on the same keys before each measured one
 #      (default 10s), so that most decisions find their key in its window,
 #      as in a long-running service at production rates (10^4 keys, limit
@@ -112,7 +115,8 @@ measure() {
 
 uptime >&2
 echo "redis-server $(redis-server --version | awk '{print $3}') under callgrind on 127.0.0.1:$port; $workers goroutines, $dur per load" >&2
-a=$(measure "sluice global fixed_window" --pattern sluice --algorithm fixed_window)
+# shellcheck disable=SC2086 # SLUICE_FLAGS is a list of flags
+a=$(measure "sluice global fixed_window" --pattern sluice --algorithm fixed_window ${SLUICE_FLAGS:-})
 echo "$a"
 b=$(measure "envoy INCRBY+EXPIRE (pool of 10)" --pattern incrby-expire --algorithm fixed_window)
 echo "$b"
@@ -121,7 +125,8 @@ for alg in "${extra[@]}"; do
 	sliding_log | concurrency) q=(--quota 100000) ;; # the most a log keeps
 	*) q=() ;;
 	esac
-	measure "sluice global $alg" --pattern sluice --algorithm "$alg" "${q[@]}"
+	# shellcheck disable=SC2086
+	measure "sluice global $alg" --pattern sluice --algorithm "$alg" "${q[@]}" ${SLUICE_FLAGS:-}
 done
 awk -v a="$(echo "$a" | awk '{print $(NF-5)}')" -v b="$(echo "$b" | awk '{print $(NF-5)}')" \
 	'BEGIN { printf "ratio sluice / envoy: %.2fx (goal <= 1.5x)\n", a / b }'

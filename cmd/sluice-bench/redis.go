@@ -78,6 +78,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	window := fs.Duration("window", time.Second, "window of the limit")
 	prefix := fs.String("prefix", "sluice-bench:", "key prefix (keys expire by themselves)")
 	pool := fs.Int("envoy-pool", envoyPoolSize, "--pattern incrby-expire: connections, each request's INCRBY + EXPIRE written alone on one (envoyproxy/ratelimit's REDIS_POOL_SIZE, REDIS_PIPELINE_WINDOW 0); 0: one connection that pipelines every caller's commands together")
+	maxBatch := fs.Int("max-batch", 0, "the store's Options.MaxBatch (0: its default); 1 sends one decision per script call, as a Redis Cluster does for keys in different slots")
 	timeout := fs.Duration("timeout", time.Second, "the store's Options.Timeout (at least the URL's); a call without a reply by then fails its decisions")
 	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
@@ -90,7 +91,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	if err := limit.Validate(); err != nil {
 		return fmt.Errorf("%w: limit: %w", errUsage, err)
 	}
-	if *workers < 1 || *keys < 1 || *dur <= 0 || *rate < 0 || *timeout <= 0 || *pool < 0 {
+	if *workers < 1 || *keys < 1 || *dur <= 0 || *rate < 0 || *timeout <= 0 || *pool < 0 || *maxBatch < 0 {
 		return fmt.Errorf("%w: --goroutines, --keys, --duration and --timeout must be positive, --rate ≥ 0", errUsage)
 	}
 	if *pattern != patternSluice && *pattern != patternIncrExpire {
@@ -110,6 +111,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 		opts.Prefix = *prefix
 	}
 	opts.Timeout = max(opts.Timeout, *timeout)
+	opts.MaxBatch = *maxBatch
 
 	names := make([]string, *keys)
 	for i := range names {
