@@ -55,6 +55,12 @@ type request struct {
 	state atomic.Int32
 	// sticky requests (refunds) are sent even when their caller gives up.
 	sticky bool
+	// linger: a late refund (newLateRefund), waited for by settleLate in
+	// the background. Its call lingers like one with ops to undo if
+	// unknown, and its outcome is its reply's, however late within the
+	// store's late wait: a reply merely slow (a loaded host, a held reply)
+	// is not a failed refund.
+	linger bool
 	// unknown[k] says op k has sluice.Op.UndoIfUnknown (a Take of cost > 0):
 	// if its call times out and a late reply says it was charged, it is
 	// refunded (see settleLate, newLateRefund). Nil when no op has it, and
@@ -157,7 +163,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 // and it reads the clock the charge read (Redis TIME, or the given now).
 func newLateRefund(r *request) *request {
 	f := &request{mode: modeDecide, now: r.now, idx: r.idx, keys: r.keys, algs: r.algs,
-		done: make(chan struct{}), sticky: true}
+		done: make(chan struct{}), sticky: true, linger: true}
 	f.args = append([]string(nil), r.args...)
 	f.args[1] = modeDecide
 	for k := range r.n() {
@@ -392,7 +398,7 @@ func (s *Store) exec(slot int, batch []*request) {
 			args[2] = "1"
 		}
 	}
-	sticky, unknown := false, false
+	sticky, unknown, linger := false, false, false
 	run, count := 0, 0
 	for k, r := range batch {
 		keys = append(keys, r.keys...)
@@ -412,6 +418,7 @@ func (s *Store) exec(slot int, batch []*request) {
 		}
 		sticky = sticky || r.sticky
 		unknown = unknown || r.unknown != nil
+		linger = linger || r.linger
 	}
 	var script *rueidis.Lua
 	switch kind {
@@ -448,7 +455,8 @@ func (s *Store) exec(slot int, batch []*request) {
 		vals []rueidis.RedisMessage
 		late <-chan rueidis.RedisResult
 	)
-	if unknown && s.lateWait > 0 {
+	// A call with late refunds lingers too (see request.linger).
+	if (unknown || linger) && s.lateWait > 0 {
 		vals, late, err = s.execLingering(script, keys, args)
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
@@ -477,6 +485,9 @@ func (s *Store) exec(slot int, batch []*request) {
 		}
 	}
 	for _, r := range batch {
+		if late != nil && r.linger {
+			continue // settled by the late reply (settleLate)
+		}
 		close(r.done)
 	}
 	if late != nil {
@@ -522,27 +533,47 @@ func (s *Store) execLingering(script *rueidis.Lua, keys, args []string) ([]rueid
 // settleLate waits for the late reply of a call whose Takes already failed
 // with sluice.ErrStoreTimeout. For each group the reply says was allowed
 // (charged) and that has ops to undo if unknown, it sends a sticky refund of
-// those ops to the same batch target (slot) and waits for it, within the
-// store timeout. It never touches the requests it was given, which their
+// those ops to the same batch target (slot) and waits for its reply, within
+// the store's late wait (the refund's call lingers like this one). It
+// completes the late refunds the call itself carried (request.linger). It
+// never touches the requests it was given, which their
 // callers may still read: it decodes the reply into copies. It counts in
 // Stats: LateCharged, LateRefunded, RefundFailures, LateUnknown.
 func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.RedisResult, kind callKind) {
 	vals, err := replyValues(<-late)
-	if errors.Is(err, errExpired) {
-		return // it reached Redis too late and did nothing
-	}
-	if err != nil {
-		s.lateUnknown.Add(1) // no reply even now: the outcome stays unknown
-		return
-	}
 	groups := make([]*request, len(batch))
 	for k, r := range batch {
 		groups[k] = &request{mode: r.mode, now: r.now, idx: r.idx, keys: r.keys, args: r.args,
 			leases: r.leases, algs: r.algs, unknown: r.unknown,
 			one: r.one, fast: r.fast, window: r.window, win: r.win}
 	}
-	if parseReply(vals, groups, kind) != nil {
-		s.lateUnknown.Add(1)
+	if err == nil {
+		if perr := parseReply(vals, groups, kind); perr != nil {
+			err = &replyError{perr}
+		}
+	}
+	// Late refunds in the call were left waiting by exec: their outcome is
+	// the late reply's (a call with refunds carries no deadline guard).
+	unknown := false
+	for k, r := range batch {
+		unknown = unknown || r.unknown != nil
+		if r.linger {
+			r.nowOut, r.res, r.undo = groups[k].nowOut, groups[k].res, groups[k].undo
+			if err != nil {
+				r.err = fmt.Errorf("redis: late refund: %w", err)
+			} else {
+				r.err = nil
+			}
+			close(r.done)
+		}
+	}
+	if errors.Is(err, errExpired) {
+		return // it reached Redis too late and did nothing
+	}
+	if err != nil {
+		if unknown {
+			s.lateUnknown.Add(1) // no reply even now: the outcome stays unknown
+		}
 		return
 	}
 	b := &s.one

@@ -146,6 +146,52 @@ func TestLateReplyNever(t *testing.T) {
 	}
 }
 
+// TestLateRefundSlow holds every reply, the late refund's included: the
+// refund is as slow as the call it takes back, longer than the store's
+// timeout. It is settled by its own late reply (LateRefunded), not counted
+// as failed at the timeout, and the key is whole again.
+func TestLateRefundSlow(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	const timeout = 500 * time.Millisecond
+	st, err := New(Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Hour}
+	op := sluice.Op{Key: "k", Limit: limit, Cost: 3, UndoIfUnknown: true}
+	warmScripts(t, st, []sluice.Op{op})
+	proxy.SetReplyDelay(3 * timeout) // the Take's reply and the refund's
+	err = st.Take(ctx, []sluice.Op{op}, make([]sluice.Result, 1))
+	if !errors.Is(err, sluice.ErrStoreTimeout) {
+		t.Fatalf("Take with its reply held = %v, want ErrStoreTimeout", err)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got := st.Stats(); got.LateRefunded+got.RefundFailures+got.LateUnknown > 0 {
+			break
+		}
+	}
+	proxy.SetReplyDelay(0)
+	if got := st.Stats(); got.LateCharged != 1 || got.LateRefunded != 1 || got.RefundFailures != 0 || got.LateUnknown != 0 {
+		t.Errorf("Stats: LateCharged %d, LateRefunded %d, RefundFailures %d, LateUnknown %d; want 1, 1, 0, 0",
+			got.LateCharged, got.LateRefunded, got.RefundFailures, got.LateUnknown)
+	}
+	direct, err := New(Options{URL: srv.URL()}) // not behind the held replies
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	res := make([]sluice.Result, 1)
+	if err := direct.Take(ctx, []sluice.Op{{Key: "k", Limit: limit}}, res); err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Remaining != 10 {
+		t.Errorf("remaining %d after the slow refund, want 10", res[0].Remaining)
+	}
+}
+
 // patient is a breaker that stays closed through the tests' timeouts.
 var patient = BreakerOptions{ConsecutiveTimeouts: 1 << 20, FailureRatio: 1, MinCalls: 1 << 20}
 
