@@ -50,16 +50,23 @@ func TestFastBatch(t *testing.T) {
 		kind   callKind
 		minTTL string
 		tick   time.Duration
+		// steps calls of up to maxN ops; above 512 the scripts MGET in
+		// parts.
+		steps, maxN int
 	}{
-		{"fast", fixed, kindFast, "", time.Microsecond},
-		{"one", mixed, kindOne, "", time.Microsecond},
-		{"fast minTTL 0", hours, kindFast, "0", 10 * time.Millisecond},
+		{"fast", fixed, kindFast, "", time.Microsecond, 400, 24},
+		{"one", mixed, kindOne, "", time.Microsecond, 400, 24},
+		{"fast minTTL 0", hours, kindFast, "0", 10 * time.Millisecond, 400, 24},
+		{"fast large", fixed, kindFast, "", time.Microsecond, 4, 1200},
+		{"one large", mixed, kindOne, "", time.Microsecond, 4, 1200},
 	} {
-		t.Run(tc.name, func(t *testing.T) { fastBatch(t, srv, tc.limits, tc.kind, tc.minTTL, tc.tick) })
+		t.Run(tc.name, func(t *testing.T) {
+			fastBatch(t, srv, tc.limits, tc.kind, tc.minTTL, tc.tick, tc.steps, tc.maxN)
+		})
 	}
 }
 
-func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind callKind, minTTL string, tick time.Duration) {
+func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind callKind, minTTL string, tick time.Duration, steps, maxN int) {
 	c := storetest.NewClock()
 	st := newTestStore(t, srv.URL(), c)
 	if minTTL != "" {
@@ -71,8 +78,11 @@ func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind 
 	rng := rand.New(rand.NewPCG(7, 11))
 	ctx := context.Background()
 	calls, ops := 0, 0
-	for step := range 400 {
-		n := 1 + rng.IntN(24)
+	for step := range steps {
+		n := 1 + rng.IntN(maxN)
+		if maxN > 512 {
+			n = maxN - rng.IntN(maxN/4)
+		}
 		batch := make([]*request, n)
 		opss := make([][]sluice.Op, n)
 		for i := range n {
