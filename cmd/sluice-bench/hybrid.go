@@ -225,7 +225,7 @@ func runBenchHybrid(ctx context.Context, args []string, _ env, stdout, stderr io
 		fmt.Fprintf(stdout, "%-26s per round: CPU vs memory %s; redis ops/dec %s\n", "", fmtList(ratio, "%.2f"), fmtList(t.cmds, "%.4f"))
 	}
 	fmt.Fprintln(stdout, "\nserver µs: CPU of the serving process per request (/proc, 10ms ticks); +redis µs: redis-server's CPU per request;")
-	fmt.Fprintln(stdout, "redis ops/dec: commands clients sent redis-server per decision (EVALSHA, EVAL, INCRBY, EXPIRE from INFO commandstats; warmup included);")
+	fmt.Fprintln(stdout, "redis ops/dec: commands clients sent redis-server per decision (EVALSHA, EVAL, SCRIPT LOAD, INCRBY, EXPIRE from INFO commandstats; warmup included);")
 	fmt.Fprintln(stdout, "p99/p50 @half: paced at half of the server's median maximum, from each request's intended start.")
 	return nil
 }
@@ -240,8 +240,9 @@ func taskset(cpus string, pid int) error {
 }
 
 // redisCommands returns how many commands the Redis at addr has served
-// that a rate limiter's client sends: script calls (EVALSHA, EVAL; Sluice)
-// and INCRBY, EXPIRE (envoyproxy/ratelimit's pipeline), from INFO
+// that a rate limiter's client sends: script calls and loads (EVALSHA,
+// EVAL, SCRIPT LOAD; Sluice) and INCRBY, EXPIRE (envoyproxy/ratelimit's
+// pipeline), from INFO
 // commandstats. (total_commands_processed would also count the GETs and
 // SETs inside each script.)
 func redisCommands(addr string) (int64, error) {
@@ -270,7 +271,7 @@ func redisCommands(addr string) (int64, error) {
 	total := int64(0)
 	for _, line := range strings.Split(string(body), "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval" && name != "cmdstat_incrby" && name != "cmdstat_expire") {
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval" && name != "cmdstat_script|load" && name != "cmdstat_incrby" && name != "cmdstat_expire") {
 			continue
 		}
 		calls, _, _ := strings.Cut(rest, ",")

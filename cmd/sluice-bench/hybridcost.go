@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,14 +20,16 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/hybrid"
 	"github.com/sluice-rl/sluice/store/redis"
 )
 
 // The Redis cost of placement hybrid against placement global (sluice-bench
 // hybrid --cost): the same paced stream of decisions is sent, in process,
-// to a store/redis Store (global) and to a store/hybrid Store over one
-// (hybrid), each on fresh keys of one redis-server, for three workloads:
+// to the store stack `sluice serve --store redis` builds (store/compose,
+// default denied cache), its keys placed global in one stack and hybrid in
+// the other, for three workloads:
 //
 //   - hot: one key;
 //   - zipf: users drawn from a Zipf distribution (s = 1.1 by default) over
@@ -33,10 +37,15 @@ import (
 //   - cold: users drawn uniformly from rate × period users, so that each is
 //     seen about once every period.
 //
-// After a warmup, the run counts every command Redis runs (INFO
-// commandstats: script calls, SCRIPT LOAD, and the commands scripts run)
-// and Redis's CPU (INFO cpu, used_cpu_user + used_cpu_sys) over the
-// measured span, and divides by the decisions made in it. A decision whose
+// By default the harness starts two redis-servers and runs the two stacks
+// at the same time, one on each, so that both see the same machine load
+// (on a shared machine, Redis's CPU per call moves by 1.3x between runs a
+// minute apart); with --redis, or --cost-together=false, they run one
+// after the other on one redis-server, on fresh keys. After a warmup, the
+// run counts every command Redis runs (INFO commandstats: script calls,
+// SCRIPT LOAD, and the commands scripts run) and Redis's CPU (INFO cpu,
+// used_cpu_user + used_cpu_sys) over the measured span, and divides by the
+// decisions made in it. A decision whose
 // store call failed would have been answered by a failure policy
 // (degraded): it is counted, and a workload with any is reported without
 // Redis figures.
@@ -53,8 +62,11 @@ type costOptions struct {
 	timeout         time.Duration
 	limit           sluice.Limit
 	workloads       []string
+	together        bool
 	redisURL        string
-	redisAddr       string
+	// urls are the redis-servers of the global and the hybrid stack (the
+	// same one when they run one after the other).
+	urls [2]string
 }
 
 // costFlags registers the --cost flags on fs.
@@ -73,6 +85,7 @@ func costFlags(fs *flag.FlagSet) (*costOptions, *bool, *string, *int64, *time.Du
 	quota := fs.Int64("cost-quota", 6_000_000, "--cost: quota per --cost-window of every key's token_bucket limit (high enough that nothing is denied)")
 	window := fs.Duration("cost-window", time.Minute, "--cost: window of the limit (a bucket allotment lives at most one window and the horizon)")
 	fs.DurationVar(&o.timeout, "cost-timeout", redis.DefaultTimeout, "--cost: the Redis store's timeout")
+	fs.BoolVar(&o.together, "cost-together", true, "--cost: run global and hybrid at the same time, each on a redis-server of its own started by the harness (false, or --redis: one after the other on one)")
 	return o, on, work, quota, window
 }
 
@@ -101,17 +114,32 @@ func runHybridCost(ctx context.Context, o *costOptions, stdout io.Writer) error 
 	if o.rate <= 0 || o.workers < 1 || o.warmup < 0 || o.measure <= 0 || o.users < 1 || o.zipfS <= 1 || o.coldPeriod <= 0 || o.horizon <= 0 {
 		return fmt.Errorf("hybrid --cost: --cost-rate, --cost-workers, --cost-duration, --cost-users, --cost-cold-period and --cost-horizon must be positive, --cost-zipf-s > 1: %w", errUsage)
 	}
-	if o.redisURL == "" {
-		srv, stop, err := redistest.StartProcess()
-		if err != nil {
-			return fmt.Errorf("hybrid --cost: redis-server: %w", err)
-		}
-		defer stop()
-		o.redisURL = srv.URL()
+	together := o.together && o.redisURL == ""
+	servers := 2
+	if !together {
+		servers = 1
 	}
-	o.redisAddr = strings.TrimSuffix(strings.TrimPrefix(o.redisURL, "redis://"), "/0")
-	fmt.Fprintf(stdout, "=== hybrid vs global, Redis cost per decision: %.0f decisions/s from %d callers, warmup %v, measured %v; limit %v %d/%v per key (never denies); hybrid horizon %v; store timeout %v\n",
-		o.rate, o.workers, o.warmup, o.measure, o.limit.Algorithm, o.limit.Quota, o.limit.Window, o.horizon, o.timeout)
+	for i := range o.urls {
+		switch {
+		case o.redisURL != "":
+			o.urls[i] = o.redisURL
+		case i < servers:
+			srv, stop, err := redistest.StartProcess()
+			if err != nil {
+				return fmt.Errorf("hybrid --cost: redis-server: %w", err)
+			}
+			defer stop()
+			o.urls[i] = srv.URL()
+		default:
+			o.urls[i] = o.urls[0]
+		}
+	}
+	how := "one after the other on one redis-server"
+	if together {
+		how = "at the same time, each on its own redis-server"
+	}
+	fmt.Fprintf(stdout, "=== hybrid vs global, Redis cost per decision: %.0f decisions/s from %d callers to each, %s; warmup %v, measured %v; limit %v %d/%v per key (never denies); hybrid horizon %v; store timeout %v; stacks built by store/compose (denied cache %s)\n",
+		o.rate, o.workers, how, o.warmup, o.measure, o.limit.Algorithm, o.limit.Quota, o.limit.Window, o.horizon, o.timeout, compose.DeniedAuto)
 	type row struct {
 		name           string
 		global, hybrid *costRun
@@ -124,13 +152,26 @@ func runHybridCost(ctx context.Context, o *costOptions, stdout io.Writer) error 
 		}
 		fmt.Fprintf(stdout, "--- %s: %s\n", w, desc)
 		var rs [2]*costRun
-		for i, placement := range []string{"global", "hybrid"} {
-			r, err := o.runOne(ctx, w, placement, next)
-			if err != nil {
-				return err
+		var errs [2]error
+		placements := [2]string{"global", "hybrid"}
+		if together {
+			var wg sync.WaitGroup
+			for i := range placements {
+				wg.Go(func() { rs[i], errs[i] = o.runOne(ctx, w, placements[i], o.urls[i], next) })
 			}
-			rs[i] = r
-			fmt.Fprintf(stdout, "    %-6s %s\n", placement, o.describe(r))
+			wg.Wait()
+		} else {
+			for i := range placements {
+				if rs[i], errs[i] = o.runOne(ctx, w, placements[i], o.urls[i], next); errs[i] != nil {
+					break
+				}
+			}
+		}
+		if err := errors.Join(errs[:]...); err != nil {
+			return err
+		}
+		for i, placement := range placements {
+			fmt.Fprintf(stdout, "    %-6s %s\n", placement, o.describe(rs[i]))
 		}
 		rows = append(rows, row{w, rs[0], rs[1]})
 	}
@@ -187,29 +228,32 @@ func (o *costOptions) workload(w string) (func(seed uint64) func() string, strin
 	return nil, "", fmt.Errorf("hybrid --cost: --cost-workloads: unknown workload %q (want hot, zipf, cold): %w", w, errUsage)
 }
 
-// runOne sends the paced stream of workload w to a fresh store of the
-// given placement and measures it.
-func (o *costOptions) runOne(ctx context.Context, w, placement string, next func(uint64) func() string) (*costRun, error) {
-	opts, err := redis.ParseURL(o.redisURL)
+// runOne sends the paced stream of workload w to a fresh stack (on the
+// redis-server at url) whose keys have the given placement, and measures
+// it.
+func (o *costOptions) runOne(ctx context.Context, w, placement, url string, next func(uint64) func() string) (*costRun, error) {
+	c := compose.DefaultConfig()
+	c.Kind = compose.KindRedis
+	ropts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, err
 	}
-	opts.Prefix = fmt.Sprintf("cost:%d:%s:%s:", time.Now().UnixNano(), w, placement)
-	opts.Timeout = o.timeout
-	g, err := redis.New(opts)
+	ropts.Prefix = fmt.Sprintf("cost:%d:%s:%s:", time.Now().UnixNano(), w, placement)
+	ropts.Timeout = o.timeout
+	c.Redis = ropts
+	c.Hybrid = hybrid.Options{Horizon: o.horizon}
+	st, err := compose.New(c)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("hybrid --cost: %w", err)
 	}
-	defer g.Close()
-	var st sluice.Store = g
-	var h *hybrid.Store
+	defer st.Close()
+	// Keys shaped like the engine's: a hash tag, after the placement byte
+	// of a counter placed hybrid (store/compose routes by it).
+	place := "{"
 	if placement == "hybrid" {
-		if h, err = hybrid.New(g, hybrid.Options{Horizon: o.horizon}); err != nil {
-			return nil, err
-		}
-		defer h.Close()
-		st = h
+		place = string(sluice.KeyHybrid) + "{"
 	}
+	redisAddr := strings.TrimSuffix(strings.TrimPrefix(url, "redis://"), "/0")
 	var decisions, degraded atomic.Int64
 	var firstErr atomic.Value
 	measuring := atomic.Bool{}
@@ -219,7 +263,8 @@ func (o *costOptions) runOne(ctx context.Context, w, placement string, next func
 	interval := time.Duration(float64(time.Second) / o.rate * float64(o.workers))
 	for c := range o.workers {
 		wg.Go(func() {
-			key := next(uint64(c)*7919 + uint64(start.UnixNano()))
+			name := next(uint64(c)*7919 + uint64(start.UnixNano()))
+			key := func() string { return place + name() + "}" }
 			ops := []sluice.Op{{Limit: o.limit, Cost: 1}}
 			res := make([]sluice.Result, 1)
 			at := start.Add(time.Duration(c) * interval / time.Duration(o.workers))
@@ -263,20 +308,17 @@ func (o *costOptions) runOne(ctx context.Context, w, placement string, next func
 		}
 	}()
 	sleep(ctx, o.warmup)
-	cmd0, cpu0, err := redisInfo(o.redisAddr)
+	cmd0, cpu0, err := redisInfo(redisAddr)
 	if err != nil {
 		return nil, err
 	}
-	var hs0 hybrid.Stats
-	if h != nil {
-		hs0 = h.Stats()
-	}
+	hs0 := st.Stats().Hybrid
 	t0 := time.Now()
 	measuring.Store(true)
 	sleep(ctx, o.measure)
 	measuring.Store(false)
 	elapsed := time.Since(t0)
-	cmd1, cpu1, err := redisInfo(o.redisAddr)
+	cmd1, cpu1, err := redisInfo(redisAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -294,8 +336,8 @@ func (o *costOptions) runOne(ctx context.Context, w, placement string, next func
 			r.cmds[k] = d
 		}
 	}
-	if h != nil {
-		hs := h.Stats()
+	if placement == "hybrid" {
+		hs := st.Stats().Hybrid
 		r.hybrid = hybrid.Stats{Local: hs.Local - hs0.Local, Global: hs.Global - hs0.Global, Cold: hs.Cold - hs0.Cold,
 			Allots: hs.Allots - hs0.Allots, Granted: hs.Granted - hs0.Granted}
 	}
@@ -310,9 +352,19 @@ func (o *costOptions) describe(r *costRun) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d decisions (%.0f/s), %d degraded", r.decisions, float64(r.decisions)/r.elapsed.Seconds(), r.degraded)
 	if r.degraded == 0 {
-		fmt.Fprintf(&b, "; Redis CPU %.3f µs/decision; commands/decision %.4f (evalsha %.4f, eval %.4f, script load %.4f)",
-			1e6*r.perDecision(r.cpu), r.perDecision(float64(r.total())), r.perDecision(float64(r.cmds["evalsha"])),
-			r.perDecision(float64(r.cmds["eval"])), r.perDecision(float64(r.cmds["script|load"])))
+		calls := r.cmds["evalsha"] + r.cmds["eval"]
+		fmt.Fprintf(&b, "; Redis CPU %.3f µs/decision, %.1f µs/script call; commands/decision %.4f; script calls/decision %.4f (%.2f decisions each)",
+			1e6*r.perDecision(r.cpu), 1e6*r.cpu/float64(max(calls, 1)), r.perDecision(float64(r.total())), r.perDecision(float64(calls)),
+			float64(r.decisions)/float64(max(calls, 1)))
+		names := make([]string, 0, len(r.cmds))
+		for k := range r.cmds {
+			names = append(names, k)
+		}
+		slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(r.cmds[b], r.cmds[a]), cmp.Compare(a, b)) })
+		b.WriteString("; per decision:")
+		for _, k := range names {
+			fmt.Fprintf(&b, " %s %.4f", k, r.perDecision(float64(r.cmds[k])))
+		}
 	}
 	if hs := r.hybrid; hs.Local+hs.Global > 0 {
 		fmt.Fprintf(&b, "; local %d, global %d (cold %d), leases %d granting %d", hs.Local, hs.Global, hs.Cold, hs.Allots, hs.Granted)
@@ -390,10 +442,10 @@ func redisINFO(addr, section string) (string, error) {
 	return string(body), nil
 }
 
-// coldThreshold is store/hybrid's: a key expected to be hit fewer than 8
+// coldThreshold is store/hybrid's: a key expected to be hit fewer than 2
 // times over an allotment's span (the horizon, at most the limit's window
 // for a bucket) is too cold to lease (see its "Cold keys").
-const coldThreshold = 8
+const coldThreshold = 2
 
 // zipfWeights returns the probabilities of users 1..n under Zipf(s).
 func zipfWeights(s float64, n int) []float64 {

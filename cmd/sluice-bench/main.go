@@ -52,6 +52,8 @@ func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Write
 		return runBenchMemory(ctx, args, getenv, stdout, stderr)
 	case "hybrid":
 		return runBenchHybrid(ctx, args, getenv, stdout, stderr)
+	case "proof":
+		return runProof(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -67,6 +69,7 @@ const usage = `usage: sluice-bench <command> [flags]   (sluice-bench <command> -
   hybrid     load figures of placement hybrid beside the memory store and Redis (global);
              --cost: Redis CPU and commands per decision, hybrid vs global (hot, Zipf, cold users)
   memory     fill the memory store to its key cap and report the process's memory (RSS)
+  proof      the fault matrix: a fleet on real Redis/PostgreSQL under faults, histories checked offline
 `
 
 // parseFlags parses args into fs: done is true after -h, and stray

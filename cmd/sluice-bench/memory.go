@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -40,7 +41,14 @@ func runBenchMemory(ctx context.Context, args []string, _ env, stdout, stderr io
 		return fmt.Errorf("%w: --max-keys ≥ 1, --key-bytes ≥ 24, --churn ≥ 0", errUsage)
 	}
 	before := readRSS()
-	st := memory.New(memory.Options{MaxKeys: *maxKeys})
+	// The stack `sluice serve --store memory` builds (store/compose): the
+	// memory store alone.
+	c := compose.DefaultConfig()
+	c.Memory = memory.Options{MaxKeys: *maxKeys}
+	st, err := compose.New(c)
+	if err != nil {
+		return fmt.Errorf("bench-memory: %w", err)
+	}
 	defer st.Close()
 	limit := sluice.Limit{Algorithm: a, Quota: 1000, Window: time.Hour} // mid-window all run long
 	ops := make([]sluice.Op, 1)
@@ -65,7 +73,7 @@ func runBenchMemory(ctx context.Context, args []string, _ env, stdout, stderr io
 	runtime.GC()
 	var live runtime.MemStats
 	runtime.ReadMemStats(&live)
-	s := st.Stats()
+	s := st.Memory().Stats()
 	fmt.Fprintf(stdout, "keys %d (cap %d), %d-byte keys, %s, %d inserts in %v (%d evictions)\n",
 		s.Keys, *maxKeys, *keyBytes, a, total, took.Round(time.Millisecond), s.Evictions)
 	fmt.Fprintf(stdout, "RSS before %s, at the end %s, peak (VmHWM) %s\n", mib(before.rss), mib(after.rss), mib(after.hwm))

@@ -102,6 +102,11 @@ type memoryConfig struct {
 	// MaxKeys caps the keys of the memory store (and of the local-fallback
 	// store when Kind is redis).
 	MaxKeys int
+	// ClockSkew shifts the clock the in-process stores read (the memory
+	// store; the local fallback of failure_mode local) by this much: a
+	// fault to test with (internal/proof runs an instance 2.5 s ahead).
+	// Redis decisions keep Redis's TIME. 0: the host's clock.
+	ClockSkew time.Duration
 }
 
 type redisConfig struct {
@@ -230,6 +235,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen.TLS.ClientCA, "tls-client-ca", c.Listen.TLS.ClientCA, "PEM CA certificates: require client certificates signed by them (mutual TLS)")
 	fs.StringVar(&c.Store.Kind, "store", c.Store.Kind, "where counters live: memory or redis")
 	fs.IntVar(&c.Store.Memory.MaxKeys, "memory-max-keys", c.Store.Memory.MaxKeys, "most keys the memory store holds (docs/service.md gives the memory this takes)")
+	fs.DurationVar(&c.Store.Memory.ClockSkew, "clock-skew", c.Store.Memory.ClockSkew, "fault testing: shift the clock of the in-process stores (memory store, failure_mode local) by this much; Redis decisions keep Redis's TIME")
 	fs.StringVar(&c.Store.Redis.URL, "redis-url", c.Store.Redis.URL, "Redis URL: redis://host:port/db, redis-sentinel://h:p,h:p/master, redis-cluster://h:p,h:p (with a password, prefer SLUICE_REDIS_URL or --redis-url-file)")
 	fs.StringVar(&c.Store.Redis.URLFile, "redis-url-file", c.Store.Redis.URLFile, "file holding the Redis URL (wins over --redis-url; keeps a password off the command line)")
 	fs.StringVar(&c.Store.Redis.Prefix, "redis-prefix", c.Store.Redis.Prefix, "prefix of every Redis key (default: the store's, sluice:)")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,30 +54,50 @@ func TestServeRLQS(t *testing.T) {
 	}
 }
 
-// TestServeRLQSRedis: with --store redis, a bucket of a fixed-window rule
-// gets a token bucket leased from Redis (through the placement-routing
-// store serve builds): 3 an hour for remote_address, so at most 3 tokens.
-func TestServeRLQSRedis(t *testing.T) {
-	rd := redistest.Start(t)
-	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/envoy"), withRedis(rd.URL(), nil))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := rlqspb.NewRateLimitQuotaServiceClient(ts.conn).StreamRateLimitQuotas(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{
-		BucketId: &rlqspb.BucketId{Bucket: map[string]string{"remote_address": "10.0.0.1"}}, TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 100,
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := st.Recv()
-	if err != nil {
-		t.Fatalf("Recv: %v", err)
-	}
-	qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
-	if n := qa.GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(); n < 1 || n > 3 {
-		t.Errorf("bucket of a 3-an-hour rule: %v, want a token bucket of 1–3 tokens", qa)
+// TestServeRLQSLeases: with --store memory and with --store redis, a
+// bucket of a fixed-window rule gets a token bucket leased from the store
+// (through the placement-routing stack serve builds): 3 an hour for
+// remote_address, so at most 3 tokens; /metrics counts the stream open
+// and the assignment.
+func TestServeRLQSLeases(t *testing.T) {
+	for _, kind := range []string{"memory", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			var edit func(*serveConfig)
+			if kind == "redis" {
+				edit = withRedis(redistest.Start(t).URL(), nil)
+			}
+			ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/envoy"), edit)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st, err := rlqspb.NewRateLimitQuotaServiceClient(ts.conn).StreamRateLimitQuotas(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+				BucketId: &rlqspb.BucketId{Bucket: map[string]string{"remote_address": "10.0.0.1"}}, TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 100,
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatalf("Recv: %v", err)
+			}
+			qa := resp.GetBucketAction()[0].GetQuotaAssignmentAction()
+			if n := qa.GetRateLimitStrategy().GetTokenBucket().GetMaxTokens(); n < 1 || n > 3 {
+				t.Errorf("bucket of a 3-an-hour rule: %v, want a token bucket of 1–3 tokens", qa)
+			}
+			_, body := get(t, ts.base+"/metrics")
+			for _, want := range []string{
+				"sluice_rlqs_streams_open 1\n",
+				`sluice_rlqs_assignments_total{action="token_bucket"} 1` + "\n",
+				"sluice_rlqs_grants_total 1\n",
+				"sluice_rlqs_reports_total 1\n",
+			} {
+				if !strings.Contains(body, want) {
+					t.Errorf("/metrics has no %q", strings.TrimSpace(want))
+				}
+			}
+		})
 	}
 }

@@ -162,6 +162,13 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	ecfg.Limits = cfg.Limits.serviceLimits()
 	cfg.Envoy.engine(&ecfg)
 	memOpts := memory.Options{Now: d.now, MaxKeys: cfg.Store.Memory.MaxKeys}
+	if skew := cfg.Store.Memory.ClockSkew; skew != 0 {
+		now := d.now
+		if now == nil {
+			now = time.Now
+		}
+		memOpts.Now = func() time.Time { return now().Add(skew) }
+	}
 	memStores := map[string]*memory.Store{}
 	if ecfg.DefaultFailureMode, err = rules.ParseFailureMode(cfg.Service.DefaultFailureMode); err != nil {
 		return nil, fmt.Errorf("serve: --default-failure-mode: %w", err)
@@ -263,7 +270,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.grpc = grpc.NewServer(gopts...)
 	s.rls.Register(s.grpc)
-	if err := s.registerRLQS(ecfg.Limits); err != nil {
+	if err := s.registerRLQS(reg, ecfg.Limits); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 

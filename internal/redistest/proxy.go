@@ -134,6 +134,18 @@ func (p *Proxy) replies(client, server net.Conn) {
 	}
 }
 
+// Drop closes every connection through the proxy now, both sides, as a
+// network that resets them would; new connections are accepted as usual.
+func (p *Proxy) Drop() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
 func (p *Proxy) close() {
 	p.ln.Close()
 	p.mu.Lock()

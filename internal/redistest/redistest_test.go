@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -125,5 +126,32 @@ func TestStartProcess(t *testing.T) {
 	stop()
 	if _, err := Do(srv.Addr(), "PING"); err == nil {
 		t.Errorf("PING after stop answered; want the server gone")
+	}
+}
+
+// TestProxyDrop: Drop closes the connections open through the proxy (a
+// client's next read fails) and the proxy goes on accepting new ones.
+func TestProxyDrop(t *testing.T) {
+	s := Start(t)
+	p := StartProxy(t, s.Addr())
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	if line, err := r.ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		t.Fatalf("PING through the proxy: got %q, %v; want +PONG", line, err)
+	}
+	p.Drop()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Errorf("read after Drop: got no error, want the connection closed")
+	}
+	if got, err := Do(p.Addr(), "PING"); err != nil || got != "PONG" {
+		t.Errorf("a new connection after Drop: got %v, %v; want PONG", got, err)
 	}
 }

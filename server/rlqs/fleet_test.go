@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,16 +14,19 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
 // The simulated Envoy follows the rate_limit_quota filter's documented
-// behaviour (Envoy v1.32–v1.36 docs and the RLQS proto comments, as
-// summarised in PROTOCOLS.md); no real Envoy runs here:
+// behaviour (the RLQS and filter proto comments of Envoy commit 37b04b2,
+// which go-control-plane's envoy module v1.40.0 was generated from, and
+// the filter's docs); no real Envoy runs here:
 //   - a request matched into a bucket the client does not know creates it,
 //     is decided by no_assignment_behavior, and the client sends a usage
 //     report for the new bucket at once;
@@ -211,14 +215,44 @@ func (e *simEnvoy) apply(now time.Time, resp *rlqspb.RateLimitQuotaResponse) {
 	}
 }
 
-// simStore is a Redis store on a fake clock and an engine over it.
-func simEngine(t *testing.T, url string, clock *storetest.Clock, yaml string) (*service.Engine, service.RuleSource, *redis.Store) {
+// simStores are the stores every stream test runs over: the in-process
+// store and a real redis-server, each on the test's fake clock.
+var simStores = []string{"memory", "redis"}
+
+// eachStore runs f as one subtest per store of simStores.
+func eachStore(t *testing.T, f func(t *testing.T, kind string)) {
 	t.Helper()
-	st, err := redis.New(redis.Options{URL: url, Now: clock.Now, Timeout: 5 * time.Second, Prefix: fmt.Sprintf("rlqs%d:", time.Now().UnixNano())})
+	for _, k := range simStores {
+		t.Run(k, func(t *testing.T) { f(t, k) })
+	}
+}
+
+// newSimStore returns a fresh store of kind ("memory" or "redis") whose
+// time is now (nil: the real clock).
+func newSimStore(t testing.TB, kind string, now func() time.Time) sluice.Allotter {
+	t.Helper()
+	if kind == "memory" {
+		s := memory.New(memory.Options{Now: now})
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	return newRedisStore(t, redistest.Start(t).URL(), now)
+}
+
+// newRedisStore is a Redis store at url with a fresh prefix, on now.
+func newRedisStore(t testing.TB, url string, now func() time.Time) *redis.Store {
+	t.Helper()
+	st, err := redis.New(redis.Options{URL: url, Now: now, Timeout: 5 * time.Second, Prefix: fmt.Sprintf("rlqs%d:", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// simEngineOn is an engine deciding with the rules yaml over st.
+func simEngineOn(t testing.TB, st sluice.Store, yaml string) (*service.Engine, service.RuleSource) {
+	t.Helper()
 	snap, err := rules.Parse("edge.yaml", []byte(yaml), rules.Options{})
 	if err != nil {
 		t.Fatalf("rules.Parse: %v", err)
@@ -228,21 +262,41 @@ func simEngine(t *testing.T, url string, clock *storetest.Clock, yaml string) (*
 	if err != nil {
 		t.Fatalf("service.New: %v", err)
 	}
+	return eng, src
+}
+
+// simEngine is a Redis store at url on a fake clock and an engine over it.
+func simEngine(t *testing.T, url string, clock *storetest.Clock, yaml string) (*service.Engine, service.RuleSource, *redis.Store) {
+	t.Helper()
+	st := newRedisStore(t, url, clock.Now)
+	eng, src := simEngineOn(t, st, yaml)
 	return eng, src, st
 }
 
-// TestFleetBound: ten simulated Envoys with skewed traffic (2.5× the
-// limit in all) against one fixed-window limit of 60000 a minute, over a
-// real redis-server on a fake clock, for ten simulated minutes: two join
-// late, the server restarts mid-stream (every stream dropped; Envoys
-// reconnect), one Envoy leaves, one stops reporting. Every window's
-// admissions, counted at the Envoys, are at most the limit; the server
-// abandons the silent Envoy's buckets; a bucket of an unlimited rule is
-// allowed, one matching no rule follows Options.Unmatched (deny).
-func TestFleetBound(t *testing.T) {
-	srvR := redistest.Start(t)
+// fleet is what a simulated fleet's run counted.
+type fleet struct {
+	start    time.Time
+	step     time.Duration
+	admitted []int         // admissions of the limited bucket, per step
+	requests map[int64]int // window index → requests of the limited bucket
+	messages map[int64]int // window index → stream messages
+	envoys   []*simEnvoy
+	srv      *Server // the server after the restart
+	// the trickle into other buckets: an unlimited rule's, and one
+	// matching no rule
+	unlimitedOK, unmatchedOK, unmatchedN int
+}
+
+// runFleet runs ten simulated Envoys with skewed traffic (2 500 requests
+// a second in all) against the bucket {tenant: acme, route: api} of rules
+// yaml, over a fresh store of kind on a fake clock, for ten simulated
+// minutes: two join late, the server restarts mid-stream (every stream
+// dropped; Envoys reconnect), one Envoy leaves, one stops reporting.
+func runFleet(t *testing.T, kind, yaml string) *fleet {
+	t.Helper()
 	clock := storetest.NewClock()
-	eng, src, st := simEngine(t, srvR.URL(), clock, simRules)
+	st := newSimStore(t, kind, clock.Now)
+	eng, src := simEngineOn(t, st, yaml)
 	newSrv := func() *Server {
 		s, err := New(eng, src, Options{Unmatched: DenyUnmatched, Now: clock.Now, Allotter: st})
 		if err != nil {
@@ -254,8 +308,6 @@ func TestFleetBound(t *testing.T) {
 	cur := func() *Server { return srv }
 
 	const (
-		limit   = 60000
-		window  = time.Minute
 		step    = 20 * time.Millisecond
 		total   = 2500.0 // requests a second, fleet-wide
 		minutes = 10
@@ -268,21 +320,17 @@ func TestFleetBound(t *testing.T) {
 		sum += weights[i]
 	}
 	start := clock.Now()
-	envoys := make([]*simEnvoy, n)
+	f := &fleet{start: start, step: step, requests: map[int64]int{}, messages: map[int64]int{}, envoys: make([]*simEnvoy, n)}
+	envoys := f.envoys
 	alive := make([]bool, n)
 	for i := range envoys {
 		envoys[i] = newSimEnvoy(fmt.Sprintf("envoy%d", i), cur, start)
 		alive[i] = i < 8 // 8 and 9 join later
 	}
-	limited := func(i int) map[string]string { return map[string]string{"route": "api", "tenant": "acme"} }
+	limited := map[string]string{"route": "api", "tenant": "acme"}
 	owed := make([]float64, n)
-	admitted := map[int64]int{} // window index → admissions
-	requests := map[int64]int{} // window index → requests
-	messages := map[int64]int{} // window index → stream messages
-	var unlimitedOK, unmatchedOK, unmatchedN int
-	idx := func(t time.Time) int64 { return t.UnixMicro() / window.Microseconds() }
 
-	for now := start; now.Before(start.Add(minutes * window)); now = now.Add(step) {
+	for now := start; now.Before(start.Add(minutes * time.Minute)); now = now.Add(step) {
 		clock.Set(now)
 		el := now.Sub(start)
 		switch el {
@@ -302,7 +350,7 @@ func TestFleetBound(t *testing.T) {
 		case 430 * time.Second:
 			envoys[1].stuck = true
 		}
-		w := idx(now)
+		w := windowIndex(now)
 		before := 0
 		for _, e := range envoys {
 			before += e.sent + e.recv
@@ -313,24 +361,25 @@ func TestFleetBound(t *testing.T) {
 				e.apply(now, e.sess.tick(context.Background(), now))
 			}
 		}
+		admitted := 0
 		for i, e := range envoys {
 			if !alive[i] || e.stuck {
 				continue
 			}
 			owed[i] += total * weights[i] / sum * step.Seconds()
 			for ; owed[i] >= 1; owed[i]-- {
-				requests[w]++
-				if e.request(t, now, limited(i)) {
-					admitted[w]++
+				f.requests[w]++
+				if e.request(t, now, limited) {
+					admitted++
 				}
 			}
 			if i == 2 && el%time.Second == 0 { // a trickle into other buckets
 				if e.request(t, now, map[string]string{"tenant": "free", "route": "x"}) {
-					unlimitedOK++
+					f.unlimitedOK++
 				}
-				unmatchedN++
+				f.unmatchedN++
 				if e.request(t, now, map[string]string{"tenant": "nobody"}) {
-					unmatchedOK++
+					f.unmatchedOK++
 				}
 			}
 			if !now.Before(e.nextReport) {
@@ -338,40 +387,169 @@ func TestFleetBound(t *testing.T) {
 				e.nextReport = now.Add(5 * time.Second)
 			}
 		}
+		f.admitted = append(f.admitted, admitted)
 		after := 0
 		for _, e := range envoys {
 			after += e.sent + e.recv
 		}
-		messages[w] += after - before
+		f.messages[w] += after - before
 	}
+	f.srv = srv
+	return f
+}
 
-	first := idx(start)
-	for w := first; w < first+minutes; w++ {
-		perReq := float64(messages[w]) / float64(max(requests[w], 1))
-		t.Logf("window %d: admitted %d of limit %d (%d requests), %d stream messages, %.4f per request", w-first, admitted[w], limit, requests[w], messages[w], perReq)
-		if admitted[w] > limit {
-			t.Errorf("window %d: admitted %d, want ≤ %d", w-first, admitted[w], limit)
-		}
-		if admitted[w] < limit/2 {
-			t.Errorf("window %d: admitted %d, want ≥ %d (demand is 1.5–2.5× the limit)", w-first, admitted[w], limit/2)
-		}
+// windowIndex is the index of the one-minute window holding t.
+func windowIndex(t time.Time) int64 { return t.UnixMicro() / time.Minute.Microseconds() }
+
+// perWindow sums f.admitted by one-minute window.
+func (f *fleet) perWindow() map[int64]int {
+	m := map[int64]int{}
+	for i, a := range f.admitted {
+		m[windowIndex(f.start.Add(time.Duration(i)*f.step))] += a
 	}
+	return m
+}
+
+// checkCommon checks what every run must show: the joiners' first
+// assignment at their first report, the silent Envoy's bucket abandoned,
+// the unlimited bucket allowed, the unmatched one denied.
+func (f *fleet) checkCommon(t *testing.T) {
+	t.Helper()
 	for _, i := range []int{8, 9} {
-		for k, d := range envoys[i].firstAsg {
-			t.Logf("%s: first assignment of %s after %v (simulated)", envoys[i].name, k, d)
+		for k, d := range f.envoys[i].firstAsg {
+			t.Logf("%s: first assignment of %s after %v (simulated)", f.envoys[i].name, k, d)
 			if d != 0 {
-				t.Errorf("%s: first assignment after %v, want at the first report (0 simulated time)", envoys[i].name, d)
+				t.Errorf("%s: first assignment after %v, want at the first report (0 simulated time)", f.envoys[i].name, d)
 			}
 		}
 	}
-	if envoys[1].abandoned == 0 {
-		t.Errorf("envoy1 (silent from 430 s): %d abandon actions, want ≥ 1", envoys[1].abandoned)
+	if f.envoys[1].abandoned == 0 {
+		t.Errorf("envoy1 (silent from 430 s): %d abandon actions, want ≥ 1", f.envoys[1].abandoned)
 	}
-	if unlimitedOK == 0 {
-		t.Errorf("unlimited bucket: %d allowed, want some", unlimitedOK)
+	if f.unlimitedOK == 0 {
+		t.Errorf("unlimited bucket: %d allowed, want some", f.unlimitedOK)
 	}
-	if unmatchedOK != 0 {
-		t.Errorf("unmatched bucket with Unmatched deny: %d of %d allowed, want 0", unmatchedOK, unmatchedN)
+	if f.unmatchedOK != 0 {
+		t.Errorf("unmatched bucket with Unmatched deny: %d of %d allowed, want 0", f.unmatchedOK, f.unmatchedN)
 	}
-	t.Logf("server after restart: %+v", srv.Stats())
+	t.Logf("server after restart: %+v", f.srv.Stats())
+}
+
+// logWindow logs one window's figures and returns its messages per request.
+func (f *fleet) logWindow(t *testing.T, w int64, admitted, limit int) {
+	t.Helper()
+	first := windowIndex(f.start)
+	perReq := float64(f.messages[w]) / float64(max(f.requests[w], 1))
+	t.Logf("window %d: admitted %d of limit %d (%d requests), %d stream messages, %.4f per request", w-first, admitted, limit, f.requests[w], f.messages[w], perReq)
+}
+
+// TestFleetBound: the simulated fleet (runFleet) against one fixed-window
+// limit of 60000 a minute, on the memory store and on Redis. Every
+// window's admissions, counted at the Envoys, are at most the limit; the
+// server abandons the silent Envoy's buckets; a bucket of an unlimited
+// rule is allowed, one matching no rule follows Options.Unmatched (deny).
+func TestFleetBound(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind string) {
+		const limit = 60000
+		f := runFleet(t, kind, simRules)
+		first := windowIndex(f.start)
+		adm := f.perWindow()
+		for w := first; w < first+10; w++ {
+			f.logWindow(t, w, adm[w], limit)
+			if adm[w] > limit {
+				t.Errorf("window %d: admitted %d, want ≤ %d", w-first, adm[w], limit)
+			}
+			if adm[w] < limit/2 {
+				t.Errorf("window %d: admitted %d, want ≥ %d (demand is 1.5–2.5× the limit)", w-first, adm[w], limit/2)
+			}
+		}
+		f.checkCommon(t)
+	})
+}
+
+// algRules is simRules with the limited rule's algorithm (and extra
+// fields) set.
+func algRules(alg, extra string) string {
+	return strings.Replace(simRules, "rate_limit: {unit: minute, requests_per_unit: 60000}",
+		"rate_limit: {unit: minute, requests_per_unit: 60000, algorithm: "+alg+extra+"}", 1)
+}
+
+// TestFleetTokenBucket: the same fleet against a token_bucket limit of
+// 60000 a minute, burst 6000 (leased by Takes on Check's counter, as gcra
+// would be). Tokens are taken from the bucket before they are spent, so
+// the admissions from the start to any instant t are at most what the
+// bucket could give by then, burst + t × rate; and in any span of d, at
+// most burst + (d + lease) × rate (a grant taken before the span may be
+// spent in it; the lease is one window).
+func TestFleetTokenBucket(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind string) {
+		const (
+			burst = 6000
+			rate  = 1000.0 // tokens a second
+		)
+		f := runFleet(t, kind, algRules("token_bucket", ", burst: 6000"))
+		sum, span, last := 0, 0, 0 // last: admitted in the 60 s up to this step
+		perSpan := int(time.Minute / f.step)
+		for i, a := range f.admitted {
+			sum += a
+			el := time.Duration(i+1) * f.step
+			if bound := burst + int(rate*el.Seconds()); sum > bound {
+				t.Fatalf("admitted %d by %v, want ≤ burst + elapsed × rate = %d", sum, el, bound)
+			}
+			last += a
+			if i >= perSpan {
+				last -= f.admitted[i-perSpan]
+			}
+			span = max(span, last)
+		}
+		t.Logf("most admitted in any 60 s span: %d (burst + 60 s × rate: %d)", span, burst+int(rate*60))
+		first := windowIndex(f.start)
+		adm := f.perWindow()
+		for w := first; w < first+10; w++ {
+			f.logWindow(t, w, adm[w], 60000)
+			if bound := burst + int(rate*120); adm[w] > bound {
+				t.Errorf("window %d: admitted %d, want ≤ burst + (window + lease) × rate = %d", w-first, adm[w], bound)
+			}
+			if adm[w] < 30000 {
+				t.Errorf("window %d: admitted %d, want ≥ 30000 (demand is 1.5–2.5× the rate)", w-first, adm[w])
+			}
+		}
+		t.Logf("admitted %d in %v: %.0f a second (the bucket's rate: %.0f)", sum, 10*time.Minute, float64(sum)/600, rate)
+		f.checkCommon(t)
+	})
+}
+
+// TestFleetSlidingWindow: the same fleet against a sliding_window limit of
+// 60000 a minute (leased by Takes on Check's counter, each grant living to
+// the end of the window that counts it). The admissions counted at the
+// Envoys keep the algorithm's own invariant at every step: ⌈admitted in
+// the previous window × the part of it still in the sliding window⌉ +
+// admitted in this window ≤ the limit.
+func TestFleetSlidingWindow(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind string) {
+		const limit = 60000
+		f := runFleet(t, kind, algRules("sliding_window", ""))
+		adm := map[int64]int{}
+		worst := 0
+		for i, a := range f.admitted {
+			now := f.start.Add(time.Duration(i) * f.step)
+			w := windowIndex(now)
+			adm[w] += a
+			e := now.Sub(time.UnixMicro(w*time.Minute.Microseconds())).Seconds() / 60
+			est := int(math.Ceil(float64(adm[w-1])*(1-e))) + adm[w]
+			if est > limit {
+				t.Fatalf("at %v: estimate %d (previous window %d, this one %d), want ≤ %d", now.Sub(f.start), est, adm[w-1], adm[w], limit)
+			}
+			worst = max(worst, est)
+		}
+		t.Logf("highest estimate of admissions in a sliding minute: %d of %d", worst, limit)
+		first := windowIndex(f.start)
+		for w := first; w < first+10; w++ {
+			f.logWindow(t, w, adm[w], limit)
+			if adm[w] < limit/4 {
+				t.Errorf("window %d: admitted %d, want ≥ %d", w-first, adm[w], limit/4)
+			}
+		}
+		f.checkCommon(t)
+	})
 }

@@ -5,11 +5,15 @@
 // all, or a token bucket.
 //
 // A bucket is matched against the rules as a descriptor (see order.go for
-// the order of its keys). A bucket whose rule has a fixed_window or gcra
-// limit is served token buckets of exactly the units leased
-// for it from the store (sluice.Allotter: the same allotments as placement:
-// hybrid, on the same counter as Check), so Envoys never admit more than
-// the store granted: per fixed window, at most the limit fleet-wide. See
+// the order of its keys). A bucket whose rule has a fixed_window, gcra,
+// token_bucket or sliding_window limit is served token buckets of exactly
+// the units leased for it from the store, on the same counter as Check
+// (fixed_window and gcra through sluice.Allotter, the allotments of
+// placement: hybrid; token_bucket and sliding_window, and rules placed
+// local, by Takes of the units on Check's own op), so Envoys never admit
+// more than the store granted: per fixed window, at most the limit
+// fleet-wide. A limited rule that cannot be leased with a bound
+// (sliding_log, leaky_bucket, concurrency) is served DENY_ALL. See
 // docs/rlqs.md.
 package rlqs
 
@@ -56,9 +60,9 @@ func ParseUnmatched(s string) (Unmatched, error) {
 // Options configure a Server. The zero value is valid: every field has a
 // default.
 type Options struct {
-	// Unmatched is the assignment of a bucket that matches no rule, or
-	// whose rule's limit cannot be leased (an algorithm other than
-	// fixed_window and gcra, a rule placed local, or no Allotter).
+	// Unmatched is the assignment of a bucket that matches no rule. (A
+	// bucket whose rule has a limit that cannot be leased is served
+	// DENY_ALL whatever Unmatched says: see Stats.Unleasable.)
 	Unmatched Unmatched
 	// ReportingInterval is how often Envoys report (Envoy sends every 5 s
 	// today). Default 5 s.
@@ -84,11 +88,13 @@ type Options struct {
 	// AllotTimeout bounds one allotment call. Default 1 s.
 	AllotTimeout time.Duration
 	// Allotter is the store grants are leased from; it must hold the
-	// counters the engine's Check charges (for `sluice serve --store redis`,
-	// its store stack, whose Allot is the Redis store's). A bucket is
-	// leased when its rule's algorithm allots (sluice.AllotAlgorithm) and
-	// the rule is not placed local (per-instance counters). Nil: nothing is
-	// leased, every bucket of a limited rule is served Unmatched.
+	// counters the engine's Check charges (for `sluice serve`, its store
+	// stack, whose Allot is the Redis or the memory store's). A bucket of
+	// a fixed_window or gcra rule is leased with Allot (unless the rule is
+	// placed local); one of a token_bucket or sliding_window rule, or of a
+	// rule placed local, with Takes of the units on Check's op (the
+	// Allotter's Take, so the stack routes it as Check's). Nil: nothing is
+	// leased, every bucket of a limited rule is served DENY_ALL.
 	Allotter sluice.Allotter
 	// Limits bound domains and bucket entries (see service.Limits). The
 	// zero value is the defaults.
@@ -115,10 +121,13 @@ type Server struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	lastLog  atomic.Int64
+	lastWarn atomic.Int64
 
 	streams, reports, responses                  atomic.Uint64
 	grants, grantedUnits, allotErrors, abandoned atomic.Uint64
 	unleasable                                   atomic.Uint64
+	open                                         atomic.Int64
+	assigned                                     [3]atomic.Uint64 // by Action
 }
 
 // New returns a Server deciding with e and the rules of src (the engine's
@@ -180,35 +189,95 @@ func (s *Server) Register(g grpc.ServiceRegistrar) { rlqspb.RegisterRateLimitQuo
 // opened afterwards end at once. Safe to call more than once.
 func (s *Server) Shutdown() { s.stopOnce.Do(func() { close(s.stop) }) }
 
-// Stats are a Server's counters since New.
+// Action is the kind of a quota assignment sent, for Stats.Assignments.
+type Action uint8
+
+const (
+	// ActionAllow is a blanket ALLOW_ALL.
+	ActionAllow Action = iota
+	// ActionDeny is a blanket DENY_ALL (a spent quota's, an unleasable
+	// rule's, or Unmatched deny).
+	ActionDeny
+	// ActionTokenBucket is a token bucket of the units granted.
+	ActionTokenBucket
+)
+
+// String returns "allow", "deny" or "token_bucket" (a metric label).
+func (a Action) String() string {
+	switch a {
+	case ActionAllow:
+		return "allow"
+	case ActionDeny:
+		return "deny"
+	}
+	return "token_bucket"
+}
+
+// Actions lists every Action, in order.
+func Actions() []Action { return []Action{ActionAllow, ActionDeny, ActionTokenBucket} }
+
+// Stats are a Server's counters since New (Open is a gauge). Reports and
+// Responses count the messages of streams served over gRPC.
 type Stats struct {
-	Streams, Reports, Responses uint64
+	// Streams counts streams opened; Open is how many are open now.
+	Streams uint64
+	Open    int64
+	// Reports counts usage-report messages received, Responses messages
+	// sent.
+	Reports, Responses uint64
+	// Assignments counts quota assignments sent, by Action.
+	Assignments [3]uint64
 	// Grants counts allotments taken, GrantedUnits their units.
-	Grants, GrantedUnits   uint64
+	Grants, GrantedUnits uint64
+	// AllotErrors counts allotments the store failed; Abandoned, abandon
+	// actions sent (buckets nobody reported for Options.AbandonAfter).
 	AllotErrors, Abandoned uint64
-	// Unleasable counts buckets whose rule could not be leased (served as
-	// unmatched).
+	// Unleasable counts buckets (matched or matched again) whose rule has
+	// a limit that cannot be leased with a bound: served DENY_ALL.
 	Unleasable uint64
 }
 
-// Stats returns the counters.
+// Stats returns the counters. Safe for concurrent use.
 func (s *Server) Stats() Stats {
-	return Stats{
-		Streams: s.streams.Load(), Reports: s.reports.Load(), Responses: s.responses.Load(),
+	st := Stats{
+		Streams: s.streams.Load(), Open: s.open.Load(), Reports: s.reports.Load(), Responses: s.responses.Load(),
 		Grants: s.grants.Load(), GrantedUnits: s.grantedUnits.Load(), AllotErrors: s.allotErrors.Load(),
 		Abandoned: s.abandoned.Load(), Unleasable: s.unleasable.Load(),
 	}
+	for i := range st.Assignments {
+		st.Assignments[i] = s.assigned[i].Load()
+	}
+	return st
 }
 
-// allot leases from Options.Allotter (never nil when called: see leasable).
+// allot leases from Options.Allotter (never nil when called: see leaseBy).
 func (s *Server) allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
 	return s.opts.Allotter.Allot(ctx, reqs, out)
 }
 
-// leasable reports whether q's counter can be leased.
-func (s *Server) leasable(q service.Quota) bool {
-	return s.opts.Allotter != nil && q.Key != "" && q.Rule != nil && sluice.AllotAlgorithm(q.Limit.Algorithm) &&
-		q.Rule.Placement != rules.PlacementLocal
+// leaseBy says how q's counter is leased: with Allot, with Takes, or not
+// at all (leaseNone).
+func (s *Server) leaseBy(q service.Quota) lease {
+	if s.opts.Allotter == nil || q.Key == "" || q.Rule == nil {
+		return leaseNone
+	}
+	alg := q.Limit.Algorithm
+	switch {
+	case sluice.AllotAlgorithm(alg) && q.Rule.Placement != rules.PlacementLocal:
+		return leaseAllot
+	case sluice.AllotAlgorithm(alg), alg == sluice.TokenBucket, alg == sluice.SlidingWindow:
+		return leaseTake
+	}
+	return leaseNone
+}
+
+func (s *Server) warnUnleasable(q service.Quota) {
+	now := time.Now().UnixNano()
+	if last := s.lastWarn.Load(); now-last < int64(time.Second) || !s.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("rlqs: a rule's limit cannot be leased with a bound: its buckets are denied (docs/rlqs.md)",
+		"rule", ruleID(q.Rule), "algorithm", q.Limit.Algorithm.String())
 }
 
 func (s *Server) logAllotError(err error) {
@@ -225,6 +294,8 @@ func (s *Server) logAllotError(err error) {
 // ResourceExhausted, naming the field).
 func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	s.streams.Add(1)
+	s.open.Add(1)
+	defer s.open.Add(-1)
 	ctx := stream.Context()
 	ss := s.newSession()
 	type recv struct {

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -29,11 +30,21 @@ const (
 	kindLease                 // token buckets sized from allotments
 )
 
+// lease is how a bucket's counter is leased.
+type lease uint8
+
+const (
+	leaseNone  lease = iota // it cannot be: the bucket is denied
+	leaseAllot              // sluice.Allotter.Allot (fixed_window, gcra)
+	leaseTake               // Takes of the units on Check's op (see takeLease)
+)
+
 // bucket is the server's state for one bucket of one stream.
 type bucket struct {
 	id      *rlqspb.BucketId
 	entries []rules.Entry
 	kind    kind
+	lease   lease           // kindLease only
 	quota   service.Quota   // kindLease only
 	snap    *rules.Snapshot // the rules it was matched with
 
@@ -205,11 +216,15 @@ func (ss *session) resolve(b *bucket) error {
 		b.kind = ss.srv.unmatched
 	case q.Unlimited || q.Shadow:
 		b.kind = kindAllow
-	case !ss.srv.leasable(q):
-		b.kind = ss.srv.unmatched
-		ss.srv.unleasable.Add(1)
 	default:
-		b.kind = kindLease
+		b.kind, b.lease = kindLease, ss.srv.leaseBy(q)
+		if b.lease == leaseNone {
+			// A limit no lease keeps within its bound: deny rather than
+			// let the bucket past the rule (docs/rlqs.md).
+			b.kind = kindDeny
+			ss.srv.unleasable.Add(1)
+			ss.srv.warnUnleasable(q)
+		}
 	}
 	return nil
 }
@@ -233,11 +248,10 @@ func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bo
 			return nil
 		}
 		b.sent, b.expires = true, now.Add(o.StaticTTL)
-		rule := typev3.RateLimitStrategy_ALLOW_ALL
 		if b.kind == kindDeny {
-			rule = typev3.RateLimitStrategy_DENY_ALL
+			return ss.srv.blanket(b.id, o.StaticTTL, ActionDeny)
 		}
-		return assignment(b.id, o.StaticTTL, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
+		return ss.srv.blanket(b.id, o.StaticTTL, ActionAllow)
 	}
 	inForce := b.sent && now.Before(b.expires)
 	if inForce && !(starved && b.granted > 0) {
@@ -254,17 +268,9 @@ func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bo
 		want = b.rate * l.Window.Seconds() * o.Headroom
 	}
 	w := int64(math.Ceil(max(want, 1)))
-	w = min(w, l.Quota, math.MaxUint32)
-	reqs := []sluice.AllotRequest{{Key: b.quota.Key, Limit: l, Want: w, Split: o.Split}}
-	out := make([]sluice.Allotment, 1)
+	w = min(w, l.Capacity(), math.MaxUint32)
 	actx, cancel := context.WithTimeout(ctx, o.AllotTimeout)
-	err := ss.srv.allot(actx, reqs, out)
-	if err == nil && out[0].Granted == 0 && out[0].Remaining > 0 {
-		// Less than Split units are left: 1/Split of them rounds down to
-		// nothing, so they go one at a time.
-		reqs[0].Want, reqs[0].Split = 1, 1
-		err = ss.srv.allot(actx, reqs, out)
-	}
+	a, err := ss.srv.leaseUnits(actx, b, w)
 	cancel()
 	if err != nil {
 		// Nothing new is sent: the client keeps what it has until that
@@ -276,7 +282,6 @@ func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bo
 		}
 		return nil
 	}
-	a := out[0]
 	ss.srv.grants.Add(1)
 	ss.srv.grantedUnits.Add(uint64(a.Granted))
 	if a.Granted == 0 {
@@ -290,7 +295,7 @@ func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bo
 			wait = o.ReportingInterval
 		}
 		b.sent, b.expires, b.granted, b.winEnd, b.grantAt = true, now.Add(wait), 0, now.Add(wait), now
-		return assignment(b.id, wait, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}})
+		return ss.srv.blanket(b.id, wait, ActionDeny)
 	}
 	ttl := a.TTL
 	if ttl <= 0 {
@@ -298,8 +303,108 @@ func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bo
 	}
 	b.sent, b.expires, b.granted, b.winEnd, b.grantAt = true, now.Add(ttl), a.Granted, now.Add(ttl), now
 	ss.seq++
+	ss.srv.assigned[ActionTokenBucket].Add(1)
 	return assignment(b.id, ttl, tokenBucket(a.Granted, ttl, l.Window, ss.seq))
 }
+
+// blanket returns an ALLOW_ALL or DENY_ALL assignment, counted.
+func (s *Server) blanket(id *rlqspb.BucketId, ttl time.Duration, act Action) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	s.assigned[act].Add(1)
+	rule := typev3.RateLimitStrategy_ALLOW_ALL
+	if act == ActionDeny {
+		rule = typev3.RateLimitStrategy_DENY_ALL
+	}
+	return assignment(id, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
+}
+
+// leaseUnits takes up to want units of b's counter for one client, at
+// most 1/Split of what is left (the last units, fewer than Split, one at a
+// time). Granted 0 comes with ResetAfter, how long until units are worth
+// asking for again (the DENY_ALL's time to live).
+func (s *Server) leaseUnits(ctx context.Context, b *bucket, want int64) (sluice.Allotment, error) {
+	o := &s.opts
+	l := b.quota.Limit
+	var a sluice.Allotment
+	if b.lease == leaseTake {
+		var err error
+		if a, err = s.takeLease(ctx, b.quota, want); err != nil {
+			return a, err
+		}
+	} else {
+		reqs := []sluice.AllotRequest{{Key: b.quota.Key, Limit: l, Want: want, Split: o.Split}}
+		out := make([]sluice.Allotment, 1)
+		err := s.allot(ctx, reqs, out)
+		if err == nil && out[0].Granted == 0 && out[0].Remaining > 0 {
+			// Less than Split units are left: 1/Split of them rounds down
+			// to nothing, so they go one at a time.
+			reqs[0].Want, reqs[0].Split = 1, 1
+			err = s.allot(ctx, reqs, out)
+		}
+		if err != nil {
+			return sluice.Allotment{}, err
+		}
+		a = out[0]
+	}
+	if a.Granted == 0 && l.Algorithm != sluice.FixedWindow {
+		// A bucket refills continuously and a sliding window's estimate
+		// falls as it slides: deny until a unit is back, but for at least
+		// a fifth of a reporting interval (so that a spent limit does not
+		// cost a message per unit) and at most one interval.
+		a.ResetAfter = min(max(a.ResetAfter, o.ReportingInterval/5), o.ReportingInterval)
+	}
+	return a, nil
+}
+
+// takeLease leases units of q's counter by Takes of Check's own op (q.Key,
+// q.Limit) through the Allotter's Take, so that the stack routes them as it
+// routes Check's and RLS, HTTP and RLQS spend one counter: a look (cost
+// 0) for what is left, then a Take of min(want, left / Split) units (at
+// least 1), again with what is left if a concurrent Take got there first
+// (at most three Takes). A Take is all or nothing, so the units granted
+// are taken in one atomic step. The grant's TTL: for fixed_window and
+// sliding_window, until the window in which the units were counted ends
+// (so a sliding window's units are spent within the window that counts
+// them); for gcra and token_bucket (tokens taken now), min(Window, 1 h).
+// Granted 0 comes with the RetryAfter of the last Take as ResetAfter.
+func (s *Server) takeLease(ctx context.Context, q service.Quota, want int64) (sluice.Allotment, error) {
+	st := s.opts.Allotter
+	ops := []sluice.Op{{Key: q.Key, Limit: q.Limit}}
+	res := make([]sluice.Result, 1)
+	if err := st.Take(ctx, ops, res); err != nil {
+		return sluice.Allotment{}, fmt.Errorf("rlqs: lease %q: %w", q.Key, err)
+	}
+	left := res[0].Remaining
+	split := max(s.opts.Split, 1)
+	for range 3 {
+		n := max(min(want, left/split), 1)
+		ops[0].Cost = n
+		if err := st.Take(ctx, ops, res); err != nil {
+			return sluice.Allotment{}, fmt.Errorf("rlqs: lease %q: %w", q.Key, err)
+		}
+		r := &res[0]
+		if r.Allowed {
+			a := sluice.Allotment{Granted: n, Remaining: r.Remaining, ResetAfter: r.ResetAfter}
+			switch q.Limit.Algorithm {
+			case sluice.FixedWindow:
+				a.TTL = r.ResetAfter // the window's end (the count is > 0)
+			case sluice.SlidingWindow:
+				a.TTL = r.ResetAfter - q.Limit.Window // the end of the window counting the units
+			default:
+				a.TTL = min(q.Limit.Window, maxLease)
+			}
+			return a, nil
+		}
+		if r.Remaining == 0 {
+			return sluice.Allotment{ResetAfter: r.RetryAfter}, nil
+		}
+		left = r.Remaining
+	}
+	return sluice.Allotment{ResetAfter: res[0].RetryAfter}, nil
+}
+
+// maxLease caps how long a bucket algorithm's grant may be spent (as the
+// stores' Allot does).
+const maxLease = time.Hour
 
 // tokenBucket is a token bucket of exactly n tokens that refills less than
 // one token within ttl: its fill interval is more than twice ttl (and the

@@ -18,23 +18,21 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
-	"github.com/sluice-rl/sluice/rules"
-	"github.com/sluice-rl/sluice/service"
-	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
 // grpcFixture is a Server behind a real gRPC server on loopback, over a
-// real redis-server on a fake clock.
+// store of kind (the memory store, or a real redis-server) on a fake clock.
 type grpcFixture struct {
 	srv    *Server
 	client rlqspb.RateLimitQuotaServiceClient
 }
 
-func newGRPCFixture(t *testing.T, opts Options) *grpcFixture {
+func newGRPCFixture(t *testing.T, kind string, opts Options) *grpcFixture {
 	t.Helper()
 	clock := storetest.NewClock()
-	eng, src, st := simEngine(t, redistest.Start(t).URL(), clock, simRules)
+	st := newSimStore(t, kind, clock.Now)
+	eng, src := simEngineOn(t, st, simRules)
 	opts.Now, opts.Allotter = clock.Now, st
 	srv, err := New(eng, src, opts)
 	if err != nil {
@@ -68,8 +66,10 @@ func usage(bucket map[string]string, allowed, denied uint64) *rlqspb.RateLimitQu
 // unmatched bucket gets Options.Unmatched (deny) and an unlimited one
 // ALLOW_ALL; the client's CloseSend ends the stream cleanly (io.EOF, no
 // error status).
-func TestStream(t *testing.T) {
-	f := newGRPCFixture(t, Options{Unmatched: DenyUnmatched})
+func TestStream(t *testing.T) { eachStore(t, testStream) }
+
+func testStream(t *testing.T, kind string) {
+	f := newGRPCFixture(t, kind, Options{Unmatched: DenyUnmatched})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := f.client.StreamRateLimitQuotas(ctx)
@@ -117,7 +117,9 @@ func TestStream(t *testing.T) {
 
 // TestStreamErrors: bad messages end the stream with a gRPC status naming
 // the field, never a panic.
-func TestStreamErrors(t *testing.T) {
+func TestStreamErrors(t *testing.T) { eachStore(t, testStreamErrors) }
+
+func testStreamErrors(t *testing.T, kind string) {
 	long := strings.Repeat("k", 300)
 	many := map[string]string{}
 	for i := range 17 {
@@ -151,7 +153,7 @@ func TestStreamErrors(t *testing.T) {
 			{Domain: simDomain, BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{ok, ok, ok}}},
 			codes.ResourceExhausted, "bucket_quota_usages: 3 in one message, at most 2"},
 	}
-	f := newGRPCFixture(t, Options{MaxBuckets: 2})
+	f := newGRPCFixture(t, kind, Options{MaxBuckets: 2})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -179,8 +181,10 @@ func TestStreamErrors(t *testing.T) {
 }
 
 // TestShutdownEndsStreams: Shutdown ends an open stream with status OK.
-func TestShutdownEndsStreams(t *testing.T) {
-	f := newGRPCFixture(t, Options{})
+func TestShutdownEndsStreams(t *testing.T) { eachStore(t, testShutdownEndsStreams) }
+
+func testShutdownEndsStreams(t *testing.T, kind string) {
+	f := newGRPCFixture(t, kind, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := f.client.StreamRateLimitQuotas(ctx)
@@ -193,9 +197,15 @@ func TestShutdownEndsStreams(t *testing.T) {
 	if _, err := st.Recv(); err != nil { // the server has the stream
 		t.Fatal(err)
 	}
+	if s := f.srv.Stats(); s.Open != 1 || s.Streams != 1 || s.Reports != 1 || s.Assignments[ActionAllow] != 1 {
+		t.Errorf("stats with the stream open: %+v, want 1 open, 1 opened, 1 report, 1 allow assignment", s)
+	}
 	f.srv.Shutdown()
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("after Shutdown: Recv error %v, want io.EOF (status OK)", err)
+	}
+	if s := f.srv.Stats(); s.Open != 0 {
+		t.Errorf("stats after Shutdown: %d streams open, want 0", s.Open)
 	}
 }
 
@@ -266,27 +276,17 @@ func TestRedisDown(t *testing.T) {
 // next window's assignment when the grant in force ends, without waiting
 // for a report (a 1 s window; the test waits for two pushes after the
 // first answer, with a generous deadline and no bound on the time taken).
-func TestPushAtWindowEnd(t *testing.T) {
+func TestPushAtWindowEnd(t *testing.T) { eachStore(t, testPushAtWindowEnd) }
+
+func testPushAtWindowEnd(t *testing.T, kind string) {
 	const yaml = `
 domain: edge
 descriptors:
   - key: tenant
     rate_limit: {window: 1s, requests_per_unit: 100}
 `
-	st, err := redis.New(redis.Options{URL: redistest.Start(t).URL(), Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	snap, err := rules.Parse("edge.yaml", []byte(yaml), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := service.StaticRules{Snapshot: snap}
-	eng, err := service.New(service.DefaultConfig(), src, st, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := newSimStore(t, kind, nil)
+	eng, src := simEngineOn(t, st, yaml)
 	srv, err := New(eng, src, Options{Allotter: st})
 	if err != nil {
 		t.Fatal(err)

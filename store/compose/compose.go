@@ -146,7 +146,7 @@ func (c Config) Validate() error {
 }
 
 // Stack is a built store stack. It is a sluice.Store, sluice.KeyLister,
-// sluice.Allotter (with KindRedis; an error wrapping ErrNoAllotter with
+// sluice.Allotter (the Redis store's, or the memory store's with
 // KindMemory), sluice.HealthReporter, sluice.Invalidator and io.Closer.
 // It is safe for concurrent use.
 type Stack struct {
@@ -233,10 +233,10 @@ func (s *Stack) Keys(ctx context.Context, prefix string, max int) ([]string, boo
 
 // Allot implements sluice.Allotter with the Redis store's allotments (so a
 // hybrid store of the caller's own can lease from the stack); with
-// KindMemory it fails with an error wrapping ErrNoAllotter.
+// KindMemory, with the memory store's (the counters Take charges).
 func (s *Stack) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
 	if s.conn == nil {
-		return fmt.Errorf("compose: %T: %w", s.mem, ErrNoAllotter)
+		return s.mem.Allot(ctx, reqs, out)
 	}
 	return s.conn.Allot(ctx, reqs, out)
 }

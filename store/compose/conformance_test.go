@@ -39,20 +39,12 @@ var hybridSkips = map[string]string{
 	"SettleConcurrency": "hybrid: a look decided from an allotment reports ResetAfter as last estimated, not as the global store would now",
 }
 
-// deniedSkips are the step tables the denied-key cache (hybrid.Denied)
-// answers differently from the store behind it: defects of the cache,
-// left to the branch that owns store/hybrid/denied.go.
-var deniedSkips = map[string]string{
-	"Steps/sliding_log/weighted":         "hybrid.Denied: a denial remembered at cost c answers a larger cost with c's RetryAfter, which is shorter than the store's for sliding_log (and the bucket algorithms)",
-	"Steps/sliding_log/weighted/actions": "hybrid.Denied: after charges put a sliding_log key in debt, the store's RetryAfter is not the earliest time a hit fits, and the cache denies until it",
-}
-
 // compositions are those run over a single Redis. The Redis store alone
 // (placement global, no cache) runs the suite in store/redis; here each
 // composition adds a layer to it.
 func compositions() []composition {
 	return []composition{
-		{name: "global+denied", denied: DeniedOn, bytes: []byte{'g'}, skip: deniedSkips},
+		{name: "global+denied", denied: DeniedOn, bytes: []byte{'g'}},
 		{name: "local", denied: DeniedOff, bytes: []byte{sluice.KeyLocal}},
 		{name: "global+local", denied: DeniedAuto, bytes: []byte{'g', sluice.KeyLocal}},
 		{name: "hybrid", denied: DeniedOff, bytes: []byte{sluice.KeyHybrid}, skip: hybridSkips},

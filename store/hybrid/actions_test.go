@@ -86,8 +86,8 @@ func TestKeysNeedsALister(t *testing.T) {
 
 type allotterOnly struct{ sluice.Allotter }
 
-// The denied cache passes charges, refunds and resets through, and a
-// refund or reset forgets the key's denial.
+// The denied cache passes charges, refunds and resets through, and each
+// forgets the key's denial (a charge may move its RetryAfter later).
 func TestDeniedCacheActions(t *testing.T) {
 	d, next, _ := deniedOverMemory(t)
 	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Minute}
@@ -110,7 +110,8 @@ func TestDeniedCacheActions(t *testing.T) {
 		{1, sluice.Take, false, false}, // remembered
 		{1, sluice.Take, false, true},
 		{1, sluice.Charge, true, false}, // a charge reaches the store
-		{1, sluice.Take, false, true},   // and frees nothing: the denial holds
+		{1, sluice.Take, false, false},  // and frees nothing, but the denial is asked again
+		{1, sluice.Take, false, true},
 		{5, sluice.Refund, true, false},
 		{1, sluice.Take, true, false}, // the refund forgot the denial
 		{3, sluice.Take, false, false},

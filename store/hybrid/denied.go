@@ -33,23 +33,31 @@ type DeniedOptions struct {
 const DefaultDeniedKeys = 1 << 16
 
 // Denied is a sluice.Store in front of another that remembers denials: once
-// an op on a key is denied with RetryAfter r, the same key and limit at a
-// cost at least as large is denied from memory, without calling the next
-// store, until r has passed. The deadline is measured from before the call
-// that was denied, so it never outlasts the store's own answer.
+// an op on a key is denied with RetryAfter r, the same key, limit and cost
+// is denied from memory, without calling the next store, until r has
+// passed (for fixed_window, whose RetryAfter is the window's end whatever
+// the cost, so is any larger cost the limit can admit). The deadline is
+// measured from before the call that was denied, so it never outlasts the
+// store's own answer.
 //
-// It changes no decision when the next store's capacity for a key only
-// comes back with time: a denial then holds for at least RetryAfter,
-// whatever else happens. That is true of every algorithm but concurrency
-// (a release frees a slot early; never cached) as long as nothing gives
-// quota back early: a Redis Cluster refund of a cross-slot batch, or an
-// operator's reset of a key done elsewhere (Forget it, or set
-// DeniedOptions.Invalidator so that refunds and resets done through any
-// instance reach every cache). Charges, refunds and resets (sluice.Action)
-// that go through the cache always reach the next store; a refund or reset
-// forgets the key's denial, and no denial decided while one was under way
-// (here, or announced by the Invalidator) is remembered. docs/stores.md states
-// where the cache is on by default.
+// It changes no decision, and answers the RetryAfter the next store would,
+// when the next store's capacity for a key only comes back with time: a
+// denial then holds for exactly RetryAfter, whatever else happens. That is
+// true of every algorithm but concurrency (a release frees a slot early;
+// never cached) as long as nothing gives quota back early: a Redis Cluster
+// refund of a cross-slot batch, or an operator's reset of a key done
+// elsewhere (Forget it, or set DeniedOptions.Invalidator so that refunds
+// and resets done through any instance reach every cache). Only a denial
+// whose RetryAfter is exact is remembered: not a sliding_log denial whose
+// RetryAfter is its ResetAfter (past algorithm.ExactRetryUnits units to
+// leave, the store answers when the whole log has left, which may be late).
+// A larger cost is not answered from a smaller one's denial (but for
+// fixed_window): its RetryAfter is later, by an amount only the store's
+// state tells. Charges, refunds and resets (sluice.Action) that go through
+// the cache always reach the next store; each forgets the key's denial (a
+// charge moves its RetryAfter later), and no denial decided while a refund
+// or reset was under way (here, or announced by the Invalidator) is
+// remembered. docs/stores.md states where the cache is on by default.
 //
 // A cached denial's Result is the store's, with RetryAfter and ResetAfter
 // shortened by the time passed; Remaining is as of the denial. Denied is
@@ -84,7 +92,7 @@ type dshard struct {
 }
 
 type denial struct {
-	cost  int64 // denied at this cost; any cost ≥ it is denied too
+	cost  int64 // denied at this cost (see covers)
 	until int64 // µs on the local clock
 	res   sluice.Result
 }
@@ -191,6 +199,25 @@ func cacheable(op *sluice.Op) bool {
 	return op.Action == sluice.Take && op.Cost > 0 && !op.Release && op.Limit.Algorithm != sluice.Concurrency
 }
 
+// exactRetry reports whether r, a denial of op, says exactly when op fits:
+// not for sliding_log when r.RetryAfter is its ResetAfter, which it is
+// when more than algorithm.ExactRetryUnits units must leave (and the store
+// answers when the whole log has left, maybe late).
+func exactRetry(op *sluice.Op, r *sluice.Result) bool {
+	return op.Limit.Algorithm != sluice.SlidingLog || r.RetryAfter < r.ResetAfter
+}
+
+// covers reports whether den, a denial of op's key and limit, is the
+// store's answer to op too: at the same cost; for fixed_window, whose
+// RetryAfter is the window's end whatever the cost, at any larger cost the
+// limit can admit (a larger one is sluice.ReasonCostTooHigh).
+func (den *denial) covers(op *sluice.Op) bool {
+	if op.Cost == den.cost {
+		return true
+	}
+	return op.Limit.Algorithm == sluice.FixedWindow && op.Cost > den.cost && op.Cost <= op.Limit.Capacity()
+}
+
 // gives reports whether op may give quota back early.
 func gives(op *sluice.Op) bool {
 	return op.Action == sluice.Refund || op.Action == sluice.Reset
@@ -225,7 +252,7 @@ func (d *Denied) lookup(op *sluice.Op, now int64) (sluice.Result, bool) {
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || op.Cost < den.cost {
+	if !ok || !den.covers(op) {
 		return sluice.Result{}, false
 	}
 	r := den.res
@@ -257,9 +284,10 @@ func (d *Denied) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	// A partial hit goes to the store whole: the other ops' own verdicts
 	// at their costs are only known there (a look would report them
 	// allowed).
-	giving := false
+	giving, settling := false, false
 	for i := range ops {
 		giving = giving || gives(&ops[i])
+		settling = settling || ops[i].Action != sluice.Take
 	}
 	if giving {
 		d.gives.Add(1)
@@ -268,18 +296,22 @@ func (d *Denied) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	err := d.next.Take(ctx, ops, results)
 	if giving {
 		d.gives.Add(1)
+	}
+	if settling {
+		// A refund or reset frees the key; a charge moves a denial's
+		// RetryAfter later (what the cache holds would be early).
 		for i := range ops {
-			if gives(&ops[i]) {
+			if ops[i].Action != sluice.Take {
 				d.forget(entryKey{ops[i].Key, ops[i].Limit})
 			}
 		}
 	}
-	if err != nil || giving {
+	if err != nil || settling {
 		return err
 	}
 	for i := range ops {
 		r := &results[i]
-		if r.Allowed || r.Reason != sluice.ReasonLimited || r.RetryAfter <= 0 || !cacheable(&ops[i]) || dupKey(ops, i) {
+		if r.Allowed || r.Reason != sluice.ReasonLimited || r.RetryAfter <= 0 || !cacheable(&ops[i]) || !exactRetry(&ops[i], r) || dupKey(ops, i) {
 			continue
 		}
 		d.store(&ops[i], *r, start, gen)
@@ -323,8 +355,8 @@ func (d *Denied) store(op *sluice.Op, r sluice.Result, start int64, gen uint64) 
 		return
 	}
 	if old, ok := sh.m[k]; ok {
-		if old.cost < den.cost && old.until >= den.until {
-			return // the old denial covers more
+		if old.until >= den.until && old.covers(op) {
+			return // the old denial answers this op already, as long
 		}
 		sh.m[k] = den
 		d.stored.Add(1)

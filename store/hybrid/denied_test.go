@@ -191,3 +191,63 @@ func TestDeniedCacheChangesNoDecision(t *testing.T) {
 	}
 	t.Logf("%d ops answered from the caches", hits)
 }
+
+// The cache answers only what the store would: a larger cost is asked of
+// the store (its RetryAfter is later), but for fixed_window, whose
+// RetryAfter is the window's end whatever the cost; a cost the limit can
+// never admit is the store's "cost too high"; and a sliding_log denial
+// whose RetryAfter is its ResetAfter (may be late) is not remembered.
+func TestDeniedCacheCosts(t *testing.T) {
+	slog := sluice.Limit{Algorithm: sluice.SlidingLog, Quota: 100, Window: time.Second}
+	fixed := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 100, Window: time.Second}
+	type step struct {
+		at        time.Duration // since the first step
+		cost      int64
+		reason    sluice.Reason
+		retry     time.Duration
+		fromCache bool
+	}
+	for _, tc := range []struct {
+		name  string
+		limit sluice.Limit
+		steps []step
+	}{
+		{"sliding_log", slog, []step{
+			{0, 70, sluice.ReasonAllowed, 0, false},
+			{100 * time.Millisecond, 30, sluice.ReasonAllowed, 0, false},
+			{300 * time.Millisecond, 64, sluice.ReasonLimited, 700 * time.Millisecond, false}, // exact: remembered
+			{300 * time.Millisecond, 64, sluice.ReasonLimited, 700 * time.Millisecond, true},
+			{300 * time.Millisecond, 66, sluice.ReasonLimited, 800 * time.Millisecond, false}, // larger: the store's (its ResetAfter)
+			{300 * time.Millisecond, 101, sluice.ReasonCostTooHigh, 0, false},
+			{400 * time.Millisecond, 100, sluice.ReasonLimited, 700 * time.Millisecond, false}, // 100 must leave: ResetAfter, not remembered
+			{500 * time.Millisecond, 100, sluice.ReasonLimited, 600 * time.Millisecond, false},
+			{time.Second, 64, sluice.ReasonAllowed, 0, false}, // the 64's denial ran out
+		}},
+		{"fixed_window", fixed, []step{
+			{0, 100, sluice.ReasonAllowed, 0, false},
+			{100 * time.Millisecond, 10, sluice.ReasonLimited, 900 * time.Millisecond, false},
+			{200 * time.Millisecond, 50, sluice.ReasonLimited, 800 * time.Millisecond, true}, // the window's end, whatever the cost
+			{200 * time.Millisecond, 5, sluice.ReasonLimited, 800 * time.Millisecond, false}, // smaller: the store's
+			{200 * time.Millisecond, 101, sluice.ReasonCostTooHigh, 0, false},
+			{time.Second, 100, sluice.ReasonAllowed, 0, false},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, next, clock := deniedOverMemory(t)
+			start := clock.Now()
+			for i, st := range tc.steps {
+				clock.Set(start.Add(st.at))
+				n := next.ops
+				res := make([]sluice.Result, 1)
+				if err := d.Take(context.Background(), []sluice.Op{{Key: "k", Limit: tc.limit, Cost: st.cost}}, res); err != nil {
+					t.Fatal(err)
+				}
+				r, cached := res[0], next.ops == n
+				if r.Reason != st.reason || r.RetryAfter != st.retry || cached != st.fromCache {
+					t.Errorf("step %d: cost %d at %v: %v retry %v from cache %v; want %v retry %v from cache %v",
+						i+1, st.cost, st.at, r.Reason, r.RetryAfter, cached, st.reason, st.retry, st.fromCache)
+				}
+			}
+		})
+	}
+}

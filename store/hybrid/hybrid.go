@@ -21,22 +21,26 @@
 // allotment of its own, costing the global store more than deciding the
 // hit there. So a key too cold to earn an allotment is decided by the
 // global store's Take (its batched, coalesced path, exactly as placement
-// global), never by a lease of a unit or two. Too cold: the key was seen
+// global), never by a lease of a single unit. Too cold: the key was seen
 // fewer than 4 times, or its observed rate (the mean gap between its hits,
 // each new gap weighing a quarter, and at least the time since its last
-// hit) would make fewer than 8 hits over the span an allotment could be spent, which is
-// Options.Horizon, at most Options.Lease and the limit's window for the
-// bucket algorithms (store/redis voids a bucket allotment after a window)
-// and at most what is left of the window for fixed_window. At the
-// defaults (Horizon 10s), with a window of 10s or more, a key hit less
-// often than every 1.25s is cold; with a per-second limit, one hit less
-// often than every 125ms. Why 8: on traffic this thin, the global store's
-// script calls carry few ops each and Redis pays mostly per call, and the
-// batcher keeps a call in flight whatever the load: a lease saves Redis
-// CPU only when it takes a key's traffic out of Redis almost entirely
-// (measured in BENCHMARKS.md, "Hybrid: Redis cost per decision": at a
-// threshold of 4, users seen every 5s cost 1.10x global's Redis CPU; at
-// 6, 0.995x). A key that
+// hit) would make fewer than 2 hits over the span an allotment could be
+// spent, which is Options.Horizon, at most Options.Lease and the limit's
+// window for the bucket algorithms (store/redis voids a bucket allotment
+// after a window) and at most what is left of the window for
+// fixed_window. At the defaults (Horizon 10s), with a window of 10s or
+// more, a key hit less often than every 5s is cold; with a per-second
+// limit, one hit less often than every 500ms. A key that leases asks for
+// the hits its gap (later, its rate) makes in the span, plus one.
+// Why 2: Redis pays mostly per script call (about 50µs of its CPU per
+// EVALSHA on the bench machine, whatever the one to three ops it carries),
+// and at these rates the batcher keeps a call in flight whether or not a
+// few keys lease; a lease costs Redis one op in a call that runs anyway,
+// and takes at least as many ops out of Redis. Measured with global and
+// hybrid side by side (BENCHMARKS.md, "Hybrid: Redis cost per decision"),
+// thresholds of 2, 4 and 8 cost 0.92-0.97x, 0.94-0.99x and 0.95-1.004x
+// global's Redis CPU on users seen every 5s, and 0.55-0.59x, 0.57-0.59x
+// and 0.59-0.62x on the Zipf stream. A key that
 // warms up leases from its next hit; one that cools spends what it holds
 // and is then decided globally. Stats.Cold counts the ops decided so.
 //
@@ -119,7 +123,7 @@ const (
 	maxAllotFactor  = 1   // an allotment never exceeds the limit's capacity
 	numShards       = 64
 	syncHysteresis  = 2 // leave global decisions when remaining > syncHysteresis × keep
-	coldHits        = 8 // a key expected to be hit fewer times than this in an allotment's life is too cold to lease
+	coldHits        = 2 // a key expected to be hit fewer times than this in an allotment's life is too cold to lease
 	minHits         = 4 // nor is a key seen fewer times than this
 	sweepEveryTakes = 1 << 12
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/cow"
 )
 
 // Group modes of the driver script (scripts/driver.lua).
@@ -40,11 +41,26 @@ type request struct {
 	args   []string // group header and op fields, ready to append to ARGV
 	leases []uint64 // lease ID offered to each acquire, else 0
 	algs   algMask
+	// one says the group is one Take of cost ≥ 0 (no release, no action,
+	// mode decide) on a bucket or window key, and fast that it is on a
+	// fixed window: a call of such groups only runs scripts/one.lua, of
+	// fixed windows only scripts/fast.lua (see callKind).
+	one, fast bool
+	// window is the limit's window in µs, and win its quota and window
+	// in decimal (fast groups only).
+	window int64
+	win    *[2]string
 	// state is reqQueued until the batcher sends r (reqSent) or its caller
 	// gives up first (reqAbandoned: the batcher drops it unsent).
 	state atomic.Int32
 	// sticky requests (refunds) are sent even when their caller gives up.
 	sticky bool
+	// linger: a late refund (newLateRefund), waited for by settleLate in
+	// the background. Its call lingers like one with ops to undo if
+	// unknown, and its outcome is its reply's, however late within the
+	// store's late wait: a reply merely slow (a loaded host, a held reply)
+	// is not a failed refund.
+	linger bool
 	// unknown[k] says op k has sluice.Op.UndoIfUnknown (a Take of cost > 0):
 	// if its call times out and a late reply says it was charged, it is
 	// refunded (see settleLate, newLateRefund). Nil when no op has it, and
@@ -122,6 +138,15 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 		}
 		r.args = append(r.args, limitSpec(op.Limit), cost, lease)
 	}
+	if n == 1 && mode == modeDecide {
+		op := &ops[r.op(0)]
+		r.one = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.SlidingLog && op.Limit.Algorithm != sluice.Concurrency
+		r.fast = r.one && op.Limit.Algorithm == sluice.FixedWindow
+		if r.fast {
+			r.win = windowArgs(op.Limit)
+			r.window = op.Limit.Params().Window
+		}
+	}
 	if actions || s.lateWait <= 0 {
 		// A group with actions is not settled late (the service never
 		// mixes them with Takes); without a late wait nothing is.
@@ -138,7 +163,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 // and it reads the clock the charge read (Redis TIME, or the given now).
 func newLateRefund(r *request) *request {
 	f := &request{mode: modeDecide, now: r.now, idx: r.idx, keys: r.keys, algs: r.algs,
-		done: make(chan struct{}), sticky: true}
+		done: make(chan struct{}), sticky: true, linger: true}
 	f.args = append([]string(nil), r.args...)
 	f.args[1] = modeDecide
 	for k := range r.n() {
@@ -334,6 +359,7 @@ func (s *Store) exec(slot int, batch []*request) {
 	}
 	nkeys, nargs, allots := 0, 2, 0
 	var algs algMask
+	fast, one := true, true
 	for _, r := range batch {
 		algs |= r.algs
 		nkeys += r.n()
@@ -341,16 +367,68 @@ func (s *Store) exec(slot int, batch []*request) {
 		if r.mode == modeAllot {
 			allots += r.n()
 		}
+		fast = fast && r.fast
+		one = one && r.one
+	}
+	kind := kindDriver
+	switch {
+	case fast:
+		kind = kindFast
+	case one:
+		kind = kindOne
 	}
 	keys := make([]string, 0, nkeys)
-	args := make([]string, 0, nargs+2)
-	args = append(args, s.minTTL, s.channel, strconv.Itoa(len(batch)))
-	sticky, unknown := false, false
-	for _, r := range batch {
+	var args []string
+	switch kind {
+	case kindFast:
+		// scripts/fast.lua: minTTL, deadline (below), dup, then runs of
+		// ops of one limit, cost and now: count, quota, window, cost, now.
+		args = make([]string, 3, 8)
+	case kindOne:
+		// scripts/one.lua: minTTL, deadline (below), dup, then per op
+		// limit, cost and now.
+		args = make([]string, 3, 3+3*len(batch))
+	default:
+		args = make([]string, 0, nargs+2)
+		args = append(args, s.minTTL, s.channel, strconv.Itoa(len(batch)))
+	}
+	if kind != kindDriver {
+		args[0] = s.minTTL
+		if mayRepeat(batch) {
+			args[2] = "1"
+		}
+	}
+	sticky, unknown, linger := false, false, false
+	run, count := 0, 0
+	for k, r := range batch {
 		keys = append(keys, r.keys...)
-		args = append(args, r.args...)
+		switch {
+		case kind == kindDriver:
+			args = append(args, r.args...)
+		case kind == kindOne:
+			args = append(args, r.args[3], r.args[4], r.args[2])
+		case k == 0 || !sameRun(batch[k-1], r):
+			if count > 0 {
+				args[run] = strconv.Itoa(count)
+			}
+			run, count = len(args), 1
+			args = append(args, "", r.win[0], r.win[1], r.args[4], r.args[2])
+		default:
+			count++
+		}
 		sticky = sticky || r.sticky
 		unknown = unknown || r.unknown != nil
+		linger = linger || r.linger
+	}
+	var script *rueidis.Lua
+	switch kind {
+	case kindFast:
+		args[run] = strconv.Itoa(count)
+		script = s.fast
+	case kindOne:
+		script = s.oneScript(algs)
+	default:
+		script = s.script(algs)
 	}
 	s.calls.Add(1)
 	s.groups.Add(uint64(len(batch)))
@@ -362,27 +440,32 @@ func (s *Store) exec(slot int, batch []*request) {
 	// The deadline in the node's clock (scripts/guard.lua): a call that
 	// runs too late to answer in time does nothing. Refunds have none (late
 	// is better than never), nor have calls under a test clock.
-	guard := "g:"
+	deadline := ""
 	if s.now == nil && !sticky {
 		if dl, ok := n.clock.deadline(start, s.timeout); ok {
-			guard += strconv.FormatInt(dl, 10)
+			deadline = strconv.FormatInt(dl, 10)
 		}
 	}
-	args = append(args, guard)
+	if kind != kindDriver {
+		args[1] = deadline
+	} else {
+		args = append(args, "g:"+deadline)
+	}
 	var (
 		vals []rueidis.RedisMessage
 		late <-chan rueidis.RedisResult
 	)
-	if unknown && s.lateWait > 0 {
-		vals, late, err = s.execLingering(algs, keys, args)
+	// A call with late refunds lingers too (see request.linger).
+	if (unknown || linger) && s.lateWait > 0 {
+		vals, late, err = s.execLingering(script, keys, args)
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		vals, err = replyValues(s.script(algs).Exec(ctx, s.client, keys, args))
+		vals, err = replyValues(script.Exec(ctx, s.client, keys, args))
 		cancel()
 	}
 	took := time.Since(start)
 	if err == nil {
-		if perr := parseReply(vals, batch); perr != nil {
+		if perr := parseReply(vals, batch, kind); perr != nil {
 			err = &replyError{perr}
 		} else if s.now == nil && !sticky { // a refund reports the charge's now
 			n.clock.sample(batch[0].nowOut, start, took)
@@ -402,10 +485,13 @@ func (s *Store) exec(slot int, batch []*request) {
 		}
 	}
 	for _, r := range batch {
+		if late != nil && r.linger {
+			continue // settled by the late reply (settleLate)
+		}
 		close(r.done)
 	}
 	if late != nil {
-		go s.settleLate(slot, batch, late)
+		go s.settleLate(slot, batch, late, kind)
 	}
 }
 
@@ -425,12 +511,12 @@ func replyValues(reply rueidis.RedisResult) ([]rueidis.RedisMessage, error) {
 // Its Takes wait for the reply s.timeout, exactly as for any call; but when
 // none comes in time, the call is not given up: it goes on waiting, up to
 // s.lateWait more, and the returned channel gets its reply (or its error).
-func (s *Store) execLingering(algs algMask, keys, args []string) ([]rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
+func (s *Store) execLingering(script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
 	ch := make(chan rueidis.RedisResult, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout+s.lateWait)
 		defer cancel()
-		ch <- s.script(algs).Exec(ctx, s.client, keys, args)
+		ch <- script.Exec(ctx, s.client, keys, args)
 	}()
 	t := time.NewTimer(s.timeout)
 	defer t.Stop()
@@ -447,26 +533,50 @@ func (s *Store) execLingering(algs algMask, keys, args []string) ([]rueidis.Redi
 // settleLate waits for the late reply of a call whose Takes already failed
 // with sluice.ErrStoreTimeout. For each group the reply says was allowed
 // (charged) and that has ops to undo if unknown, it sends a sticky refund of
-// those ops to the same batch target (slot) and waits for it, within the
-// store timeout. It never touches the requests it was given, which their
+// those ops to the same batch target (slot) and waits for its reply, within
+// the store's late wait (the refund's call lingers like this one). It
+// completes the late refunds the call itself carried (request.linger). It
+// never touches the requests it was given, which their
 // callers may still read: it decodes the reply into copies. It counts in
-// Stats: LateCharged, LateRefunded, RefundFailures, LateUnknown.
-func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.RedisResult) {
+// Stats: LateCharged, LateRefunded, RefundFailures, LateUnknown, LateExpired.
+func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.RedisResult, kind callKind) {
 	vals, err := replyValues(<-late)
-	if errors.Is(err, errExpired) {
-		return // it reached Redis too late and did nothing
-	}
-	if err != nil {
-		s.lateUnknown.Add(1) // no reply even now: the outcome stays unknown
-		return
-	}
 	groups := make([]*request, len(batch))
 	for k, r := range batch {
 		groups[k] = &request{mode: r.mode, now: r.now, idx: r.idx, keys: r.keys, args: r.args,
-			leases: r.leases, algs: r.algs, unknown: r.unknown}
+			leases: r.leases, algs: r.algs, unknown: r.unknown,
+			one: r.one, fast: r.fast, window: r.window, win: r.win}
 	}
-	if parseReply(vals, groups) != nil {
-		s.lateUnknown.Add(1)
+	if err == nil {
+		if perr := parseReply(vals, groups, kind); perr != nil {
+			err = &replyError{perr}
+		}
+	}
+	// Late refunds in the call were left waiting by exec: their outcome is
+	// the late reply's (a call with refunds carries no deadline guard).
+	unknown := false
+	for k, r := range batch {
+		unknown = unknown || r.unknown != nil
+		if r.linger {
+			r.nowOut, r.res, r.undo = groups[k].nowOut, groups[k].res, groups[k].undo
+			if err != nil {
+				r.err = fmt.Errorf("redis: late refund: %w", err)
+			} else {
+				r.err = nil
+			}
+			close(r.done)
+		}
+	}
+	if errors.Is(err, errExpired) {
+		if unknown {
+			s.lateExpired.Add(1) // it reached Redis too late and did nothing
+		}
+		return
+	}
+	if err != nil {
+		if unknown {
+			s.lateUnknown.Add(1) // no reply even now: the outcome stays unknown
+		}
 		return
 	}
 	b := &s.one
@@ -493,8 +603,15 @@ func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.Redis
 
 // parseReply distributes the script's reply over the groups: per group a
 // string of packed little-endian doubles (now, then 5 per op), and for a
-// modeUndo group the undo count and triples.
-func parseReply(vals []rueidis.RedisMessage, batch []*request) error {
+// modeUndo group the undo count and triples. The replies of the other
+// drivers (kind) are read by parseFast and parseOne.
+func parseReply(vals []rueidis.RedisMessage, batch []*request, kind callKind) error {
+	switch kind {
+	case kindFast:
+		return parseFast(vals, batch)
+	case kindOne:
+		return parseOne(vals, batch)
+	}
 	pos := 0
 	for _, r := range batch {
 		if pos >= len(vals) {
@@ -544,6 +661,154 @@ func parseReply(vals []rueidis.RedisMessage, batch []*request) error {
 	}
 	if pos != len(vals) {
 		return fmt.Errorf("reply has %d values, want %d", len(vals), pos)
+	}
+	return nil
+}
+
+// callKind is which script a call runs.
+type callKind int
+
+const (
+	// kindDriver: the general driver (lib.lua, the algorithms' files,
+	// guard.lua, driver.lua), for any batch.
+	kindDriver callKind = iota
+	// kindFast: scripts/fast.lua, for a batch of one-op fixed-window
+	// Takes (request.fast).
+	kindFast
+	// kindOne: scripts/one.lua after lib.lua and the algorithms' files,
+	// for a batch of one-op Takes on bucket and window keys (request.one).
+	kindOne
+)
+
+// parseOne distributes the reply of scripts/one.lua over its groups, one
+// op each: one string of 6 packed doubles per op.
+func parseOne(vals []rueidis.RedisMessage, batch []*request) error {
+	if len(vals) != 1 {
+		return fmt.Errorf("reply has %d values, want 1", len(vals))
+	}
+	packed, err := vals[0].ToString()
+	if err != nil {
+		return fmt.Errorf("reply: %w", err)
+	}
+	if len(packed) != 8*6*len(batch) {
+		return fmt.Errorf("reply: %d bytes for %d ops, want %d", len(packed), len(batch), 8*6*len(batch))
+	}
+	for k, r := range batch {
+		r.nowOut = unpackInt(packed, 6*k)
+		r.res = r.res1[:]
+		for i := range r.res {
+			r.res[i] = unpackInt(packed, 6*k+1+i)
+		}
+	}
+	return nil
+}
+
+// windowArgs caches the quota and window (µs) of fixed-window limits in
+// decimal, as scripts/fast.lua reads them.
+var windowArgs = func() func(sluice.Limit) *[2]string {
+	var m cow.Map[sluice.Limit, *[2]string]
+	return func(l sluice.Limit) *[2]string {
+		if v, ok := m.Get(l); ok {
+			return v
+		}
+		p := l.Params()
+		v := &[2]string{strconv.FormatInt(p.Quota, 10), strconv.FormatInt(p.Window, 10)}
+		m.Put(l, v)
+		return v
+	}
+}()
+
+// mayRepeat reports whether a key comes more than once in a batch of
+// one-op groups.
+func mayRepeat(batch []*request) bool {
+	if len(batch) <= 16 {
+		for i := 1; i < len(batch); i++ {
+			for j := range i {
+				if batch[i].keys[0] == batch[j].keys[0] {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	seen := make(map[string]struct{}, len(batch))
+	for _, r := range batch {
+		if _, ok := seen[r.keys[0]]; ok {
+			return true
+		}
+		seen[r.keys[0]] = struct{}{}
+	}
+	return false
+}
+
+// sameRun reports whether fast groups a and b share limit, cost and now,
+// so that they travel in one run of scripts/fast.lua's arguments.
+func sameRun(a, b *request) bool {
+	return a.win == b.win && a.args[4] == b.args[4] && a.args[2] == b.args[2]
+}
+
+// compactMark starts a full record in the fast driver's reply.
+const compactMark = -1
+
+// parseFast distributes the fast driver's reply (scripts/fast.lua) over
+// its groups, one fixed-window Take each, grouped in runs as exec sent
+// them: integers, per run its now, then per op a compact code or a full
+// record.
+func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
+	pos := 0
+	next := func() (int64, error) {
+		if pos >= len(vals) {
+			return 0, errors.New("reply: too short")
+		}
+		pos++
+		v, err := vals[pos-1].AsInt64()
+		if err != nil {
+			return 0, fmt.Errorf("reply: %w", err)
+		}
+		return v, nil
+	}
+	var now, stop int64
+	for k, r := range batch {
+		var err error
+		if k == 0 || !sameRun(batch[k-1], r) {
+			if now, err = next(); err != nil {
+				return err
+			}
+			if r.window <= 0 {
+				return fmt.Errorf("reply: group without a window (%d)", r.window)
+			}
+			id := now / r.window
+			if now%r.window < 0 {
+				id--
+			}
+			stop = (id+1)*r.window - now
+		}
+		r.nowOut = now
+		r.res = r.res1[:]
+		code, err := next()
+		if err != nil {
+			return err
+		}
+		if code == compactMark {
+			for i := range 4 {
+				if r.res[i], err = next(); err != nil {
+					return err
+				}
+			}
+			r.res[4] = 0
+			continue
+		}
+		reason, held := (code>>1)&3, code&1
+		r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = reason, code>>3, 0, 0, 0
+		if held == 1 {
+			r.res[2] = stop
+		}
+		if reason == int64(sluice.ReasonLimited) {
+			r.res[3] = stop
+		}
+	}
+	if pos != len(vals) {
+		return fmt.Errorf("reply: %d values, want %d", len(vals), pos)
 	}
 	return nil
 }

@@ -71,45 +71,61 @@ func TestLateReplyRefund(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			warmScripts(t, st, tt.ops)
-			before := st.Stats()
-			proxy.SetReplyDelay(3 * timeout)
-			start := time.Now()
-			err := st.Take(ctx, tt.ops, make([]sluice.Result, len(tt.ops)))
-			proxy.SetReplyDelay(0)
-			// The store's timeout ended it (ctx never ends), not the reply.
-			if !errors.Is(err, sluice.ErrStoreTimeout) {
-				t.Fatalf("Take with its reply held = %v, want ErrStoreTimeout", err)
-			}
-			// Until the late reply has come (at 3 × timeout) and been settled.
-			for time.Since(start) < 4*timeout ||
-				st.Stats().LateRefunded-before.LateRefunded < tt.refunded && time.Since(start) < time.Minute {
-				time.Sleep(10 * time.Millisecond)
-			}
-			got := st.Stats()
-			if d := got.LateCharged - before.LateCharged; d != tt.refunded {
-				t.Errorf("LateCharged +%d, want +%d", d, tt.refunded)
-			}
-			if d := got.LateRefunded - before.LateRefunded; d != tt.refunded {
-				t.Errorf("LateRefunded +%d, want +%d", d, tt.refunded)
-			}
-			if d := got.RefundFailures - before.RefundFailures; d != 0 {
-				t.Errorf("RefundFailures +%d, want +0", d)
-			}
-			if d := got.LateUnknown - before.LateUnknown; d != 0 {
-				t.Errorf("LateUnknown +%d, want +0", d)
-			}
 			looks := make([]sluice.Op, len(tt.ops))
 			for i, op := range tt.ops {
 				looks[i] = sluice.Op{Key: op.Key, Limit: op.Limit}
 			}
 			res := make([]sluice.Result, len(looks))
-			if err := direct.Take(ctx, looks, res); err != nil {
-				t.Fatal(err)
-			}
-			for i := range res {
-				if res[i].Remaining != tt.want[i] {
-					t.Errorf("%s: remaining %d after the late reply, want %d", looks[i].Key, res[i].Remaining, tt.want[i])
+			for attempt := 1; ; attempt++ {
+				before := st.Stats()
+				proxy.SetReplyDelay(3 * timeout)
+				start := time.Now()
+				err := st.Take(ctx, tt.ops, make([]sluice.Result, len(tt.ops)))
+				proxy.SetReplyDelay(0)
+				// The store's timeout ended it (ctx never ends), not the reply.
+				if !errors.Is(err, sluice.ErrStoreTimeout) {
+					t.Fatalf("Take with its reply held = %v, want ErrStoreTimeout", err)
 				}
+				// Until the late reply has come (at 3 × timeout) and been settled.
+				for time.Since(start) < 4*timeout ||
+					st.Stats().LateRefunded-before.LateRefunded < tt.refunded &&
+						st.Stats().LateExpired == before.LateExpired && time.Since(start) < time.Minute {
+					time.Sleep(10 * time.Millisecond)
+				}
+				got := st.Stats()
+				if err := direct.Take(ctx, looks, res); err != nil {
+					t.Fatal(err)
+				}
+				// On a loaded host the held call may reach Redis after its
+				// deadline (scripts/guard.lua) and do nothing: nothing was
+				// charged, so there is nothing to refund or keep. The case
+				// is not tested by that attempt; try again.
+				untouched := true
+				for i := range res {
+					untouched = untouched && res[i].Remaining == tt.ops[i].Limit.Quota
+				}
+				if attempt < 5 && (got.LateExpired > before.LateExpired || tt.refunded == 0 && untouched) {
+					t.Logf("attempt %d: the held call reached Redis after its deadline and did nothing; again", attempt)
+					continue
+				}
+				if d := got.LateCharged - before.LateCharged; d != tt.refunded {
+					t.Errorf("LateCharged +%d, want +%d", d, tt.refunded)
+				}
+				if d := got.LateRefunded - before.LateRefunded; d != tt.refunded {
+					t.Errorf("LateRefunded +%d, want +%d", d, tt.refunded)
+				}
+				if d := got.RefundFailures - before.RefundFailures; d != 0 {
+					t.Errorf("RefundFailures +%d, want +0", d)
+				}
+				if d := got.LateUnknown - before.LateUnknown; d != 0 {
+					t.Errorf("LateUnknown +%d, want +0", d)
+				}
+				for i := range res {
+					if res[i].Remaining != tt.want[i] {
+						t.Errorf("%s: remaining %d after the late reply, want %d", looks[i].Key, res[i].Remaining, tt.want[i])
+					}
+				}
+				return
 			}
 		})
 	}
@@ -143,6 +159,67 @@ func TestLateReplyNever(t *testing.T) {
 	}
 	if got, err := srv.Do("GET", redisKey(DefaultPrefix, limit.Algorithm, "k")); err != nil || got == nil {
 		t.Errorf("GET = %v, %v; want the charge to stay", got, err)
+	}
+}
+
+// TestLateRefundSlow holds every reply, the late refund's included: the
+// refund is as slow as the call it takes back, longer than the store's
+// timeout. It is settled by its own late reply (LateRefunded), not counted
+// as failed at the timeout, and the key is whole again.
+func TestLateRefundSlow(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	const timeout = 500 * time.Millisecond
+	st, err := New(Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Hour}
+	op := sluice.Op{Key: "k", Limit: limit, Cost: 3, UndoIfUnknown: true}
+	warmScripts(t, st, []sluice.Op{op})
+	var before, got Stats
+	for attempt := 1; ; attempt++ {
+		before = st.Stats()
+		proxy.SetReplyDelay(3 * timeout) // the Take's reply and the refund's
+		err = st.Take(ctx, []sluice.Op{op}, make([]sluice.Result, 1))
+		if !errors.Is(err, sluice.ErrStoreTimeout) {
+			t.Fatalf("Take with its reply held = %v, want ErrStoreTimeout", err)
+		}
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			got = st.Stats()
+			if got.LateRefunded+got.RefundFailures+got.LateUnknown+got.LateExpired >
+				before.LateRefunded+before.RefundFailures+before.LateUnknown+before.LateExpired {
+				break
+			}
+		}
+		proxy.SetReplyDelay(0)
+		// A loaded host may deliver the held call after its deadline: it
+		// did nothing, and this attempt tested nothing (see
+		// TestLateReplyRefund).
+		if got.LateExpired == before.LateExpired || attempt == 5 {
+			break
+		}
+		t.Logf("attempt %d: the held call reached Redis after its deadline and did nothing; again", attempt)
+	}
+	if d := [...]uint64{got.LateCharged - before.LateCharged, got.LateRefunded - before.LateRefunded,
+		got.RefundFailures - before.RefundFailures, got.LateUnknown - before.LateUnknown,
+		got.LateExpired - before.LateExpired}; d != [...]uint64{1, 1, 0, 0, 0} {
+		t.Errorf("Stats: LateCharged +%d, LateRefunded +%d, RefundFailures +%d, LateUnknown +%d, LateExpired +%d; want +1, +1, +0, +0, +0",
+			d[0], d[1], d[2], d[3], d[4])
+	}
+	direct, err := New(Options{URL: srv.URL()}) // not behind the held replies
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	res := make([]sluice.Result, 1)
+	if err := direct.Take(ctx, []sluice.Op{{Key: "k", Limit: limit}}, res); err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Remaining != 10 {
+		t.Errorf("remaining %d after the slow refund, want 10", res[0].Remaining)
 	}
 }
 

@@ -13,6 +13,13 @@
 // pipelined by the client. An idle store adds no delay: a lone Take is sent at
 // once.
 //
+// A call whose every group is one Take on a fixed_window key (the hot mix
+// of an Envoy-style deployment) runs a script of its own, scripts/fast.lua:
+// the same decisions, but one MGET for the call's keys, one SET per charge,
+// one TIME per call and one packed reply, so that Redis spends little more
+// per decision than the SET (see BENCHMARKS.md, "Redis instructions per
+// decision"). Any other call runs the general driver (scripts/driver.lua).
+//
 // # Keys and hash slots
 //
 // The Redis key of an op is Options.Prefix, one letter naming the
@@ -61,7 +68,10 @@
 //
 // With Options.Now nil the scripts read Redis TIME, one clock for the
 // fleet. Key TTLs are set in the script, to when the key's state is back to
-// a fresh key's, so every key expires once its traffic stops.
+// a fresh key's, so every key expires once its traffic stops. (With the
+// Redis clock and MinTTL 0, a fixed-window charge in the window the key
+// already holds keeps its TTL, which ends with that window: the instant a
+// new one would name.)
 //
 // # Failure
 //
@@ -310,6 +320,8 @@ func (o Options) withDefaults() Options {
 type Store struct {
 	client      rueidis.Client
 	scripts     [256]atomic.Pointer[rueidis.Lua] // by algMask, composed on first use
+	fast        *rueidis.Lua                     // scripts/fast.lua (batch.go)
+	ones        [256]atomic.Pointer[rueidis.Lua] // scripts/one.lua by algMask (batch.go)
 	cluster     bool
 	prefix      string
 	channel     string // Pub/Sub channel of invalidations (invalidate.go)
@@ -331,6 +343,7 @@ type Store struct {
 	lateCharged  atomic.Uint64
 	lateRefunded atomic.Uint64
 	lateUnknown  atomic.Uint64
+	lateExpired  atomic.Uint64
 	// inv is the subscription to invalidations (invalidate.go), and
 	// subscriptions counts its confirmations.
 	inv           invHub
@@ -403,6 +416,7 @@ func New(opts Options) (*Store, error) {
 		lateWait:    opts.LateReplyWait,
 		leases:      mrand.NewChaCha8(seed),
 		stop:        make(chan struct{}),
+		fast:        rueidis.NewLuaScript(compose("fast.lua")),
 	}
 	s.nodes.opts = opts.Breaker
 	s.one = batcher{s: s, slot: -1}
@@ -457,6 +471,10 @@ type Stats struct {
 	// unknown that got no reply within Options.LateReplyWait either (or
 	// one the store could not read): whether they charged stays unknown.
 	LateUnknown uint64
+	// LateExpired is the number of such calls whose late reply said they
+	// reached Redis after their deadline (scripts/guard.lua) and did
+	// nothing: nothing was charged, so nothing is refunded.
+	LateExpired uint64
 	// Subscriptions is the number of times the store's subscription to
 	// invalidations (see Invalidations) was confirmed: 1 after the first
 	// Invalidations call, and one more after each lost connection.
@@ -469,7 +487,7 @@ func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load(),
 		RefundFailures: s.refundFailures.Load(), LateCharged: s.lateCharged.Load(),
 		LateRefunded: s.lateRefunded.Load(), LateUnknown: s.lateUnknown.Load(),
-		Subscriptions: s.subscriptions.Load()}
+		LateExpired: s.lateExpired.Load(), Subscriptions: s.subscriptions.Load()}
 }
 
 // Cluster reports whether the store talks to a Redis Cluster.
@@ -482,6 +500,34 @@ func (s *Store) script(m algMask) *rueidis.Lua {
 		return l
 	}
 	l := rueidis.NewLuaScript(batchScriptFor(m))
+	if p.CompareAndSwap(nil, l) {
+		return l
+	}
+	return p.Load()
+}
+
+// oneScript returns scripts/one.lua after lib.lua and the files of the
+// algorithms in m.
+func (s *Store) oneScript(m algMask) *rueidis.Lua {
+	p := &s.ones[m]
+	if l := p.Load(); l != nil {
+		return l
+	}
+	names := []string{"lib.lua"}
+	need := map[string]bool{}
+	for _, a := range sluice.Algorithms() {
+		if m&(1<<a) != 0 {
+			for _, f := range algFiles[a] {
+				need[f] = true
+			}
+		}
+	}
+	for _, f := range fileOrder {
+		if need[f] {
+			names = append(names, f)
+		}
+	}
+	l := rueidis.NewLuaScript(compose(append(names, "one.lua")...))
 	if p.CompareAndSwap(nil, l) {
 		return l
 	}

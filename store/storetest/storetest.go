@@ -2,7 +2,8 @@
 // step tables for every algorithm and action (take, charge, refund, reset),
 // all-or-nothing batches, differential traces, concurrency counts, fuzzable
 // invariants and, for stores that list keys, sluice.KeyLister, replayed
-// against a controllable clock.
+// against a controllable clock; and RunAllot, the suite of stores that
+// lease allotments (sluice.Allotter).
 package storetest
 
 import (

@@ -79,16 +79,57 @@ type Rule struct {
 	PropagationUS int64 `json:"propagation_us"`
 }
 
+// Fault is one fault of the schedule as the operator saw it, from the
+// moment it was injected (Start) to the moment it was over (End), in µs on
+// the shared clock. Kind says what the documentation allows while it lasts:
+//
+//   - "loss": the store may forget charges it acknowledged (a Redis without
+//     persistence restarted empty; a Sentinel failover promoting a replica
+//     that had not received the last writes). Charges made before End may be
+//     forgotten once, so a span that overlaps [Start, End] is allowed one
+//     more quota (window, log) or one more burst (bucket) per such fault.
+//   - "clock": instance Instance's clock reads OffsetUS ahead of the shared
+//     clock. Only its in-process decisions read it (failure mode local:
+//     its share per window of its own clock); Redis decides on Redis's
+//     TIME. Its local admissions are counted in windows of its clock.
+//   - anything else ("pause", "latency", "instance", "outage", "reset",
+//     "reload"): recorded for the reader; no bound moves. Each failure
+//     mode's own bound holds throughout.
+type Fault struct {
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+	Start    int64  `json:"start_us"`
+	End      int64  `json:"end_us"`
+	Instance int    `json:"instance,omitempty"`  // kind clock
+	OffsetUS int64  `json:"offset_us,omitempty"` // kind clock
+}
+
+// Change is a rule reload that changed one rule's limit: every instance
+// decides with the new limit from some moment in [Send, Recv] on (Send: the
+// file was written; Recv: every instance answered with the new limit). A
+// changed limit counts under a new store key (docs/rules.md), so while
+// instances disagree both counters fill: a span that overlaps [Send, Recv]
+// is allowed the old bound plus the new one, a span after Recv the new one.
+type Change struct {
+	Rule  string `json:"rule"`
+	Send  int64  `json:"send_us"`
+	Recv  int64  `json:"recv_us"`
+	Quota int64  `json:"quota"`
+	Burst int64  `json:"burst"` // bucket only; 0 means Quota
+}
+
 // History is one run.
 type History struct {
-	Rules  []Rule  `json:"rules"`
-	Events []Event `json:"events"`
-	Resets []Reset `json:"resets"`
+	Rules   []Rule   `json:"rules"`
+	Events  []Event  `json:"events"`
+	Resets  []Reset  `json:"resets"`
+	Faults  []Fault  `json:"faults,omitempty"`
+	Changes []Change `json:"changes,omitempty"`
 }
 
 // Violation is one broken bound.
 type Violation struct {
-	Bound  string // which bound: "window", "log", "bucket", "local", "fail-closed", "lost", "reset"
+	Bound  string // which bound: "window", "log", "bucket", "local", "fail-closed", "lost", "reset", "history"
 	Rule   string
 	Key    string
 	Detail string
@@ -103,7 +144,13 @@ func (v Violation) String() string {
 type Report struct {
 	// Worst is, per rule, the largest admitted count a bound was checked
 	// against and that bound (the tightest ratio seen).
-	Worst      map[string]Worst
+	Worst map[string]Worst
+	// Moved is, per rule, the worst span whose bound a fault moved (a loss,
+	// a reload): absent when no fault moved the rule's bound.
+	Moved map[string]Worst
+	// Local is, per rule in failure mode local, the most one instance
+	// admitted on its own in one window of its clock, and its share.
+	Local      map[string]Worst
 	Violations []Violation
 	Events     int
 }
@@ -114,12 +161,22 @@ type Worst struct {
 	Admitted, Bound int64
 }
 
+// worse reports whether w is a worse case than c: a larger share of its
+// bound, or the same share of a larger bound (a bound a fault moved).
+func (w Worst) worse(c Worst) bool {
+	if c.Bound == 0 {
+		return w.Bound > 0
+	}
+	l, r := w.Admitted*c.Bound, c.Admitted*w.Bound
+	return l > r || l == r && w.Bound > c.Bound
+}
+
 // OK reports whether no bound was broken.
 func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 // Check checks h against the bounds of its rules.
 func Check(h History) Report {
-	rep := Report{Worst: map[string]Worst{}, Events: len(h.Events)}
+	rep := Report{Worst: map[string]Worst{}, Moved: map[string]Worst{}, Local: map[string]Worst{}, Events: len(h.Events)}
 	rules := map[string]Rule{}
 	for _, r := range h.Rules {
 		rules[r.Name] = r
@@ -141,6 +198,20 @@ func Check(h History) Report {
 	for _, r := range h.Resets {
 		resets[series{r.Rule, r.Key}] = append(resets[series{r.Rule, r.Key}], r)
 	}
+	changes := map[string][]Change{}
+	for _, c := range h.Changes {
+		changes[c.Rule] = append(changes[c.Rule], c)
+	}
+	var losses []Fault
+	offsets := map[int]int64{}
+	for _, f := range h.Faults {
+		switch f.Kind {
+		case "loss":
+			losses = append(losses, f)
+		case "clock":
+			offsets[f.Instance] = f.OffsetUS
+		}
+	}
 	keys := make([]series, 0, len(byKey))
 	for k := range byKey {
 		keys = append(keys, k)
@@ -152,35 +223,131 @@ func Check(h History) Report {
 			rep.Violations = append(rep.Violations, Violation{"history", k.rule, k.key, "events of a rule the history does not describe"})
 			continue
 		}
+		b := bounds{r: r, changes: changes[r.Name], losses: losses, offsets: offsets}
+		sort.Slice(b.changes, func(i, j int) bool { return b.changes[i].Send < b.changes[j].Send })
 		evs := byKey[k]
 		sort.Slice(evs, func(i, j int) bool { return evs[i].Send < evs[j].Send })
 		var vs []Violation
-		var w Worst
+		var w, mw Worst
 		switch r.Kind {
 		case "window":
-			vs, w = checkWindow(r, k.key, evs, resets[k])
-		case "log":
-			vs, w = checkSpan(r, k.key, evs, resets[k], func(span int64) (int64, bool) { return r.Quota, span < r.WindowUS })
-		case "bucket":
-			burst := r.Burst
-			if burst == 0 {
-				burst = r.Quota
+			var lw Worst
+			vs, w, mw, lw = checkWindow(b, k.key, evs, resets[k])
+			if lw.Bound > 0 && lw.Admitted >= rep.Local[r.Name].Admitted {
+				rep.Local[r.Name] = lw
 			}
-			vs, w = checkSpan(r, k.key, evs, resets[k], func(span int64) (int64, bool) {
-				// Units a bucket can pass in span: its burst plus what refills,
-				// rounded up (integer µs refills are never finer than one unit).
-				return burst + ceilDiv(r.Quota*span, r.WindowUS), span <= 4*r.WindowUS
+		case "log":
+			vs, w, mw = checkSpan(b, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
+				return b.quota(from, to), to-from < r.WindowUS
+			})
+		case "bucket":
+			vs, w, mw = checkSpan(b, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
+				return b.bucket(from, to), to-from <= 4*r.WindowUS
 			})
 		default:
 			vs = []Violation{{"history", r.Name, k.key, fmt.Sprintf("unknown rule kind %q", r.Kind)}}
 		}
 		rep.Violations = append(rep.Violations, vs...)
-		if cur := rep.Worst[r.Name]; w.Bound > 0 && (cur.Bound == 0 || w.Admitted*cur.Bound > cur.Admitted*w.Bound) {
+		if w.worse(rep.Worst[r.Name]) {
 			rep.Worst[r.Name] = w
 		}
-		rep.Violations = append(rep.Violations, checkResets(r, k.key, evs, resets[k])...)
+		if mw.worse(rep.Moved[r.Name]) {
+			rep.Moved[r.Name] = mw
+		}
+		rep.Violations = append(rep.Violations, checkResets(b, k.key, evs, resets[k])...)
 	}
 	return rep
+}
+
+// bounds is what the documentation allows one rule in a span, given the
+// reloads that changed its limit and the faults that may lose charges.
+type bounds struct {
+	r       Rule
+	changes []Change // by Send
+	losses  []Fault
+	offsets map[int]int64 // instance → how far its clock runs ahead, µs
+}
+
+// limit is one limit a rule had: its quota and burst (0: the quota).
+type limit struct{ quota, burst int64 }
+
+// inForce returns the limits that may decide some of [from, to]: the
+// rule's own until the first change is certainly everywhere (its Recv),
+// each change's from its Send until the next is certainly everywhere.
+func (b bounds) inForce(from, to int64) []limit {
+	var out []limit
+	cur := limit{b.r.Quota, b.r.Burst}
+	var since int64 = -1 << 62
+	for _, c := range b.changes {
+		if from < c.Recv && to >= since {
+			out = append(out, cur)
+		}
+		cur, since = limit{c.Quota, c.Burst}, c.Send
+	}
+	if to >= since {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// moved reports whether a fault moves the bound of [from, to]: more than
+// one limit may be in force, or another than the rule's own, or charges
+// may have been lost.
+func (b bounds) moved(from, to int64) bool {
+	in := b.inForce(from, to)
+	return len(in) != 1 || in[0] != limit{b.r.Quota, b.r.Burst} || b.lossesIn(from, to) > 0
+}
+
+// lossesIn counts the faults that may have lost charges within [from, to].
+func (b bounds) lossesIn(from, to int64) int64 {
+	var n int64
+	for _, f := range b.losses {
+		if f.Start <= to && f.End >= from {
+			n++
+		}
+	}
+	return n
+}
+
+// quota bounds a window or a log span: the quota of every limit that may be
+// in force (each has its own counter), and one more of the largest for
+// each fault that may have lost charges.
+func (b bounds) quota(from, to int64) int64 {
+	var sum, top int64
+	for _, l := range b.inForce(from, to) {
+		sum += l.quota
+		top = max(top, l.quota)
+	}
+	return sum + b.lossesIn(from, to)*top
+}
+
+// smallest is the smallest quota that may be in force within [from, to]:
+// fewer admissions than that can never justify a denial.
+func (b bounds) smallest(from, to int64) int64 {
+	var q int64 = -1
+	for _, l := range b.inForce(from, to) {
+		if q < 0 || l.quota < q {
+			q = l.quota
+		}
+	}
+	return q
+}
+
+// bucket bounds a bucket span: per limit in force, its burst plus what
+// refills in the span, rounded up (integer µs refills are never finer than
+// one unit); and one more burst of the largest per fault that may have
+// lost charges (a bucket that forgets is full again).
+func (b bounds) bucket(from, to int64) int64 {
+	var sum, top int64
+	for _, l := range b.inForce(from, to) {
+		burst := l.burst
+		if burst == 0 {
+			burst = l.quota
+		}
+		sum += burst + ceilDiv(l.quota*(to-from), b.r.WindowUS)
+		top = max(top, burst)
+	}
+	return sum + b.lossesIn(from, to)*top
 }
 
 // counted reports whether an admission counts against the shared bound: not
@@ -224,23 +391,28 @@ func hasReset(rs []Reset, from, to int64) bool {
 
 // checkWindow: per epoch-aligned window, the admissions certainly inside it
 // (sent and answered within it) are at most Quota; per instance, the local
-// admissions certainly inside it at most LocalShare.
-func checkWindow(r Rule, key string, evs []Event, rs []Reset) ([]Violation, Worst) {
-	var vs []Violation
-	var worst Worst
+// admissions certainly inside one window of that instance's clock at most
+// LocalShare.
+func checkWindow(b bounds, key string, evs []Event, rs []Reset) (vs []Violation, worst, moved, lw Worst) {
+	r := b.r
 	admitted := map[int64][]Event{}
 	local := map[[2]int64]int64{}
 	for _, e := range evs {
 		if e.Verdict != Allowed || e.Recv == 0 {
 			continue
 		}
+		if e.Degraded == Local {
+			// Decided in process, on the instance's clock.
+			o := b.offsets[e.Instance]
+			ls, lr := (e.Send+o)/r.WindowUS, (e.Recv-1+o)/r.WindowUS
+			if ls == lr {
+				local[[2]int64{ls, int64(e.Instance)}] += e.Cost
+			}
+			continue
+		}
 		ws, wr := e.Send/r.WindowUS, (e.Recv-1)/r.WindowUS
 		if ws != wr {
 			continue // may be in either window: certain of neither
-		}
-		if e.Degraded == Local {
-			local[[2]int64{ws, int64(e.Instance)}] += e.Cost
-			continue
 		}
 		if counted(e) {
 			admitted[ws] = append(admitted[ws], e)
@@ -263,35 +435,41 @@ func checkWindow(r Rule, key string, evs []Event, rs []Reset) ([]Violation, Wors
 		for _, e := range in {
 			n += e.Cost
 		}
-		if n > worst.Admitted || worst.Bound == 0 {
-			worst = Worst{n, r.Quota}
+		q := b.quota(from, to-1)
+		if w := (Worst{n, q}); w.worse(worst) {
+			worst = w
 		}
-		if n > r.Quota {
+		if w := (Worst{n, q}); b.moved(from, to-1) && w.worse(moved) {
+			moved = w
+		}
+		if n > q {
 			vs = append(vs, Violation{"window", r.Name, key,
-				fmt.Sprintf("window [%d, %d) µs admitted %d > quota %d", from, to, n, r.Quota)})
+				fmt.Sprintf("window [%d, %d) µs admitted %d > bound %d", from, to, n, q)})
 		}
 	}
 	for c, n := range local {
+		if r.LocalShare > 0 && n >= lw.Admitted {
+			lw = Worst{n, r.LocalShare}
+		}
 		if r.LocalShare > 0 && n > r.LocalShare {
 			vs = append(vs, Violation{"local", r.Name, key,
 				fmt.Sprintf("instance %d admitted %d on its own in window %d > its share %d", c[1], n, c[0], r.LocalShare)})
 		}
 	}
-	return vs, worst
+	return vs, worst, moved, lw
 }
 
 // checkSpan: for every pair of counted admissions a ≤ b (by Send), the
-// admissions certainly inside [a.Send, b.Recv] are at most bound(span),
-// where the pair is checked only when applies(span).
-func checkSpan(r Rule, key string, evs []Event, rs []Reset, bound func(span int64) (int64, bool)) ([]Violation, Worst) {
+// admissions certainly inside [a.Send, b.Recv] are at most bound(from, to),
+// where the pair is checked only when bound says the span applies.
+func checkSpan(bs bounds, key string, evs []Event, rs []Reset, bound func(from, to int64) (int64, bool)) (vs []Violation, worst, moved Worst) {
+	r := bs.r
 	var adm []Event
 	for _, e := range evs {
 		if counted(e) && e.Recv != 0 {
 			adm = append(adm, e)
 		}
 	}
-	var vs []Violation
-	var worst Worst
 	for i := range adm {
 		from := adm[i].Send
 		var n int64
@@ -300,7 +478,7 @@ func checkSpan(r Rule, key string, evs []Event, rs []Reset, bound func(span int6
 		var inside []Event
 		for j := i; j < len(adm); j++ {
 			to := adm[j].Recv
-			b, ok := bound(to - from)
+			b, ok := bound(from, to)
 			if !ok {
 				break
 			}
@@ -314,23 +492,27 @@ func checkSpan(r Rule, key string, evs []Event, rs []Reset, bound func(span int6
 			if hasReset(rs, from, to) {
 				continue
 			}
-			if worst.Bound == 0 || n*worst.Bound > worst.Admitted*b {
-				worst = Worst{n, b}
+			if w := (Worst{n, b}); w.worse(worst) {
+				worst = w
+			}
+			if w := (Worst{n, b}); bs.moved(from, to) && w.worse(moved) {
+				moved = w
 			}
 			if n > b {
 				vs = append(vs, Violation{r.Kind, r.Name, key,
 					fmt.Sprintf("[%d, %d] µs (%d µs) admitted %d > bound %d", from, to, to-from, n, b)})
-				return vs, worst // one witness per key is enough
+				return vs, worst, moved // one witness per key is enough
 			}
 		}
 	}
-	return vs, worst
+	return vs, worst, moved
 }
 
 // checkResets: after a reset has been answered and the documented
 // propagation time has passed, a denial that says the key is over its limit
 // contradicts the reset unless the fleet admitted a full quota since.
-func checkResets(r Rule, key string, evs []Event, rs []Reset) []Violation {
+func checkResets(b bounds, key string, evs []Event, rs []Reset) []Violation {
+	r := b.r
 	var vs []Violation
 	for _, rst := range rs {
 		settle := rst.Recv + r.PropagationUS
@@ -346,7 +528,7 @@ func checkResets(r Rule, key string, evs []Event, rs []Reset) []Violation {
 			if r.Kind == "window" && e.Send/r.WindowUS != rst.Recv/r.WindowUS {
 				break // a new window: the reset no longer decides
 			}
-			if e.Verdict == Denied && e.Degraded == "" && e.Send >= settle && since+e.Cost <= r.Quota {
+			if e.Verdict == Denied && e.Degraded == "" && e.Send >= settle && since+e.Cost <= b.smallest(rst.Recv, e.Send) {
 				vs = append(vs, Violation{"reset", r.Name, key,
 					fmt.Sprintf("denied at %d µs, %d µs after a reset was answered, with %d admitted since (quota %d)", e.Send, e.Send-rst.Recv, since, r.Quota)})
 				break
@@ -374,7 +556,14 @@ func (r Report) Summary() string {
 	fmt.Fprintf(&b, "%d events, %d violations\n", r.Events, len(r.Violations))
 	for _, n := range names {
 		w := r.Worst[n]
-		fmt.Fprintf(&b, "  %-24s worst %d of bound %d\n", n, w.Admitted, w.Bound)
+		fmt.Fprintf(&b, "  %-24s worst %d of bound %d", n, w.Admitted, w.Bound)
+		if m, ok := r.Moved[n]; ok {
+			fmt.Fprintf(&b, "; across a fault %d of bound %d", m.Admitted, m.Bound)
+		}
+		if l, ok := r.Local[n]; ok {
+			fmt.Fprintf(&b, "; on its own %d of share %d", l.Admitted, l.Bound)
+		}
+		b.WriteString("\n")
 	}
 	for i, v := range r.Violations {
 		if i == 20 {
@@ -384,4 +573,82 @@ func (r Report) Summary() string {
 		fmt.Fprintf(&b, "  VIOLATION %s\n", v)
 	}
 	return b.String()
+}
+
+// WindowCount is one epoch-aligned window of a rule as the checker counts
+// it: the admissions certainly inside it that count against the shared
+// bound, and that bound.
+type WindowCount struct {
+	From, To        int64 // µs
+	Admitted, Bound int64
+}
+
+// Windows returns, for one rule and key of h, every window from the first
+// recorded decision to the last (for a plot; window rules are checked this
+// way, log and bucket rules by spans). Windows with a reset count only what
+// came after it, as the check does. Unknown rules give nil.
+func Windows(h History, rule, key string) []WindowCount {
+	var r Rule
+	found := false
+	for _, x := range h.Rules {
+		if x.Name == rule {
+			r, found = x, true
+		}
+	}
+	if !found || r.WindowUS <= 0 {
+		return nil
+	}
+	b := bounds{r: r}
+	for _, c := range h.Changes {
+		if c.Rule == rule {
+			b.changes = append(b.changes, c)
+		}
+	}
+	sort.Slice(b.changes, func(i, j int) bool { return b.changes[i].Send < b.changes[j].Send })
+	for _, f := range h.Faults {
+		if f.Kind == "loss" {
+			b.losses = append(b.losses, f)
+		}
+	}
+	var rs []Reset
+	for _, x := range h.Resets {
+		if x.Rule == rule && x.Key == key {
+			rs = append(rs, x)
+		}
+	}
+	var evs []Event
+	var first, last int64 = -1, -1
+	for _, e := range h.Events {
+		if e.Rule != rule || e.Key != key {
+			continue
+		}
+		evs = append(evs, e)
+		if first < 0 || e.Send < first {
+			first = e.Send
+		}
+		last = max(last, e.Send)
+	}
+	if first < 0 {
+		return nil
+	}
+	counts := map[int64][]Event{}
+	for _, e := range evs {
+		if counted(e) && e.Recv != 0 && e.Send/r.WindowUS == (e.Recv-1)/r.WindowUS {
+			counts[e.Send/r.WindowUS] = append(counts[e.Send/r.WindowUS], e)
+		}
+	}
+	var out []WindowCount
+	for w := first / r.WindowUS; w <= last/r.WindowUS; w++ {
+		from, to := w*r.WindowUS, (w+1)*r.WindowUS
+		in := counts[w]
+		if hasReset(rs, from, to) {
+			in = afterReset(in, rs, to)
+		}
+		var n int64
+		for _, e := range in {
+			n += e.Cost
+		}
+		out = append(out, WindowCount{From: from, To: to, Admitted: n, Bound: b.quota(from, to-1)})
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -117,6 +118,145 @@ func TestCheckerExemptions(t *testing.T) {
 	}
 	if rep := Check(History{Rules: rules, Events: append(evs, append(after, allowed("win", "k", 0, 600*ms))...), Resets: []Reset{r}}); rep.OK() {
 		t.Errorf("one over the quota after a reset: got no violation, want one")
+	}
+}
+
+// TestCheckerCatchesOvershootByOneUnderFaults: the bounds a fault moves
+// (a store that may lose charges; a reload that changes a limit) are held
+// as tightly as the others: a history exactly at the moved bound passes,
+// one admission more fails, naming the bound. And a bound moves only where
+// the fault was: the same history without the fault fails.
+func TestCheckerCatchesOvershootByOneUnderFaults(t *testing.T) {
+	with := func(evs []Event, more ...Event) []Event { return append(append([]Event(nil), evs...), more...) }
+	// A loss (a restart of a Redis without persistence, a failover) from
+	// 400 to 450 ms: charges before it may be forgotten once.
+	loss := []Fault{{Name: "redis restarted empty", Kind: "loss", Start: 400 * ms, End: 450 * ms}}
+	// fw quota 5 → 2, written at 500 ms, on every instance by 520 ms.
+	reload := []Change{{Rule: "win", Send: 500 * ms, Recv: 520 * ms, Quota: 2}}
+	winLoss := with(times("win", 5, 10*ms, 10*ms), times("win", 5, 460*ms, 10*ms)...) // 2 × quota in one window
+	logLoss := with(times("log", 3, 0, 100*ms), times("log", 3, 460*ms, 10*ms)...)    // 2 × quota within 1 s
+	// A bucket (burst 5, 10/s): the burst at 0, a unit refilled every
+	// 100 ms to 400 ms, then after the loss a full burst again at 460 ms and
+	// one unit at 461 ms: 15 in [0, 462] ms = 2 × burst + ⌈4.62⌉.
+	bucketLoss := with(times("bucket", 5, 0, 0), times("bucket", 4, 100*ms, 100*ms)...)
+	bucketLoss = with(bucketLoss, times("bucket", 5, 460*ms, 0)...)
+	bucketLoss = with(bucketLoss, allowed("bucket", "k", 1, 461*ms))
+	winReload := with(times("win", 5, 10*ms, 10*ms), times("win", 2, 510*ms, 5*ms)...)     // old + new across the reload
+	afterReload := with(times("win", 5, 10*ms, 10*ms), times("win", 2, 1100*ms, 10*ms)...) // the new quota in the next window
+	tests := []struct {
+		name    string
+		ok      []Event
+		over    []Event
+		faults  []Fault
+		changes []Change
+		bound   string
+	}{
+		{"window across a loss", winLoss, with(winLoss, allowed("win", "k", 2, 700*ms)), loss, nil, "window"},
+		{"log across a loss", logLoss, with(logLoss, allowed("log", "k", 2, 700*ms)), loss, nil, "log"},
+		{"bucket across a loss", bucketLoss, with(bucketLoss, allowed("bucket", "k", 2, 300*ms)), loss, nil, "bucket"},
+		{"window across a reload", winReload, with(winReload, allowed("win", "k", 2, 600*ms)), nil, reload, "window"},
+		{"window after a reload", afterReload, with(afterReload, allowed("win", "k", 2, 1500*ms)), nil, reload, "window"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := History{Rules: rules, Events: tc.ok, Faults: tc.faults, Changes: tc.changes}
+			if rep := Check(h); !rep.OK() {
+				t.Errorf("history at the moved bound: got violations, want none:\n%s", rep.Summary())
+			} else if m, ok := rep.Moved[tc.ok[0].Rule]; !ok || m.Admitted != m.Bound {
+				t.Errorf("worst span across the fault: got %+v (reported %v), want one exactly at its moved bound", m, ok)
+			}
+			h.Events = tc.over
+			rep := Check(h)
+			found := false
+			for _, v := range rep.Violations {
+				found = found || v.Bound == tc.bound
+			}
+			if !found {
+				t.Errorf("history one over the moved bound: got %v, want a %q violation", rep.Violations, tc.bound)
+			}
+			if len(tc.faults) > 0 {
+				if rep := Check(History{Rules: rules, Events: tc.ok}); rep.OK() {
+					t.Errorf("the same history without the fault: got no violation, want one (the bound moved where no fault was)")
+				}
+			}
+		})
+	}
+}
+
+// TestCheckerClockAhead: an instance whose clock runs ahead keeps its
+// local share per window of its own clock. Instance 1, 500 ms ahead,
+// admits its share of 2 at 300 ms and 2 more at 600 ms (its clock: 800 ms
+// and 1.1 s, two windows): within its bound, though one window of the
+// shared clock holds 4. A third in its second window is one too many; and
+// without the clock fault on record the same history is over (the bound
+// follows the fault, not the other way round).
+func TestCheckerClockAhead(t *testing.T) {
+	localAt := func(ts int64) Event {
+		e := allowed("win", "k", 1, ts)
+		e.Degraded = Local
+		return e
+	}
+	evs := []Event{localAt(300 * ms), localAt(310 * ms), localAt(600 * ms), localAt(610 * ms)}
+	clock := []Fault{{Name: "instance 1 clock +500 ms", Kind: "clock", Instance: 1, OffsetUS: 500 * ms, End: 2000 * ms}}
+	if rep := Check(History{Rules: rules, Events: evs, Faults: clock}); !rep.OK() {
+		t.Errorf("share per window of its clock: got %v, want none", rep.Violations)
+	}
+	rep := Check(History{Rules: rules, Events: with1(evs, localAt(620*ms)), Faults: clock})
+	if rep.OK() || rep.Violations[0].Bound != "local" {
+		t.Errorf("one over its share in its window: got %v, want a local violation", rep.Violations)
+	}
+	if rep := Check(History{Rules: rules, Events: evs}); rep.OK() {
+		t.Errorf("the same history without the clock fault: got no violation, want a local one")
+	}
+}
+
+// TestCheckerTenantReset: a tenant's override is a rule of its own to the
+// checker (quota 2 here); after a reset of the tenant, a denial with less
+// than that admitted since contradicts it, and the override's window bound
+// holds as any other.
+func TestCheckerTenantReset(t *testing.T) {
+	rs := []Rule{{Name: "acme", Kind: "window", Quota: 2, WindowUS: 1000 * ms, FailureMode: "closed", PropagationUS: 100 * ms}}
+	evs := times("acme", 2, 10*ms, 10*ms)
+	if rep := Check(History{Rules: rs, Events: evs}); !rep.OK() {
+		t.Fatalf("override at its quota: got %v, want none", rep.Violations)
+	}
+	if rep := Check(History{Rules: rs, Events: with1(evs, allowed("acme", "k", 0, 200*ms))}); rep.OK() {
+		t.Errorf("override one over its quota: got no violation, want one")
+	}
+	reset := []Reset{{Rule: "acme", Key: "k", Send: 300 * ms, Recv: 301 * ms}}
+	denied := Event{Rule: "acme", Key: "k", Cost: 1, Send: 600 * ms, Recv: 601 * ms, Verdict: Denied}
+	okAfter := with1(evs, times("acme", 2, 450*ms, 10*ms)...)
+	if rep := Check(History{Rules: rs, Events: with1(okAfter, denied), Resets: reset}); !rep.OK() {
+		t.Errorf("denied after a full quota since the reset: got %v, want none", rep.Violations)
+	}
+	if rep := Check(History{Rules: rs, Events: with1(evs, allowed("acme", "k", 0, 450*ms), denied), Resets: reset}); rep.OK() {
+		t.Errorf("denied with one admitted since the reset (quota 2): got no violation, want a reset violation")
+	}
+}
+
+func with1(evs []Event, more ...Event) []Event { return append(append([]Event(nil), evs...), more...) }
+
+// TestJSONLRoundTrip: a history written as JSON lines reads back equal,
+// and a line holding two things is an error naming the line.
+func TestJSONLRoundTrip(t *testing.T) {
+	h := History{Rules: rules, Events: times("win", 3, 0, ms),
+		Resets:  []Reset{{Rule: "win", Key: "k", Send: 1, Recv: 2}},
+		Faults:  []Fault{{Name: "x", Kind: "loss", Start: 3, End: 4}},
+		Changes: []Change{{Rule: "win", Send: 5, Recv: 6, Quota: 7}}}
+	var b strings.Builder
+	if err := WriteJSONL(&b, h); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadJSONL(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, h) {
+		t.Errorf("read back:\n%+v\nwant\n%+v", got, h)
+	}
+	bad := b.String() + `{"rule":{"name":"a"},"reset":{"key":"b"}}` + "\n"
+	if _, err := ReadJSONL(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line") {
+		t.Errorf("two things on a line: got %v, want an error naming the line", err)
 	}
 }
 

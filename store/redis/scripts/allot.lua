@@ -40,10 +40,8 @@ local function allot(key, now, limit, spec, min_ttl)
     cur = cur + n
     local stop = (id + 1) * window - now
     if n > 0 or give > 0 then
-      call('SET', key, pack('<dd', id, cur))
-      if stop > 0 then
-        call('PEXPIRE', key, max(fdiv(stop + 999, 1000), min_ttl))
-      end
+      -- (stop > 0: the window holds now)
+      call('SET', key, pack('<dd', id, cur), 'PX', max(fdiv(stop + 999, 1000), min_ttl))
     end
     local reset = 0
     if cur > 0 then
@@ -66,10 +64,12 @@ local function allot(key, now, limit, spec, min_ttl)
     n = max(min(want, fdiv(max(rem - keep, 0), split)), 0)
     local ntat = base + n * interval
     if n > 0 or give > 0 then
-      call('SET', key, pack('<d', ntat))
+      -- One command: the state with its TTL, or, once fresh, no key.
       fresh = ntat - now
       if fresh > 0 then
-        call('PEXPIRE', key, max(fdiv(fresh + 999, 1000), min_ttl))
+        call('SET', key, pack('<d', ntat), 'PX', max(fdiv(fresh + 999, 1000), min_ttl))
+      else
+        call('DEL', key)
       end
     end
     return n, rem - n, lease, max(ntat - now, 0), 0

@@ -58,7 +58,9 @@ local function announce(g, j)
     gave[#gave + 1] = #key .. ':' .. key
   end
 end
-local clock
+-- clock is Redis TIME in µs, read at most once per call (by guard.lua, or
+-- by time_now).
+local clock = guard_now
 
 -- limit returns the params of a limit spec, parsed once per call.
 local function limit(spec)
@@ -84,8 +86,11 @@ local function time_now()
   return clock
 end
 
+-- ttl_ms is the TTL of a state fresh again in fresh µs: a whole number of
+-- ms, which redis.call writes exactly (without exponent below 10^17), so
+-- it need not be formatted here.
 local function ttl_ms(fresh)
-  return str(max(cdiv(fresh, 1000), min_ttl))
+  return max(cdiv(fresh, 1000), min_ttl)
 end
 
 -- store_state writes the string state st of key with a TTL until it is

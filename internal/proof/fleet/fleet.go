@@ -1,0 +1,725 @@
+// Package fleet runs Sluice as deployed — three `sluice serve` processes
+// sharing a real Redis (a single node behind a TCP proxy, a three-master
+// Cluster, or a master, a replica and a Sentinel), with real PostgreSQL
+// for tenants when a schedule needs it — under seeded traffic from several
+// clients and a fault schedule, and records every decision at the clients
+// as a check.History. Package check then holds the history to the
+// documented bounds; this package never judges a decision itself.
+//
+// The short matrix is TestShortFaultMatrix (internal/proof); the full one
+// is `sluice-bench proof --seed N --out DIR`. Both call Run once per
+// Schedule. Run takes a testing.TB: a test passes its *testing.T, a program
+// wraps its run in Program.
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/pgtest"
+	"github.com/sluice-rl/sluice/internal/proof/check"
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
+
+// Replicas is how many `sluice serve` processes a run starts.
+const Replicas = 3
+
+// SkewedInstance is the instance whose clock a Schedule's Skew moves.
+const SkewedInstance = 2
+
+// rulesYAML: one rule per bound the checker holds (all with 1 s windows, so
+// a short run crosses many), keyed by descriptor key. fwQuota is the fixed
+// window's quota; a reload rewrites it.
+const rulesYAML = `domain: proof
+descriptors:
+  - key: fw
+    rate_limit: {name: fw, algorithm: fixed_window, unit: second, requests_per_unit: %d, failure_mode: closed}
+  - key: log
+    rate_limit: {name: log, algorithm: sliding_log, unit: second, requests_per_unit: 10, failure_mode: closed}
+  - key: gcra
+    rate_limit: {name: gcra, algorithm: gcra, unit: second, requests_per_unit: 20, burst: 5, failure_mode: closed}
+  - key: tb
+    rate_limit: {name: tb, algorithm: token_bucket, unit: second, requests_per_unit: 20, burst: 5, failure_mode: closed}
+  - key: loc
+    rate_limit: {name: loc, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: local}
+  - key: hyb
+    rate_limit: {name: hyb, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: closed, placement: hybrid}
+`
+
+// tenantsYAML: a tenant-keyed rule whose free tier is 20/s (tenant acme
+// gets an override of 10/s in PostgreSQL: overrideQuota), and below it an
+// hourly quota (hourlyQuota) whose hour is longer than a reset takes to
+// reach every instance, so a denial after a tenant reset can contradict it.
+const tenantsYAML = `domain: prooft
+tenant_key: tenant
+descriptors:
+  - key: tenant
+    rate_limit: {name: ten, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: closed}
+    descriptors:
+      - key: quota
+        value: hourly
+        rate_limit: {name: hourly, algorithm: fixed_window, unit: hour, requests_per_unit: 600, failure_mode: closed}
+`
+
+const (
+	fwQuota       = 20
+	fwReloaded    = 10  // what the reload fault sets fw to
+	overrideQuota = 10  // tenant acme's override of "ten"
+	hourlyQuota   = 600 // the tenant's hourly quota
+	// Tenant is the tenant that has an override.
+	Tenant = "acme"
+)
+
+// acmeRecord is the tenant's record: free tier, ten overridden to 10/s.
+var acmeRecord = fmt.Sprintf(`{"tier":"free","overrides":[{"domain":"prooft","descriptor":"","requests_per_unit":%d,"unit":"second"}]}`, overrideQuota)
+
+// Contracts is what the documentation promises for the rules of a run,
+// named as the checker knows them: "acme" is rule ten for the tenant with
+// the override, "hourly" that tenant's hourly quota.
+func Contracts(tenants bool) []check.Rule {
+	const sec = int64(time.Second / time.Microsecond)
+	rs := []check.Rule{
+		{Name: "fw", Kind: "window", Quota: fwQuota, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+		{Name: "log", Kind: "log", Quota: 10, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+		{Name: "gcra", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 5, FailureMode: "closed", PropagationUS: sec},
+		{Name: "tb", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 5, FailureMode: "closed", PropagationUS: sec},
+		{Name: "loc", Kind: "window", Quota: 20, WindowUS: sec, FailureMode: "local", LocalShare: (20 + Replicas - 1) / Replicas, PropagationUS: sec},
+		// placement hybrid, fixed window: never over (docs/accuracy.md).
+		{Name: "hyb", Kind: "window", Quota: 20, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+	}
+	if tenants {
+		rs = append(rs,
+			check.Rule{Name: "hourly", Kind: "window", Quota: hourlyQuota, WindowUS: 3600 * sec, FailureMode: "closed", PropagationUS: sec},
+			check.Rule{Name: "acme", Kind: "window", Quota: overrideQuota, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+		)
+	}
+	return rs
+}
+
+// Fleet is one run's processes. Its methods are safe for concurrent use.
+type Fleet struct {
+	t TB
+	// Redis is the single node (behind Proxy), or the Sentinel's first
+	// master; nil for a Cluster.
+	Redis *redistest.Server
+	// Proxy sits between the instances and a single Redis: latency faults.
+	Proxy *redistest.Proxy
+	// Replica, ReplProxy (between the replica and its master: replication
+	// lag) and Sentinel are set for Store "sentinel".
+	Replica, Sentinel *redistest.Server
+	ReplProxy         *redistest.Proxy
+	// Cluster is set for Store "cluster".
+	Cluster *redistest.Cluster
+	// PG holds the tenants, for schedules with Tenants.
+	PG *pgtest.Server
+
+	procs []*exec.Cmd
+	http  []string // base URLs of the instances
+	token string
+	rules string // the rules file
+
+	start time.Time
+	mu    sync.Mutex
+	hist  check.History
+}
+
+// TB is what a run needs of its caller: a test, or Program's stand-in.
+type TB = testing.TB
+
+// Schedule is one row of the matrix: a store topology and the faults
+// injected into a run on it.
+type Schedule struct {
+	Name string
+	// Store is "single" (one redis-server behind a proxy), "cluster"
+	// (three masters) or "sentinel" (a master, a replica, a Sentinel).
+	Store string
+	// Tenants starts PostgreSQL, gives tenant acme an override and adds
+	// tenant traffic.
+	Tenants bool
+	// Short puts the schedule in the short matrix (the test suite).
+	Short bool
+	// Degrades says the faults must make some decisions degraded (or the
+	// fault did not reach the fleet and the run proves nothing).
+	Degrades bool
+	// Skew is how far instance SkewedInstance's clock runs ahead of the
+	// others' (sluice serve --clock-skew: the clock of its in-process
+	// stores, which decide failure_mode local); 0: none.
+	Skew time.Duration
+	// Setup, if set, runs just before the clients start (its decisions
+	// are part of the history).
+	Setup func(f *Fleet) error
+	// Duration of the traffic; 0 means 4 s.
+	Duration time.Duration
+	Faults   []Fault
+}
+
+// Fault is one step of a schedule: at offset At into the traffic, Do.
+type Fault struct {
+	At   time.Duration
+	Name string
+	Do   func(f *Fleet) error
+}
+
+// Result is one schedule's run.
+type Result struct {
+	Schedule Schedule
+	History  check.History
+	Report   check.Report
+	// Log says when each fault ran and how it ended.
+	Log []string
+	// Degraded counts decisions by degraded mode; Denied counts denials by
+	// rule (a rule never denied was never tested).
+	Degraded, Denied map[string]int
+}
+
+// Problems lists why a run proves less than it should, beside the
+// checker's violations: a rule never driven to a denial, a fault that
+// could not be injected, or one that degraded no decision when it should.
+func (r Result) Problems() []string {
+	var out []string
+	for _, c := range r.History.Rules {
+		if r.Denied[c.Name] == 0 {
+			out = append(out, fmt.Sprintf("rule %s never denied: the traffic did not test its bound", c.Name))
+		}
+	}
+	for _, l := range r.Log {
+		if strings.Contains(l, ": FAILED: ") {
+			out = append(out, "fault "+l)
+		}
+	}
+	if r.Schedule.Degrades && len(r.Degraded) == 0 {
+		out = append(out, fmt.Sprintf("no decision was degraded under %q: the fault did not reach the fleet", r.Schedule.Name))
+	}
+	return out
+}
+
+// Options configure Run.
+type Options struct {
+	// Bin is the sluice binary (Build).
+	Bin string
+	// Seed seeds the clients' traffic (each schedule adds its index).
+	Seed uint64
+	// Clients is how many concurrent clients send checks; 0 means 6.
+	Clients int
+	// Logf, if set, receives progress lines.
+	Logf func(format string, args ...any)
+}
+
+// Run starts a fleet for s, drives seeded traffic at it while the faults
+// run, and returns the history and the checker's report. Everything it
+// starts is stopped by t's cleanups.
+func Run(t TB, o Options, s Schedule) Result {
+	t.Helper()
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	began := time.Now()
+	f := start(t, o.Bin, s)
+	logf("  fleet up (%s Redis%s) in %v", s.Store, map[bool]string{true: ", PostgreSQL", false: ""}[s.Tenants], time.Since(began).Round(100*time.Millisecond))
+	d := s.Duration
+	if d == 0 {
+		d = 4 * time.Second
+	}
+	clients := o.Clients
+	if clients == 0 {
+		clients = 6
+	}
+	log := f.traffic(o.Seed, clients, d, s, logf)
+	h := f.history()
+	h.Rules = Contracts(s.Tenants)
+	rep := check.Check(h)
+	res := Result{Schedule: s, History: h, Report: rep, Log: log, Degraded: map[string]int{}, Denied: map[string]int{}}
+	for _, e := range h.Events {
+		if e.Verdict == check.Denied {
+			res.Denied[e.Rule]++
+		}
+		if e.Degraded != "" {
+			res.Degraded[e.Degraded]++
+		}
+	}
+	verdict := "PASS"
+	if !rep.OK() {
+		verdict = fmt.Sprintf("FAIL (%d violations)", len(rep.Violations))
+	}
+	logf("  %d decisions checked: %s; degraded %v", rep.Events, verdict, res.Degraded)
+	return res
+}
+
+func (f *Fleet) history() check.History {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.hist
+	h.Events = append([]check.Event(nil), h.Events...)
+	return h
+}
+
+// now is µs on the shared clock.
+func now() int64 { return time.Now().UnixMicro() }
+
+// Record adds a fault to the history as the operator saw it.
+func (f *Fleet) Record(name, kind string, start, end int64) {
+	f.mu.Lock()
+	f.hist.Faults = append(f.hist.Faults, check.Fault{Name: name, Kind: kind, Start: start, End: end})
+	f.mu.Unlock()
+}
+
+// Reset resets one key of one rule (checker's name) through instance 0's
+// admin API and records when it was sent and answered. Rule "acme" resets
+// the tenant: every counter of it, recorded for "acme" and "hourly".
+func (f *Fleet) Reset(rule, key string) error {
+	body := fmt.Sprintf(`{"domain":"proof","descriptor":[{"key":%q,"value":%q}]}`, rule, key)
+	if rule == "acme" {
+		body = fmt.Sprintf(`{"tenant":%q}`, key)
+	}
+	r := check.Reset{Rule: rule, Key: key, Send: now()}
+	if err := f.admin(http.MethodPost, "/admin/v1/reset", body); err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	r.Recv = now()
+	f.mu.Lock()
+	f.hist.Resets = append(f.hist.Resets, r)
+	if rule == "acme" { // every counter of the tenant
+		h := r
+		h.Rule = "hourly"
+		f.hist.Resets = append(f.hist.Resets, h)
+	}
+	f.mu.Unlock()
+	f.Record("reset "+rule+" "+key, "reset", r.Send, r.Recv)
+	return nil
+}
+
+func (f *Fleet) admin(method, path, body string) error {
+	req, err := http.NewRequest(method, f.http[0]+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(b.String()))
+	}
+	return nil
+}
+
+// Reload rewrites the rules file with fw's quota set to quota, at the
+// middle of a window (the next x.5 s on the clock), and records the change
+// from the write until every instance answers with the new limit.
+func (f *Fleet) Reload(quota int) error {
+	next := time.Now().Truncate(time.Second).Add(1500 * time.Millisecond)
+	time.Sleep(time.Until(next))
+	c := check.Change{Rule: "fw", Quota: int64(quota), Send: now()}
+	if err := writeFile(f.rules, fmt.Sprintf(rulesYAML, quota)); err != nil {
+		return err
+	}
+	for i := range f.http {
+		if err := f.waitLimit(i, "proof", "fw", "probe", quota, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	c.Recv = now()
+	f.mu.Lock()
+	f.hist.Changes = append(f.hist.Changes, c)
+	f.mu.Unlock()
+	f.Record(fmt.Sprintf("reload fw %d→%d", fwQuota, quota), "reload", c.Send, c.Recv)
+	return nil
+}
+
+// waitLimit polls instance i with zero-cost checks until the limit that
+// applies to key=value is quota.
+func (f *Fleet) waitLimit(i int, domain, key, value string, quota int, d time.Duration) error {
+	body := fmt.Sprintf(`{"domain":%q,"descriptors":[{"entries":[{"key":%q,"value":%q}]}],"hits":0}`, domain, key, value)
+	deadline := time.Now().Add(d)
+	var got int
+	for time.Now().Before(deadline) {
+		resp, err := http.Post(f.http[i]+"/v1/check", "application/json", strings.NewReader(body))
+		if err == nil {
+			var cr struct {
+				Statuses []struct {
+					Limit *struct {
+						RequestsPerUnit int `json:"requests_per_unit"`
+					}
+				}
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&cr)
+			resp.Body.Close()
+			if len(cr.Statuses) == 1 && cr.Statuses[0].Limit != nil {
+				if got = cr.Statuses[0].Limit.RequestsPerUnit; got == quota {
+					return nil
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("instance %d: %s %s=%s: limit %d, want %d after %v", i, domain, key, value, got, quota, d)
+}
+
+// SpendHourly spends the tenant's whole hourly quota in one check (cost
+// hourlyQuota) through instance 0, recorded as a client's decision like
+// any other (client -1), so that the hour is denied until a reset.
+func (f *Fleet) SpendHourly() error {
+	body := fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q},{"key":"quota","value":"hourly"}]}],"hits":%d}`, Tenant, hourlyQuota)
+	e := check.Event{Client: -1, Instance: 0, Key: Tenant, Rule: "hourly", Cost: hourlyQuota, Send: now()}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Post(f.http[0]+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		e.Verdict = check.Timeout
+	} else {
+		var cr struct {
+			Allowed  bool
+			Statuses []struct{ Degraded string }
+		}
+		derr := json.NewDecoder(resp.Body).Decode(&cr)
+		resp.Body.Close()
+		e.Recv = now()
+		switch {
+		case derr != nil || resp.StatusCode != 200 && resp.StatusCode != 429:
+			e.Verdict = check.Error
+		case cr.Allowed:
+			e.Verdict = check.Allowed
+		default:
+			e.Verdict = check.Denied
+		}
+		if len(cr.Statuses) == 1 {
+			e.Degraded = cr.Statuses[0].Degraded
+		}
+	}
+	f.mu.Lock()
+	f.hist.Events = append(f.hist.Events, e)
+	f.mu.Unlock()
+	if e.Verdict != check.Allowed {
+		return fmt.Errorf("spend the hourly quota: %s", e.Verdict)
+	}
+	return nil
+}
+
+// Kill SIGKILLs instance i.
+func (f *Fleet) Kill(i int) error { return f.procs[i].Process.Kill() }
+
+// Failover forces a Sentinel failover (SENTINEL FAILOVER: the replica is
+// promoted with whatever it has received) and waits until the old master
+// has been turned into a replica: until then both may take writes, and the
+// old master's are lost. Recorded as a "loss" from the command to that.
+func (f *Fleet) Failover() error {
+	start := now()
+	if _, err := f.Sentinel.Do("SENTINEL", "FAILOVER", "mymaster"); err != nil {
+		return fmt.Errorf("sentinel failover: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := f.Redis.Do("ROLE")
+		if a, ok := r.([]any); err == nil && ok && len(a) > 0 && a[0] == "slave" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("old master not demoted within 30s (ROLE %v, %v)", r, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.Record("sentinel failover", "loss", start, now())
+	return nil
+}
+
+func start(t TB, bin string, s Schedule) *Fleet {
+	t.Helper()
+	f := &Fleet{t: t, token: fmt.Sprintf("proof-%d", time.Now().UnixNano())}
+	var url string
+	switch s.Store {
+	case "single", "":
+		f.Redis = redistest.Start(t)
+		f.Proxy = redistest.StartProxy(t, f.Redis.Addr())
+		url = f.Proxy.URL()
+	case "cluster":
+		f.Cluster = redistest.StartCluster(t)
+		url = f.Cluster.URL()
+	case "sentinel":
+		f.Redis = redistest.Start(t)
+		f.Replica = redistest.Start(t)
+		f.ReplProxy = redistest.StartProxy(t, f.Redis.Addr())
+		host, port, _ := net.SplitHostPort(f.ReplProxy.Addr())
+		if _, err := f.Replica.Do("REPLICAOF", host, port); err != nil {
+			t.Fatalf("fleet: REPLICAOF: %v", err)
+		}
+		waitFor(t, "replica in sync", func() bool {
+			r, err := f.Replica.Do("INFO", "replication")
+			s, _ := r.(string)
+			return err == nil && strings.Contains(s, "master_link_status:up")
+		})
+		f.Sentinel = redistest.StartSentinel(t, f.Redis)
+		waitFor(t, "sentinel sees the replica", func() bool {
+			r, err := f.Sentinel.Do("SENTINEL", "REPLICAS", "mymaster")
+			a, _ := r.([]any)
+			return err == nil && len(a) > 0
+		})
+		url = f.Sentinel.SentinelURL()
+	default:
+		t.Fatalf("fleet: unknown store %q", s.Store)
+	}
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("ops rw "+f.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rules := filepath.Join(dir, "rules")
+	if err := os.Mkdir(rules, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.rules = filepath.Join(rules, "proof.yaml")
+	if err := writeFile(f.rules, fmt.Sprintf(rulesYAML, fwQuota)); err != nil {
+		t.Fatal(err)
+	}
+	var pgURL string
+	if s.Tenants {
+		if err := writeFile(filepath.Join(rules, "tenants.yaml"), tenantsYAML); err != nil {
+			t.Fatal(err)
+		}
+		f.PG = pgtest.Start(t)
+		pgURL = f.PG.NewDatabase(t)
+	}
+	for i := range Replicas {
+		grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+		args := []string{"serve", "--store", "redis", "--redis-url", url, "--rules", rules, "--admin-token-file", tokens,
+			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "off",
+			"--expected-replicas", fmt.Sprint(Replicas), "--log-level", "warn"}
+		if s.Skew != 0 && i == SkewedInstance {
+			args = append(args, "--clock-skew", s.Skew.String())
+		}
+		if pgURL != "" {
+			args = append(args, "--migrate", "--tenant-snapshot", filepath.Join(dir, fmt.Sprintf("snapshot-%d", i)))
+		}
+		cmd := exec.Command(bin, args...)
+		if pgURL != "" {
+			cmd.Env = append(os.Environ(), "SLUICE_POSTGRES_URL="+pgURL)
+		}
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("instance %d log:\n%s", i, out.String())
+			}
+		})
+		base := "http://" + httpAddr
+		waitReady(t, base+"/healthz")
+		f.http = append(f.http, base)
+		f.procs = append(f.procs, cmd)
+	}
+	if s.Tenants {
+		if err := f.admin(http.MethodPut, "/admin/v1/quotas/"+Tenant, acmeRecord); err != nil {
+			t.Fatalf("fleet: give %s its override: %v", Tenant, err)
+		}
+		for i := range f.http {
+			if err := f.waitLimit(i, "prooft", "tenant", Tenant, overrideQuota, 30*time.Second); err != nil {
+				t.Fatalf("fleet: %v", err)
+			}
+		}
+	}
+	return f
+}
+
+// traffic drives seeded checks at the fleet for d while the faults run,
+// recording every decision.
+func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, logf func(string, ...any)) []string {
+	var mu sync.Mutex
+	var flog []string
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	f.start = time.Now()
+	if s.Skew != 0 {
+		f.Record(fmt.Sprintf("instance %d clock %v ahead", SkewedInstance, s.Skew), "clock", f.start.UnixMicro(), f.start.Add(d).UnixMicro())
+		f.mu.Lock()
+		c := &f.hist.Faults[len(f.hist.Faults)-1]
+		c.Instance, c.OffsetUS = SkewedInstance, s.Skew.Microseconds()
+		f.mu.Unlock()
+	}
+	if s.Setup != nil {
+		line := "setup"
+		if err := s.Setup(f); err != nil {
+			line += fmt.Sprintf(": FAILED: %v", err)
+		}
+		logf("  %s", line)
+		flog = append(flog, line)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for _, ft := range s.Faults {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(f.start.Add(ft.At))):
+			}
+			at := time.Since(f.start)
+			err := ft.Do(f)
+			line := fmt.Sprintf("%s at %v (took %v)", ft.Name, at.Round(time.Millisecond), (time.Since(f.start) - at).Round(time.Millisecond))
+			if err != nil {
+				line += fmt.Sprintf(": FAILED: %v", err)
+			}
+			logf("  %s", line)
+			mu.Lock()
+			flog = append(flog, line)
+			mu.Unlock()
+		}
+	}()
+	keys := []string{"fw", "log", "gcra", "tb", "loc", "hyb"}
+	if s.Tenants {
+		keys = append(keys, "hourly", "acme")
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(c)))
+			for ctx.Err() == nil {
+				rule := keys[rng.IntN(len(keys))]
+				key := fmt.Sprintf("u%d", rng.IntN(2))
+				inst := rng.IntN(len(f.http))
+				body := fmt.Sprintf(`{"domain":"proof","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, rule, key)
+				switch rule {
+				case "hourly":
+					key = Tenant
+					body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q},{"key":"quota","value":"hourly"}]}]}`, key)
+				case "acme":
+					key = Tenant
+					body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q}]}]}`, key)
+				}
+				e := check.Event{Client: c, Instance: inst, Key: key, Rule: rule, Cost: 1}
+				e.Send = now()
+				resp, err := client.Post(f.http[inst]+"/v1/check", "application/json", strings.NewReader(body))
+				if err != nil {
+					e.Verdict = check.Timeout
+				} else {
+					var cr struct {
+						Allowed  bool
+						Statuses []struct{ Degraded string }
+					}
+					derr := json.NewDecoder(resp.Body).Decode(&cr)
+					resp.Body.Close()
+					e.Recv = now()
+					switch {
+					case derr != nil || resp.StatusCode != 200 && resp.StatusCode != 429:
+						e.Verdict = check.Error
+					case cr.Allowed:
+						e.Verdict = check.Allowed
+					default:
+						e.Verdict = check.Denied
+					}
+					if len(cr.Statuses) == 1 {
+						e.Degraded = cr.Statuses[0].Degraded
+					}
+				}
+				f.mu.Lock()
+				f.hist.Events = append(f.hist.Events, e)
+				f.mu.Unlock()
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	return flog
+}
+
+func waitFor(t TB, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("fleet: %s: not within 30s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitReady(t TB, url string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fleet: %s not ready within 60s: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func freeAddr(t TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// writeFile replaces path atomically (a rename), as a ConfigMap swap or an
+// editor's save does, so the watcher never reads half a file.
+func writeFile(path, body string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	return nil
+}
+
+// Build builds the sluice binary into dir and returns its path.
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "sluice")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/sluice-rl/sluice/cmd/sluice")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes (a process's
+// stdout and stderr) and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,126 @@
+package fleet
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Schedules returns the matrix's rows: every schedule, each marked Short
+// when the short matrix (the test suite) runs it too.
+func Schedules() []Schedule {
+	ms := time.Millisecond
+	return []Schedule{
+		{Name: "no fault", Store: "single", Short: true},
+		{Name: "Redis SIGSTOP 1.5 s", Store: "single", Short: true, Degrades: true, Faults: []Fault{
+			{At: 1500 * ms, Name: "SIGSTOP redis", Do: func(f *Fleet) error {
+				f.Redis.Pause()
+				t := now()
+				time.Sleep(1500 * ms)
+				f.Redis.Resume()
+				f.Record("SIGSTOP redis", "pause", t, now())
+				return nil
+			}},
+		}},
+		{Name: "Redis killed, restarted empty", Store: "single", Short: true, Degrades: true, Duration: 6 * time.Second, Faults: []Fault{
+			{At: 1500 * ms, Name: "kill redis, restart after 1 s", Do: func(f *Fleet) error {
+				t := now()
+				f.Redis.Kill()
+				time.Sleep(time.Second)
+				f.Redis.Restart()
+				// No persistence: every charge made before is forgotten.
+				f.Record("redis killed and restarted empty", "loss", t, now())
+				return nil
+			}},
+		}},
+		{Name: "replies held 1.5 s", Store: "single", Short: true, Degrades: true, Faults: []Fault{
+			{At: 1500 * ms, Name: "hold replies 1.5 s", Do: func(f *Fleet) error {
+				t := now()
+				f.Proxy.SetReplyDelay(1500 * ms)
+				time.Sleep(1500 * ms)
+				f.Proxy.SetReplyDelay(0)
+				f.Record("replies held 1.5 s", "latency", t, now())
+				return nil
+			}},
+		}},
+		{Name: "connections dropped 6× in 1.5 s", Store: "single", Short: true, Faults: []Fault{
+			{At: 1500 * ms, Name: "drop every Redis connection every 250 ms", Do: func(f *Fleet) error {
+				t := now()
+				for range 6 {
+					f.Proxy.Drop()
+					time.Sleep(250 * ms)
+				}
+				f.Record("Redis connections dropped 6 times", "network", t, now())
+				return nil
+			}},
+		}},
+		{Name: "an instance SIGKILLed", Store: "single", Short: true, Faults: []Fault{
+			{At: 2 * time.Second, Name: "SIGKILL instance 2", Do: func(f *Fleet) error {
+				t := now()
+				err := f.Kill(2)
+				f.Record("SIGKILL instance 2", "instance", t, now())
+				return err
+			}},
+		}},
+		{Name: "key resets during traffic", Store: "single", Short: true, Faults: []Fault{
+			{At: 1200 * ms, Name: "reset fw u0", Do: func(f *Fleet) error { return f.Reset("fw", "u0") }},
+			{At: 2200 * ms, Name: "reset log u1", Do: func(f *Fleet) error { return f.Reset("log", "u1") }},
+			{At: 3200 * ms, Name: "reset gcra u0", Do: func(f *Fleet) error { return f.Reset("gcra", "u0") }},
+		}},
+		{Name: "rule reload mid-window (fw 20→10)", Store: "single", Short: true, Faults: []Fault{
+			{At: 500 * ms, Name: "rewrite the rules at x.5 s", Do: func(f *Fleet) error { return f.Reload(fwReloaded) }},
+		}},
+		// The tenant's hourly quota is spent at once (Setup), the tenant reset at
+		// 1.2 s: for the hour after, a denial more than 1 s after the reset
+		// with less than the quota admitted since contradicts it. Then
+		// PostgreSQL goes down (a reset needs it: its audit row is written
+		// first) and the override must hold from the snapshot.
+		{Name: "tenant reset, PostgreSQL down 2 s", Store: "single", Tenants: true, Short: true, Duration: 6 * time.Second,
+			Setup: func(f *Fleet) error { return f.SpendHourly() }, Faults: []Fault{
+				{At: 1200 * ms, Name: "reset tenant acme", Do: func(f *Fleet) error { return f.Reset("acme", Tenant) }},
+				{At: 2500 * ms, Name: "stop PostgreSQL for 2 s", Do: func(f *Fleet) error {
+					t := now()
+					f.PG.Stop()
+					// The outage must reach the fleet: an admin write fails.
+					werr := f.admin(http.MethodPut, "/admin/v1/quotas/"+Tenant, acmeRecord)
+					time.Sleep(2 * time.Second)
+					f.PG.Start()
+					f.Record("PostgreSQL stopped", "outage", t, now())
+					if werr == nil {
+						return errors.New("an admin write succeeded while PostgreSQL was down: the outage did not reach the fleet")
+					}
+					return nil
+				}},
+			}},
+		{Name: "instance 2 clock 2.5 s ahead, Redis down 2.5 s", Store: "single", Short: true, Degrades: true, Skew: 2500 * ms, Duration: 6 * time.Second, Faults: []Fault{
+			{At: 1200 * ms, Name: "kill redis, restart after 2.5 s", Do: func(f *Fleet) error {
+				t := now()
+				f.Redis.Kill()
+				time.Sleep(2500 * ms)
+				f.Redis.Restart()
+				f.Record("redis killed and restarted empty", "loss", t, now())
+				return nil
+			}},
+		}},
+		{Name: "no fault", Store: "cluster"},
+		{Name: "one master SIGSTOP 1.5 s", Store: "cluster", Short: true, Degrades: true, Faults: []Fault{
+			{At: 1500 * ms, Name: "SIGSTOP master 1", Do: func(f *Fleet) error {
+				s := f.Cluster.Servers[1]
+				s.Pause()
+				t := now()
+				time.Sleep(1500 * ms)
+				s.Resume()
+				f.Record("SIGSTOP cluster master 1", "pause", t, now())
+				return nil
+			}},
+		}},
+		{Name: "no fault", Store: "sentinel"},
+		{Name: "failover, replica 1 s behind", Store: "sentinel", Duration: 8 * time.Second, Faults: []Fault{
+			{At: 1500 * ms, Name: "replication 1 s late", Do: func(f *Fleet) error {
+				f.ReplProxy.SetReplyDelay(time.Second)
+				return nil
+			}},
+			{At: 3 * time.Second, Name: "SENTINEL FAILOVER", Do: func(f *Fleet) error { return f.Failover() }},
+		}},
+	}
+}

@@ -1,0 +1,26 @@
+package redis
+
+import (
+	"testing"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+// The allotment conformance suite (the same one the memory store runs),
+// against a real single node and a real 3-master cluster.
+
+func TestAllotConformanceSingle(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) sluice.Allotter {
+		return newTestStore(t, srv.URL(), c)
+	})
+}
+
+func TestAllotConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) sluice.Allotter {
+		return newTestStore(t, cl.URL(), c)
+	})
+}

@@ -1,0 +1,98 @@
+-- one.lua: the driver of a call whose every group is one Take (no release,
+-- no action, mode 0) on a bucket or window key (token_bucket, gcra,
+-- leaky_bucket, fixed_window, sliding_window): driver.lua's decide_one for
+-- each op, without driver.lua's closures and group parsing, with at most
+-- one TIME per call, one MGET for every key and one reply string. The store
+-- concatenates lib.lua, the algorithm files the call needs and one.lua.
+-- (A call of fixed windows alone runs fast.lua instead.)
+--
+-- ARGV: minTTL (ms), deadline (Redis TIME µs; "" for none: see guard.lua),
+-- dup ("1" when a key may come more than once in the call, else ""), then
+-- per op: limit ("alg:quota:window:burst:interval"), cost (an integer),
+-- now (µs, or "" for Redis TIME). KEYS: one per op, in order.
+--
+-- Reply: a one-element array holding one string of packed little-endian
+-- doubles, 6 per op: now, reason, remaining, resetAfter, retryAfter, delay;
+-- or "sluice:expired" when the call runs after its deadline, having done
+-- nothing.
+
+local min_ttl = tonumber(ARGV[1])
+local clock
+if ARGV[2] ~= '' then
+  local t = call('TIME')
+  clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if clock > tonumber(ARGV[2]) then
+    return 'sluice:expired'
+  end
+end
+
+-- Every key's state, by MGET of up to 512 keys at a time.
+local raws
+do
+  local n, i = #KEYS, 1
+  if n <= 512 then
+    raws, i = call('MGET', tunpack(KEYS)), n + 1
+  else
+    raws = {}
+  end
+  while i <= n do
+    local j = min(i + 511, n)
+    local got = call('MGET', tunpack(KEYS, i, j))
+    for x = i, j do
+      raws[x] = got[x - i + 1]
+    end
+    i = j + 1
+  end
+end
+-- latest holds the state (or false: none) a charge of this call left, by
+-- key, when a key may come again later in the call.
+local latest = ARGV[3] == '1' and {}
+local limits = {}
+local parts = {}
+for k = 1, #KEYS do
+  local ai = 1 + 3 * k
+  local spec = ARGV[ai]
+  local p = limits[spec]
+  if not p then
+    local a, q, w, b, i = string.match(spec, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    local alg = a and A[tonumber(a)]
+    if not alg or alg.log then
+      return error('sluice: one.lua: not a bucket or window limit: ' .. spec)
+    end
+    p = {alg = tonumber(a), quota = tonumber(q), window = tonumber(w), burst = tonumber(b), interval = tonumber(i)}
+    limits[spec] = p
+  end
+  local now = ARGV[ai + 2]
+  if now == '' then
+    if not clock then
+      local t = call('TIME')
+      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = clock
+  else
+    now = tonumber(now)
+  end
+  -- driver.lua's decide_one and store_state.
+  local key, alg = KEYS[k], A[p.alg]
+  local raw = raws[k]
+  if latest and latest[key] ~= nil then
+    raw = latest[key]
+  end
+  local st = alg.load(raw)
+  local d, charged = alg.step(st, now, tonumber(ARGV[ai + 1]), p)
+  if charged then
+    local f = alg.fresh(st, now, p)
+    local enc = false
+    if f > 0 then
+      enc = alg.encode(st)
+      call('SET', key, enc, 'PX', max(cdiv(f, 1000), min_ttl))
+    else
+      call('DEL', key)
+    end
+    if latest then
+      latest[key] = enc
+    end
+  end
+  parts[k] = pack('<dddddd', now, d[1], d[2], d[3], d[4], d[5])
+end
+return {table.concat(parts)}
