@@ -160,5 +160,6 @@ done
 
 if [ -x "$root/scripts/instr-redis.sh" ]; then
 	echo
-	"$root/scripts/instr-redis.sh"
+	# Its WARMUP is a duration, not this script's count.
+	env -u WARMUP -u REQUESTS SLUICE_BENCH="$tmp/sluice-bench" "$root/scripts/instr-redis.sh"
 fi
