@@ -148,14 +148,22 @@ func progress(total time.Duration, requests func() int64) (stop func()) {
 	return func() { close(done) }
 }
 
-func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
+// callFunc sends request i (of the spec's keys, round robin) on conn and
+// reports whether the answer was OVER_LIMIT.
+type callFunc func(ctx context.Context, conn *grpc.ClientConn, i int) (bool, error)
+
+// dial opens spec.conns connections to spec.addr and returns them with the
+// call spec.method makes.
+func dial(spec loadSpec) ([]*grpc.ClientConn, callFunc, error) {
 	conns := make([]*grpc.ClientConn, max(spec.conns, 1))
 	for i := range conns {
 		c, err := grpc.NewClient(spec.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
-			return loadResult{}, fmt.Errorf("bench: %s: %w", spec.addr, err)
+			for _, c := range conns[:i] {
+				c.Close()
+			}
+			return nil, nil, fmt.Errorf("bench: %s: %w", spec.addr, err)
 		}
-		defer c.Close()
 		conns[i] = c
 	}
 	reqs := make([]*rlsv3.RateLimitRequest, max(spec.keys, 1))
@@ -172,6 +180,19 @@ func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
 		resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, reqs[i%len(reqs)])
 		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err
 	}
+	return conns, call, nil
+}
+
+func drive(ctx context.Context, spec loadSpec) (loadResult, error) {
+	conns, call, err := dial(spec)
+	if err != nil {
+		return loadResult{}, err
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
 	// Every connection answers once before the clock starts.
 	for _, c := range conns {
 		if _, err := call(ctx, c, 0); err != nil {
@@ -345,11 +366,26 @@ func runBench(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	fs.IntVar(&rounds, "rounds", 3, "with --compare: interleaved rounds at full speed (medians are reported)")
 	fs.DurationVar(&redisTimeout, "redis-timeout", 250*time.Millisecond, "with --compare: --redis-timeout of the Redis-backed server (above the default 50ms, so a loaded shared machine does not trip the breaker mid-run)")
 	fs.StringVar(&redisOpt, "redis", "auto", "with --compare: auto (start redis-server if on PATH), off, or a redis:// URL to use")
+	var cs countSpec
+	fs.IntVar(&cs.requests, "requests", 0, "send exactly this many measured requests instead of running for --duration (for scripts/instr.sh)")
+	fs.IntVar(&cs.warmup, "warmup-requests", 2000, "with --requests: unmeasured requests first")
+	fs.StringVar(&cs.before, "before", "", "with --requests: shell command run after the warm-up, before the measured requests, none in flight")
+	fs.StringVar(&cs.after, "after", "", "with --requests: shell command run after the measured requests, none in flight")
+	fs.DurationVar(&cs.wait, "wait", 15*time.Second, "with --requests: how long the server may take to answer gRPC health first")
 	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
 	}
 	if spec.concurrency < 1 || spec.keys < 1 || spec.duration <= 0 || spec.warmup < 0 || spec.rate < 0 || (spec.method != "rls" && spec.method != "health") {
 		return fmt.Errorf("bench: --concurrency, --keys and --duration must be positive, --rate not negative, --method rls or health: %w", errUsage)
+	}
+	if cs.requests < 0 || cs.warmup < 0 {
+		return fmt.Errorf("bench: --requests and --warmup-requests must not be negative: %w", errUsage)
+	}
+	if cs.requests > 0 {
+		if compare {
+			return fmt.Errorf("bench: --requests and --compare do not go together: %w", errUsage)
+		}
+		return driveCount(ctx, spec, cs, stdout)
 	}
 	if !compare {
 		fmt.Fprintf(stdout, "driving %s %s: %d callers, %d keys, %v\n", spec.method, spec.addr, spec.concurrency, spec.keys, spec.duration)
@@ -421,12 +457,17 @@ func startChild(ctx context.Context, exe string, args []string) (*child, error) 
 }
 
 func waitHealthy(ctx context.Context, addr string) error {
+	return waitHealthyFor(ctx, addr, 15*time.Second)
+}
+
+// waitHealthyFor waits up to d until addr answers gRPC health.
+func waitHealthyFor(ctx context.Context, addr string, d time.Duration) error {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(d)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
@@ -435,7 +476,7 @@ func waitHealthy(ctx context.Context, addr string) error {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("not healthy after 15s: %w", err)
+			return fmt.Errorf("not healthy after %v: %w", d, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

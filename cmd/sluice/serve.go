@@ -251,6 +251,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	// headers may be as large as the client likes (15 MiB were accepted).
 	gopts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes), grpc.MaxHeaderListSize(uint32(cfg.Limits.RequestBytes))},
 		cfg.Envoy.grpcOptions()...)
+	gopts = append(gopts, rls.ServerOptions()...)
 	if cfg.Envoy.Tracing.On {
 		tp, err := cfg.Envoy.Tracing.provider(context.Background())
 		if err != nil {

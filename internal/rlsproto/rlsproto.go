@@ -124,9 +124,21 @@ func unitName(names map[int32]string, n int32) (string, bool) {
 
 // responseUnit is the response enum of a rule-file unit name.
 func responseUnit(name string) (rlsv3.RateLimitResponse_RateLimit_Unit, bool) {
-	v, ok := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(name)]
+	v, ok := lowerUnits[name] // rule files spell units in lower case: no copy
+	if !ok {
+		v, ok = rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(name)]
+	}
 	return rlsv3.RateLimitResponse_RateLimit_Unit(v), ok && v != 0
 }
+
+// lowerUnits is RateLimitResponse_RateLimit_Unit_value by lower-case name.
+var lowerUnits = func() map[string]int32 {
+	m := make(map[string]int32, len(rlsv3.RateLimitResponse_RateLimit_Unit_value))
+	for name, v := range rlsv3.RateLimitResponse_RateLimit_Unit_value {
+		m[strings.ToLower(name)] = v
+	}
+	return m
+}()
 
 // CurrentLimitProto renders the limit that applied to a descriptor as envoy's
 // RateLimit message. A rule written with an envoy unit keeps it. A rule

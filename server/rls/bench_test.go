@@ -15,7 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -105,9 +107,16 @@ func BenchmarkHealthCheckBaseline(b *testing.B) {
 }
 
 // BenchmarkShouldRateLimit: ShouldRateLimit over loopback gRPC, one
-// descriptor, 10^4 distinct values, real engine and memory store.
+// descriptor, 10^4 distinct values, real engine and memory store, with the
+// server options sluice serve uses (ServerOptions); /default-options is
+// grpc-go's defaults, for comparison.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	g := grpc.NewServer()
+	b.Run("server-options", func(b *testing.B) { benchShouldRateLimit(b, ServerOptions()...) })
+	b.Run("default-options", func(b *testing.B) { benchShouldRateLimit(b) })
+}
+
+func benchShouldRateLimit(b *testing.B, opts ...grpc.ServerOption) {
+	g := grpc.NewServer(opts...)
 	New(benchEngine(b), Options{}).Register(g)
 	client := rlsv3.NewRateLimitServiceClient(serve(b, g))
 	reqs := benchRequests(10_000)
@@ -148,4 +157,44 @@ func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
 		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
 	}
 	return d
+}
+
+// BenchmarkCodec: a one-descriptor request decoded and its response
+// encoded, by hand (the codec of ServerOptions) and by the protobuf
+// library (grpc-go's default codec).
+func BenchmarkCodec(b *testing.B) {
+	req, err := proto.Marshal(benchRequests(1)[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp := response(service.Response{OverallCode: service.CodeOK, Statuses: []service.Status{{
+		Code: service.CodeOK, CurrentLimit: &service.CurrentLimit{Name: "bench", RequestsPerUnit: 1000, Unit: "second", Window: time.Second},
+		Result: sluice.Result{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: 300 * time.Millisecond},
+	}}}, false)
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		raw := string(req)
+		for b.Loop() {
+			d := decoders.Get().(*decoder)
+			if !d.decode(raw) {
+				b.Fatal("decode declined")
+			}
+			d.release()
+			if _, ok := appendResponse(nil, resp); !ok {
+				b.Fatal("appendResponse declined")
+			}
+		}
+	})
+	b.Run("proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var m rlsv3.RateLimitRequest
+			if err := proto.Unmarshal(req, &m); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := proto.Marshal(resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -51,7 +51,7 @@ func serveRLS(t *testing.T, store sluice.Store, cfg service.Config, opts Options
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(ServerOptions()...) // as sluice serve runs it
 	New(eng, opts).Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -86,7 +86,7 @@ func TestShouldRateLimitLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(ServerOptions()...) // as sluice serve runs it
 	New(eng, Options{Limits: testLimits}).Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

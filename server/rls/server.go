@@ -119,9 +119,10 @@ func New(c Checker, opts Options) *Server {
 }
 
 // Register registers the rate limit service, gRPC health (reporting SERVING
-// for "" and ServiceName) and reflection on g.
+// for "" and ServiceName) and reflection on g. g should be built with
+// ServerOptions.
 func (s *Server) Register(g *grpc.Server) {
-	rlsv3.RegisterRateLimitServiceServer(g, s)
+	g.RegisterService(&serviceDesc, s)
 	healthpb.RegisterHealthServer(g, s.health)
 	reflection.Register(g)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -169,4 +170,29 @@ func (s *Server) grpcError(ctx context.Context, err error) error {
 	}
 	s.log.ErrorContext(ctx, "check failed", "err", err)
 	return status.Error(codes.Internal, err.Error())
+}
+
+// StreamWorkers is the number of goroutines ServerOptions keeps to run
+// calls on (grpc.NumStreamWorkers). A call that finds none idle runs on a
+// goroutine of its own, as without workers, so it is not a limit: it is
+// how many calls at once run on a goroutine whose stack has already grown,
+// instead of growing (copying) a fresh one per call.
+const StreamWorkers = 64
+
+// ServerOptions are the transport options Sluice's gRPC server runs with,
+// each chosen by counting the server's instructions per request
+// (scripts/instr.sh, BENCHMARKS.md): calls run on StreamWorkers
+// long-lived goroutines, and the server's codec is grpc-go's
+// proto codec, except that Register's ShouldRateLimit decodes its request
+// and encodes its response by hand when they hold only what Envoy sends
+// (every other service and message goes to the proto codec unchanged).
+// They change nothing a client sees. Register works on a server without
+// them too, at the protobuf library's cost. A stats handler of the server
+// sees a ShouldRateLimit request decoded by hand as an empty
+// RateLimitRequest.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(StreamWorkers),
+		grpc.ForceServerCodecV2(newCodec()),
+	}
 }

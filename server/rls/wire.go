@@ -1,0 +1,434 @@
+package rls
+
+import (
+	"context"
+	"sync"
+	"unicode/utf8"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// The hot path of ShouldRateLimit, without the protobuf library's
+// reflection: with ServerOptions' codec, a call's request is kept as its
+// wire bytes (wireRequest), decoded by hand into pooled messages when it
+// holds only what Envoy sends (domain, descriptors of entries, hits_addend),
+// and its response encoded by hand when it holds only overall_code and
+// statuses. Anything else takes the protobuf library's path, so what a
+// client sees is the same either way (wire_test.go compares the bytes).
+// Instructions per request: scripts/instr.sh.
+
+// serviceDesc is rlsv3.RateLimitService_ServiceDesc with the handler that
+// decodes into a wireRequest. Reflection and health see the same service.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: rlsv3.RateLimitService_ServiceDesc.ServiceName,
+	HandlerType: rlsv3.RateLimitService_ServiceDesc.HandlerType,
+	Methods: []grpc.MethodDesc{{
+		MethodName: "ShouldRateLimit",
+		Handler:    handleShouldRateLimit,
+	}},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: rlsv3.RateLimitService_ServiceDesc.Metadata,
+}
+
+// wireRequest is what a ShouldRateLimit call is decoded into. With
+// ServerOptions' codec, raw holds the message's bytes (isRaw) and the
+// embedded message is untouched; with any other codec the embedded message
+// is decoded as usual (the codec sees a proto.Message).
+type wireRequest struct {
+	rlsv3.RateLimitRequest
+	raw   string
+	isRaw bool
+}
+
+// wireResponse is a response to encode by hand when it allows (codec).
+// The handler returns one only for a call whose request came through the
+// codec, so only the codec encodes it; it is a proto.Message all the same
+// (for a stats handler that looks at it).
+type wireResponse struct{ *rlsv3.RateLimitResponse }
+
+// handleShouldRateLimit is the generated handler's work, with the request
+// decoded by hand when it came as wire bytes and no interceptor is set (an
+// interceptor may keep the request, so it gets one of its own).
+func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*Server)
+	w := new(wireRequest)
+	if err := dec(w); err != nil {
+		return nil, err
+	}
+	if w.isRaw {
+		if interceptor == nil {
+			d := decoders.Get().(*decoder)
+			if d.decode(w.raw) {
+				resp, err := s.ShouldRateLimit(ctx, &d.msg)
+				d.release()
+				if err != nil {
+					return nil, err
+				}
+				return &wireResponse{resp}, nil
+			}
+			d.release()
+		}
+		// As grpc-go's proto codec would have failed the call.
+		if err := proto.Unmarshal([]byte(w.raw), &w.RateLimitRequest); err != nil {
+			return nil, status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+		}
+	}
+	if interceptor == nil {
+		return s.ShouldRateLimit(ctx, &w.RateLimitRequest)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
+	handler := func(ctx context.Context, req any) (any, error) {
+		return s.ShouldRateLimit(ctx, req.(*rlsv3.RateLimitRequest))
+	}
+	return interceptor(ctx, &w.RateLimitRequest, info, handler)
+}
+
+// codec is grpc-go's proto codec, except that it keeps a wireRequest's
+// bytes and encodes a wireResponse by hand when it can. It is the server's
+// codec for every service (ServerOptions): everything but those two types
+// goes to the proto codec unchanged.
+type codec struct{ base encoding.CodecV2 }
+
+func newCodec() codec { return codec{base: encoding.GetCodecV2("proto")} }
+
+func (c codec) Name() string { return c.base.Name() }
+
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*wireResponse); ok {
+		if b, ok := appendResponse(nil, r.RateLimitResponse); ok {
+			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+		}
+		return c.base.Marshal(r.RateLimitResponse)
+	}
+	return c.base.Marshal(v)
+}
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if w, ok := v.(*wireRequest); ok {
+		if len(data) == 1 {
+			w.raw = string(data[0].ReadOnlyData())
+		} else {
+			w.raw = string(data.Materialize())
+		}
+		w.isRaw = true
+		return nil
+	}
+	return c.base.Unmarshal(data, v)
+}
+
+// decoders are pooled decoders, each with room for the descriptors and
+// entries of the requests it decoded before.
+var decoders = sync.Pool{New: func() any { return new(decoder) }}
+
+// decoder decodes a RateLimitRequest into msg, its descriptors and entries
+// in descs and entries (reused from one request to the next).
+type decoder struct {
+	msg      rlsv3.RateLimitRequest
+	descs    []ratelimitv3.RateLimitDescriptor
+	descPtrs []*ratelimitv3.RateLimitDescriptor
+	entries  []ratelimitv3.RateLimitDescriptor_Entry
+	entPtrs  []*ratelimitv3.RateLimitDescriptor_Entry
+	ends     []int // ends[i]: end of descriptor i's entries in entries
+}
+
+// release clears d (so that it holds no request's strings) and pools it.
+func (d *decoder) release() {
+	d.msg.Domain, d.msg.Descriptors, d.msg.HitsAddend = "", nil, 0
+	for i := range d.descs {
+		d.descs[i].Entries = nil
+	}
+	for i := range d.entries {
+		d.entries[i].Key, d.entries[i].Value = "", ""
+	}
+	d.descs, d.entries, d.ends = d.descs[:0], d.entries[:0], d.ends[:0]
+	clear(d.descPtrs)
+	clear(d.entPtrs)
+	d.descPtrs, d.entPtrs = d.descPtrs[:0], d.entPtrs[:0]
+	decoders.Put(d)
+}
+
+// Field numbers and wire types of what decode reads.
+const (
+	fieldDomain      = 1 // RateLimitRequest.domain, string
+	fieldDescriptors = 2 // RateLimitRequest.descriptors, message
+	fieldHitsAddend  = 3 // RateLimitRequest.hits_addend, uint32
+	fieldEntries     = 1 // RateLimitDescriptor.entries, message
+	fieldKey         = 1 // Entry.key, string
+	fieldValue       = 2 // Entry.value, string
+)
+
+// decode fills d.msg from b, a RateLimitRequest's wire bytes, as
+// proto.Unmarshal would, and reports true; or reports false, leaving d to
+// be released, when b holds anything else than domain, hits_addend and
+// descriptors of entries (a limit override, hits_addend of a descriptor,
+// is_negative_hits, an unknown field), is malformed, or holds a string that
+// is not UTF-8: proto.Unmarshal decides those. Strings are substrings of b.
+func (d *decoder) decode(b string) bool {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == fieldDomain && typ == protowire.BytesType:
+			v, n := consumeBytes(b)
+			if n < 0 || !utf8.ValidString(v) {
+				return false
+			}
+			d.msg.Domain, b = v, b[n:]
+		case num == fieldDescriptors && typ == protowire.BytesType:
+			v, n := consumeBytes(b)
+			if n < 0 || !d.descriptor(v) {
+				return false
+			}
+			b = b[n:]
+		case num == fieldHitsAddend && typ == protowire.VarintType:
+			v, n := consumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			d.msg.HitsAddend, b = uint32(v), b[n:]
+		default:
+			return false
+		}
+	}
+	// The slices are complete: point into them.
+	for i := range d.entries {
+		d.entPtrs = append(d.entPtrs, &d.entries[i])
+	}
+	start := 0
+	for i := range d.descs {
+		if d.ends[i] > start { // no entries: nil, as proto.Unmarshal leaves it
+			d.descs[i].Entries = d.entPtrs[start:d.ends[i]:d.ends[i]]
+		}
+		start = d.ends[i]
+		d.descPtrs = append(d.descPtrs, &d.descs[i])
+	}
+	if len(d.descPtrs) > 0 {
+		d.msg.Descriptors = d.descPtrs
+	}
+	return true
+}
+
+// descriptor decodes one RateLimitDescriptor holding only entries.
+func (d *decoder) descriptor(b string) bool {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 || num != fieldEntries || typ != protowire.BytesType {
+			return false
+		}
+		b = b[n:]
+		v, n := consumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		var key, value string
+		for len(v) > 0 {
+			num, typ, n := consumeTag(v)
+			if n < 0 || typ != protowire.BytesType || (num != fieldKey && num != fieldValue) {
+				return false
+			}
+			v = v[n:]
+			s, n := consumeBytes(v)
+			if n < 0 || !utf8.ValidString(s) {
+				return false
+			}
+			v = v[n:]
+			if num == fieldKey {
+				key = s
+			} else {
+				value = s
+			}
+		}
+		d.entries = append(d.entries, ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+	}
+	d.descs = append(d.descs, ratelimitv3.RateLimitDescriptor{})
+	d.ends = append(d.ends, len(d.entries))
+	return true
+}
+
+// consumeVarint reads a varint from the front of b: its value and length,
+// or n < 0 when b does not start with one (protowire.ConsumeVarint on a
+// string).
+func consumeVarint(b string) (v uint64, n int) {
+	for i := 0; i < len(b) && i < 10; i++ {
+		c := b[i]
+		if i == 9 && c > 1 {
+			return 0, -1 // overflows 64 bits
+		}
+		v |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			return v, i + 1
+		}
+	}
+	return 0, -1
+}
+
+// consumeTag reads a field's tag: its number, wire type and length.
+func consumeTag(b string) (protowire.Number, protowire.Type, int) {
+	v, n := consumeVarint(b)
+	if n < 0 || v>>3 == 0 || v>>3 > uint64(protowire.MaxValidNumber) {
+		return 0, 0, -1
+	}
+	return protowire.Number(v >> 3), protowire.Type(v & 7), n
+}
+
+// consumeBytes reads a length-delimited field's value: the value and the
+// length of length and value.
+func consumeBytes(b string) (string, int) {
+	l, n := consumeVarint(b)
+	if n < 0 || l > uint64(len(b)-n) {
+		return "", -1
+	}
+	return b[n : n+int(l)], n + int(l)
+}
+
+// appendResponse appends m's wire bytes, as proto.Marshal writes them, and
+// reports true; or reports false when m holds more than overall_code and
+// statuses of code, current_limit, limit_remaining and
+// duration_until_reset (response headers, dynamic metadata, a quota…), or
+// a limit name that is not UTF-8: proto.Marshal encodes (or refuses) those.
+// m must hold no unknown fields (the server's responses never do).
+func appendResponse(b []byte, m *rlsv3.RateLimitResponse) ([]byte, bool) {
+	if len(m.ResponseHeadersToAdd) > 0 || len(m.RequestHeadersToAdd) > 0 || len(m.RawBody) > 0 ||
+		m.DynamicMetadata != nil || m.Quota != nil {
+		return nil, false
+	}
+	size := 0
+	if m.OverallCode != 0 {
+		size += 1 + protowire.SizeVarint(uint64(m.OverallCode))
+	}
+	for _, st := range m.Statuses {
+		// proto.Marshal refuses a name that is not UTF-8.
+		if st == nil || st.Quota != nil || (st.CurrentLimit != nil && !utf8.ValidString(st.CurrentLimit.Name)) {
+			return nil, false
+		}
+		n := statusSize(st)
+		size += 1 + protowire.SizeBytes(n)
+	}
+	if b == nil {
+		b = make([]byte, 0, size)
+	}
+	if m.OverallCode != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(m.OverallCode))
+	}
+	for _, st := range m.Statuses {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(statusSize(st)))
+		b = appendStatus(b, st)
+	}
+	return b, true
+}
+
+// statusSize is the encoded size of a DescriptorStatus without quota.
+func statusSize(st *rlsv3.RateLimitResponse_DescriptorStatus) int {
+	n := 0
+	if st.Code != 0 {
+		n += 1 + protowire.SizeVarint(uint64(st.Code))
+	}
+	if cl := st.CurrentLimit; cl != nil {
+		n += 1 + protowire.SizeBytes(limitSize(cl))
+	}
+	if st.LimitRemaining != 0 {
+		n += 1 + protowire.SizeVarint(uint64(st.LimitRemaining))
+	}
+	if d := st.DurationUntilReset; d != nil {
+		n += 1 + protowire.SizeBytes(durationSize(d.Seconds, d.Nanos))
+	}
+	return n
+}
+
+func appendStatus(b []byte, st *rlsv3.RateLimitResponse_DescriptorStatus) []byte {
+	if st.Code != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(st.Code))
+	}
+	if cl := st.CurrentLimit; cl != nil {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(limitSize(cl)))
+		if cl.RequestsPerUnit != 0 {
+			b = protowire.AppendTag(b, 1, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(cl.RequestsPerUnit))
+		}
+		if cl.Unit != 0 {
+			b = protowire.AppendTag(b, 2, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(cl.Unit))
+		}
+		if cl.Name != "" {
+			b = protowire.AppendTag(b, 3, protowire.BytesType)
+			b = protowire.AppendString(b, cl.Name)
+		}
+		if m := cl.UnitMultiplier; m != nil {
+			b = protowire.AppendTag(b, 4, protowire.BytesType)
+			if m.Value == 0 {
+				b = protowire.AppendVarint(b, 0)
+			} else {
+				b = protowire.AppendVarint(b, uint64(1+protowire.SizeVarint(uint64(m.Value))))
+				b = protowire.AppendTag(b, 1, protowire.VarintType)
+				b = protowire.AppendVarint(b, uint64(m.Value))
+			}
+		}
+	}
+	if st.LimitRemaining != 0 {
+		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(st.LimitRemaining))
+	}
+	if d := st.DurationUntilReset; d != nil {
+		b = protowire.AppendTag(b, 4, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(durationSize(d.Seconds, d.Nanos)))
+		if d.Seconds != 0 {
+			b = protowire.AppendTag(b, 1, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(d.Seconds))
+		}
+		if d.Nanos != 0 {
+			b = protowire.AppendTag(b, 2, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(int64(d.Nanos)))
+		}
+	}
+	return b
+}
+
+// limitSize is the encoded size of a RateLimit.
+func limitSize(cl *rlsv3.RateLimitResponse_RateLimit) int {
+	n := 0
+	if cl.RequestsPerUnit != 0 {
+		n += 1 + protowire.SizeVarint(uint64(cl.RequestsPerUnit))
+	}
+	if cl.Unit != 0 {
+		n += 1 + protowire.SizeVarint(uint64(cl.Unit))
+	}
+	if cl.Name != "" {
+		n += 1 + protowire.SizeBytes(len(cl.Name))
+	}
+	if m := cl.UnitMultiplier; m != nil {
+		inner := 0
+		if m.Value != 0 {
+			inner = 1 + protowire.SizeVarint(uint64(m.Value))
+		}
+		n += 1 + protowire.SizeBytes(inner)
+	}
+	return n
+}
+
+// durationSize is the encoded size of a Duration.
+func durationSize(seconds int64, nanos int32) int {
+	n := 0
+	if seconds != 0 {
+		n += 1 + protowire.SizeVarint(uint64(seconds))
+	}
+	if nanos != 0 {
+		n += 1 + protowire.SizeVarint(uint64(int64(nanos)))
+	}
+	return n
+}
