@@ -229,7 +229,8 @@ type Options struct {
 }
 
 // Run starts a fleet for s, drives seeded traffic at it while the faults
-// run, and returns the history and the checker's report. Everything it
+// run (and after, until every rule has been denied by its limit, for at
+// most MaxExtra), and returns the history and the checker's report. Everything it
 // starts is stopped by t's cleanups.
 func Run(t TB, o Options, s Schedule) Result {
 	t.Helper()
