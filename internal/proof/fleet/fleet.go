@@ -160,7 +160,8 @@ type Schedule struct {
 	// Setup, if set, runs just before the clients start (its decisions
 	// are part of the history).
 	Setup func(f *Fleet) error
-	// Duration of the traffic; 0 means 4 s.
+	// Duration of the traffic; 0 means 4 s. Traffic goes on while a fault
+	// still runs, and after, to the rules not denied yet (Run).
 	Duration time.Duration
 	Faults   []Fault
 }
