@@ -510,32 +510,55 @@ func checkSpan(bs bounds, key string, evs []Event, rs []Reset, bound func(from, 
 
 // checkResets: after a reset has been answered and the documented
 // propagation time has passed, a denial that says the key is over its limit
-// contradicts the reset unless the fleet admitted a full quota since.
+// contradicts the reset unless the fleet may have charged a full quota
+// since. The reset took effect somewhere in [Send, Recv] of its call, and
+// the denial was decided somewhere in [Send, Recv] of its own; a charge may
+// lie between the two whenever its call's interval ends after the reset's
+// Send and begins before the denial's Recv (a call in flight while the
+// reset ran may have reached the store after it). Every such call counts,
+// not only admissions: a call that timed out, failed or was answered in a
+// degraded mode may still have run in the store. Only a denial decided by
+// the store (not degraded) is known to have charged nothing. So the checker
+// reports a denial only when fewer than the quota could have been charged
+// after the reset: certain, whatever the order inside the intervals.
 func checkResets(b bounds, key string, evs []Event, rs []Reset) []Violation {
 	r := b.r
 	var vs []Violation
 	for _, rst := range rs {
 		settle := rst.Recv + r.PropagationUS
-		var since int64
-		for _, e := range evs {
-			if e.Send < rst.Recv {
-				continue
-			}
-			if e.Verdict == Allowed {
-				since += e.Cost
+		for i, e := range evs {
+			if e.Send < settle || e.Verdict != Denied || e.Degraded != "" {
 				continue
 			}
 			if r.Kind == "window" && e.Send/r.WindowUS != rst.Recv/r.WindowUS {
-				break // a new window: the reset no longer decides
+				break // a new window: the reset no longer decides (evs are sorted by Send)
 			}
-			if e.Verdict == Denied && e.Degraded == "" && e.Send >= settle && since+e.Cost <= b.smallest(rst.Recv, e.Send) {
+			since := chargedBetween(evs, i, rst.Send, e.Recv)
+			if since+e.Cost <= b.smallest(rst.Send, e.Recv) {
 				vs = append(vs, Violation{"reset", r.Name, key,
-					fmt.Sprintf("denied at %d µs, %d µs after a reset was answered, with %d admitted since (quota %d)", e.Send, e.Send-rst.Recv, since, r.Quota)})
+					fmt.Sprintf("denied at %d µs, %d µs after a reset was answered, with at most %d charged since the reset was sent (quota %d)", e.Send, e.Send-rst.Recv, since, r.Quota)})
 				break
 			}
 		}
 	}
 	return vs
+}
+
+// chargedBetween is the most the events other than evs[skip] may have
+// charged within (from, to): the cost of every call that may have charged
+// (all but the store's own denials) whose interval overlaps it. A call
+// never answered (Recv 0) may have charged at any time after its Send.
+func chargedBetween(evs []Event, skip int, from, to int64) int64 {
+	var n int64
+	for i, x := range evs {
+		if i == skip || x.Verdict == Denied && x.Degraded == "" {
+			continue
+		}
+		if x.Send < to && (x.Recv == 0 || x.Recv > from) {
+			n += x.Cost
+		}
+	}
+	return n
 }
 
 func ceilDiv(a, b int64) int64 {

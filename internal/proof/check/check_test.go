@@ -234,6 +234,69 @@ func TestCheckerTenantReset(t *testing.T) {
 	}
 }
 
+// TestCheckerResetInFlight: a call in flight while a reset ran (its
+// interval ends after the reset was sent) may have been charged after the
+// reset, and so may a call sent while the denial itself was in flight; a
+// call that timed out or was answered degraded may have run in the store
+// too. A denial is held against the reset only when fewer than the quota
+// could have been charged since: a limiter that denies with such a count
+// still fails, one whose count may include the calls in flight passes.
+func TestCheckerResetInFlight(t *testing.T) {
+	span := func(e Event, send, recv int64) Event {
+		e.Send, e.Recv = send, recv
+		return e
+	}
+	reset := []Reset{{Rule: "win", Key: "k", Send: 300 * ms, Recv: 301 * ms}}
+	denial := Event{Rule: "win", Key: "k", Cost: 1, Send: 600 * ms, Recv: 610 * ms, Verdict: Denied}
+	timedOut := Event{Rule: "win", Key: "k", Cost: 1, Send: 295 * ms, Verdict: Timeout}
+	failedClosed := span(allowed("win", "k", 2, 0), 299*ms, 1200*ms)
+	failedClosed.Verdict, failedClosed.Degraded = Denied, FailedClosed
+	storeDenied := span(allowed("win", "k", 1, 0), 290*ms, 320*ms)
+	storeDenied.Verdict = Denied
+	before := times("win", 5, 10*ms, 10*ms) // the quota spent before the reset
+	// Quota 5 may have been charged after the reset was sent: two
+	// admissions answered after it (sent before), a timeout and a
+	// fail-closed answer in flight across it, one admission sent while the
+	// denial was in flight.
+	inFlight := []Event{
+		span(allowed("win", "k", 0, 0), 290*ms, 305*ms),
+		span(allowed("win", "k", 1, 0), 299*ms, 300*ms+1),
+		timedOut, failedClosed,
+		span(allowed("win", "k", 2, 0), 605*ms, 606*ms),
+		storeDenied, // charged nothing
+	}
+	tests := []struct {
+		name string
+		evs  []Event
+		want bool // a reset violation
+	}{
+		{"quota may follow the reset", with1(before, append(with1(inFlight), denial)...), false},
+		// The same, but the first admission was answered before the
+		// reset was sent: only 4 may follow it.
+		{"one answered before the reset", with1(before, append(with1(inFlight[1:], span(allowed("win", "k", 0, 0), 290*ms, 299*ms)), denial)...), true},
+		// The same, but the last admission was sent after the denial was
+		// answered: it cannot have preceded the denial.
+		{"one sent after the denial", with1(before, append(with1(inFlight[:4], inFlight[5], span(allowed("win", "k", 2, 0), 611*ms, 612*ms)), denial)...), true},
+		// Nothing in flight: the denial contradicts the reset outright.
+		{"nothing in flight", with1(before, denial), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(History{Rules: rules, Events: tc.evs, Resets: reset})
+			got := false
+			for _, v := range rep.Violations {
+				if v.Bound != "reset" {
+					t.Errorf("unexpected violation %v", v)
+				}
+				got = got || v.Bound == "reset"
+			}
+			if got != tc.want {
+				t.Errorf("reset violation: got %v (%v), want %v", got, rep.Violations, tc.want)
+			}
+		})
+	}
+}
+
 func with1(evs []Event, more ...Event) []Event { return append(append([]Event(nil), evs...), more...) }
 
 // TestJSONLRoundTrip: a history written as JSON lines reads back equal,

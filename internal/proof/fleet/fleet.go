@@ -14,7 +14,6 @@ package fleet
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -130,9 +129,10 @@ type Fleet struct {
 	token string
 	rules string // the rules file
 
-	start time.Time
-	mu    sync.Mutex
-	hist  check.History
+	start  time.Time
+	mu     sync.Mutex
+	hist   check.History
+	denied map[string]bool // rules denied by their limit so far (testsBound)
 }
 
 // TB is what a run needs of its caller: a test, or Program's stand-in.
@@ -160,7 +160,8 @@ type Schedule struct {
 	// Setup, if set, runs just before the clients start (its decisions
 	// are part of the history).
 	Setup func(f *Fleet) error
-	// Duration of the traffic; 0 means 4 s.
+	// Duration of the traffic; 0 means 4 s. Traffic goes on while a fault
+	// still runs, and after, to the rules not denied yet (Run).
 	Duration time.Duration
 	Faults   []Fault
 }
@@ -179,8 +180,10 @@ type Result struct {
 	Report   check.Report
 	// Log says when each fault ran and how it ended.
 	Log []string
-	// Degraded counts decisions by degraded mode; Denied counts denials by
-	// rule (a rule never denied was never tested).
+	// Degraded counts decisions by degraded mode; Denied counts, by rule,
+	// denials by the rule's limit (decided by the store or by an
+	// instance's local share, not by a failure policy): a rule never
+	// denied so was never tested.
 	Degraded, Denied map[string]int
 }
 
@@ -191,7 +194,16 @@ func (r Result) Problems() []string {
 	var out []string
 	for _, c := range r.History.Rules {
 		if r.Denied[c.Name] == 0 {
-			out = append(out, fmt.Sprintf("rule %s never denied: the traffic did not test its bound", c.Name))
+			var n, admitted int
+			for _, e := range r.History.Events {
+				if e.Rule == c.Name {
+					n++
+					if e.Verdict == check.Allowed {
+						admitted++
+					}
+				}
+			}
+			out = append(out, fmt.Sprintf("rule %s never denied in %d decisions (%d admitted): the traffic did not test its bound", c.Name, n, admitted))
 		}
 	}
 	for _, l := range r.Log {
@@ -218,7 +230,8 @@ type Options struct {
 }
 
 // Run starts a fleet for s, drives seeded traffic at it while the faults
-// run, and returns the history and the checker's report. Everything it
+// run (and after, until every rule has been denied by its limit, for at
+// most MaxExtra), and returns the history and the checker's report. Everything it
 // starts is stopped by t's cleanups.
 func Run(t TB, o Options, s Schedule) Result {
 	t.Helper()
@@ -243,7 +256,7 @@ func Run(t TB, o Options, s Schedule) Result {
 	rep := check.Check(h)
 	res := Result{Schedule: s, History: h, Report: rep, Log: log, Degraded: map[string]int{}, Denied: map[string]int{}}
 	for _, e := range h.Events {
-		if e.Verdict == check.Denied {
+		if testsBound(e) {
 			res.Denied[e.Rule]++
 		}
 		if e.Degraded != "" {
@@ -539,18 +552,26 @@ func start(t TB, bin string, s Schedule) *Fleet {
 	return f
 }
 
+// MaxExtra caps how long traffic goes on after a schedule's Duration (and
+// its faults) to drive every rule to a denial.
+const MaxExtra = 30 * time.Second
+
 // traffic drives seeded checks at the fleet for d while the faults run,
-// recording every decision.
+// recording every decision. Then, once every fault has run, it goes on
+// until every rule has been denied at least once (a rule never denied is
+// a bound never tested), sending only to the rules not denied yet, for at
+// most MaxExtra: on a loaded host the first d may be too thin to reach
+// every limit. A rule still never denied then is a Problem of the run.
 func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, logf func(string, ...any)) []string {
 	var mu sync.Mutex
 	var flog []string
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
 	f.start = time.Now()
+	clock := -1
 	if s.Skew != 0 {
 		f.Record(fmt.Sprintf("instance %d clock %v ahead", SkewedInstance, s.Skew), "clock", f.start.UnixMicro(), f.start.Add(d).UnixMicro())
 		f.mu.Lock()
-		c := &f.hist.Faults[len(f.hist.Faults)-1]
+		clock = len(f.hist.Faults) - 1
+		c := &f.hist.Faults[clock]
 		c.Instance, c.OffsetUS = SkewedInstance, s.Skew.Microseconds()
 		f.mu.Unlock()
 	}
@@ -562,13 +583,27 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 		logf("  %s", line)
 		flog = append(flog, line)
 	}
+	keys := []string{"fw", "log", "gcra", "tb", "loc", "hyb"}
+	if s.Tenants {
+		keys = append(keys, "hourly", "acme")
+	}
+	// The traffic's end: d has passed, every fault has run and every rule
+	// has been denied; or d + MaxExtra has passed.
+	var faultsDone sync.WaitGroup
+	faultsDone.Add(1)
+	done := make(chan struct{})
+	var once sync.Once
+	finish := func() { once.Do(func() { close(done) }) }
+	hard := time.AfterFunc(d+MaxExtra, finish)
+	defer hard.Stop()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		defer faultsDone.Done()
 		for _, ft := range s.Faults {
 			select {
-			case <-ctx.Done():
+			case <-done:
 				return
 			case <-time.After(time.Until(f.start.Add(ft.At))):
 			}
@@ -584,63 +619,149 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 			mu.Unlock()
 		}
 	}()
-	keys := []string{"fw", "log", "gcra", "tb", "loc", "hyb"}
-	if s.Tenants {
-		keys = append(keys, "hourly", "acme")
+	// extra: closed once d has passed and every fault has run; from then
+	// on clients send only to the rules not denied yet.
+	f.mu.Lock()
+	f.denied = map[string]bool{}
+	for _, e := range f.hist.Events { // the setup's
+		f.denied[e.Rule] = f.denied[e.Rule] || testsBound(e)
 	}
-	client := &http.Client{Timeout: 5 * time.Second}
+	f.mu.Unlock()
+	pending := func() []string { // under f.mu
+		var out []string
+		for _, k := range keys {
+			if !f.denied[k] {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	extra := make(chan struct{})
+	var short []string // the rules not denied when extra closed
+	go func() {
+		faultsDone.Wait()
+		select {
+		case <-time.After(time.Until(f.start.Add(d))):
+		case <-done:
+		}
+		f.mu.Lock()
+		short = pending()
+		f.mu.Unlock()
+		close(extra)
+	}()
+	// One idle connection per client and instance: the default of two per
+	// host would make the clients dial anew all the time.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = clients
+	client := &http.Client{Timeout: 5 * time.Second, Transport: tr}
+	defer tr.CloseIdleConnections()
 	for c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(c)))
-			for ctx.Err() == nil {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
 				rule := keys[rng.IntN(len(keys))]
-				key := fmt.Sprintf("u%d", rng.IntN(2))
-				inst := rng.IntN(len(f.http))
-				body := fmt.Sprintf(`{"domain":"proof","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, rule, key)
-				switch rule {
-				case "hourly":
-					key = Tenant
-					body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q},{"key":"quota","value":"hourly"}]}]}`, key)
-				case "acme":
-					key = Tenant
-					body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q}]}]}`, key)
+				select {
+				case <-extra:
+					f.mu.Lock()
+					p := pending()
+					f.mu.Unlock()
+					if len(p) == 0 {
+						finish()
+						return
+					}
+					rule = p[rng.IntN(len(p))]
+				default:
 				}
-				e := check.Event{Client: c, Instance: inst, Key: key, Rule: rule, Cost: 1}
-				e.Send = now()
-				resp, err := client.Post(f.http[inst]+"/v1/check", "application/json", strings.NewReader(body))
-				if err != nil {
-					e.Verdict = check.Timeout
-				} else {
-					var cr struct {
-						Allowed  bool
-						Statuses []struct{ Degraded string }
-					}
-					derr := json.NewDecoder(resp.Body).Decode(&cr)
-					resp.Body.Close()
-					e.Recv = now()
-					switch {
-					case derr != nil || resp.StatusCode != 200 && resp.StatusCode != 429:
-						e.Verdict = check.Error
-					case cr.Allowed:
-						e.Verdict = check.Allowed
-					default:
-						e.Verdict = check.Denied
-					}
-					if len(cr.Statuses) == 1 {
-						e.Degraded = cr.Statuses[0].Degraded
-					}
-				}
-				f.mu.Lock()
-				f.hist.Events = append(f.hist.Events, e)
-				f.mu.Unlock()
+				f.check(client, c, rng, rule)
 				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
 			}
 		}()
 	}
 	wg.Wait()
+	end := time.Now()
+	<-extra
+	if len(short) > 0 {
+		f.mu.Lock()
+		p := pending()
+		f.mu.Unlock()
+		line := fmt.Sprintf("traffic went on %v after the schedule, to the rules not denied yet (%s)", end.Sub(f.start.Add(d)).Round(time.Millisecond), strings.Join(short, ", "))
+		if len(p) > 0 {
+			line += fmt.Sprintf("; still never denied after %v more: %s", MaxExtra, strings.Join(p, ", "))
+		}
+		logf("  %s", line)
+		flog = append(flog, line)
+	}
+	if clock >= 0 {
+		f.mu.Lock()
+		f.hist.Faults[clock].End = end.UnixMicro()
+		f.mu.Unlock()
+	}
 	return flog
+}
+
+// check sends one check of rule from client c to a random instance and
+// records the decision.
+func (f *Fleet) check(client *http.Client, c int, rng *rand.Rand, rule string) {
+	key := fmt.Sprintf("u%d", rng.IntN(2))
+	inst := rng.IntN(len(f.http))
+	body := fmt.Sprintf(`{"domain":"proof","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, rule, key)
+	switch rule {
+	case "hourly":
+		key = Tenant
+		body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q},{"key":"quota","value":"hourly"}]}]}`, key)
+	case "acme":
+		key = Tenant
+		body = fmt.Sprintf(`{"domain":"prooft","descriptors":[{"entries":[{"key":"tenant","value":%q}]}]}`, key)
+	}
+	e := check.Event{Client: c, Instance: inst, Key: key, Rule: rule, Cost: 1}
+	e.Send = now()
+	resp, err := client.Post(f.http[inst]+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		e.Verdict = check.Timeout
+	} else {
+		var cr struct {
+			Allowed  bool
+			Statuses []struct{ Degraded string }
+		}
+		derr := json.NewDecoder(resp.Body).Decode(&cr)
+		resp.Body.Close()
+		e.Recv = now()
+		switch {
+		case derr != nil || resp.StatusCode != 200 && resp.StatusCode != 429:
+			e.Verdict = check.Error
+		case cr.Allowed:
+			e.Verdict = check.Allowed
+		default:
+			e.Verdict = check.Denied
+		}
+		if len(cr.Statuses) == 1 {
+			e.Degraded = cr.Statuses[0].Degraded
+		}
+	}
+	f.record(e)
+}
+
+// record adds a decision to the history and notes a rule's denial.
+func (f *Fleet) record(e check.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hist.Events = append(f.hist.Events, e)
+	if f.denied != nil && testsBound(e) {
+		f.denied[e.Rule] = true
+	}
+}
+
+// testsBound reports whether e is a denial by the rule's limit: decided by
+// the store, or by an instance's local share; not a failure policy's.
+func testsBound(e check.Event) bool {
+	return e.Verdict == check.Denied && (e.Degraded == "" || e.Degraded == check.Local)
 }
 
 func waitFor(t TB, what string, ok func() bool) {

@@ -33,7 +33,11 @@ func Schedules() []Schedule {
 				return nil
 			}},
 		}},
-		{Name: "replies held 1.5 s", Store: "single", Short: true, Degrades: true, Faults: []Fault{
+		// Replies read during the hold come back 1.5 s late, and a reply
+		// read after it waits behind them on its connection: the fleet is
+		// slow until ~3 s after the hold began, every call meanwhile taking
+		// the store timeout (1 s). 6 s leaves traffic after that.
+		{Name: "replies held 1.5 s", Store: "single", Short: true, Degrades: true, Duration: 6 * time.Second, Faults: []Fault{
 			{At: 1500 * ms, Name: "hold replies 1.5 s", Do: func(f *Fleet) error {
 				t := now()
 				f.Proxy.SetReplyDelay(1500 * ms)
