@@ -10,12 +10,14 @@ import (
 	"github.com/sluice-rl/sluice"
 )
 
-// Allotments for store/hybrid: scripts/allot.lua, run by the batch script
-// (driver.lua) for groups of mode modeAllot. An Allot's requests travel as
-// one group per hash slot through the same per-slot batchers, script calls
-// (EVALSHA of a script each node loads once; rueidis sends it again with
-// EVAL when a node answers NOSCRIPT), per-node breakers and deadline guard
-// as Takes: a node that stalls delays only the requests for its own keys.
+// Allotments for store/hybrid: scripts/allot.lua, run for groups of mode
+// modeAllot, one request each, by scripts/one.lua (in a call of such
+// groups and single Takes: one MGET, at most one TIME per call) or else by
+// the batch script (driver.lua). An Allot's requests travel through the
+// same per-slot batchers, script calls (EVALSHA of a script each node
+// loads once; rueidis sends it again with EVAL when a node answers
+// NOSCRIPT), per-node breakers and deadline guard as Takes: a node that
+// stalls delays only the requests for its own keys.
 
 // maxLease caps how long a gcra allotment may be spent.
 const maxLease = time.Hour
@@ -102,26 +104,27 @@ func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []slu
 		t.idx = append(t.idx, i)
 	}
 	var errs []error
-	sent := make([]*request, len(targets))
+	sent := make([][]*request, len(targets))
 	for k, t := range targets {
 		if t.n.open() {
 			errs = append(errs, fmt.Errorf("redis: allot (%d requests): %w", len(t.idx), t.n.unavailable()))
 			continue
 		}
-		sent[k] = s.newAllotRequest(reqs, t.idx, keys, now)
-		t.b.submit(sent[k])
+		sent[k] = make([]*request, len(t.idx))
+		for j, i := range t.idx {
+			sent[k][j] = s.newAllotRequest(&reqs[i], keys[i], now)
+			t.b.submit(sent[k][j])
+		}
 	}
-	for k, r := range sent {
-		if r == nil {
-			continue
-		}
-		if err := r.wait(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("redis: allot (%d requests): %w", r.n(), err))
-			continue
-		}
-		for j, i := range targets[k].idx {
-			v := r.res[5*j : 5*j+5]
-			out[i] = sluice.Allotment{
+	for k, rs := range sent {
+		var failed []error
+		for j, r := range rs {
+			if err := r.wait(ctx); err != nil {
+				failed = append(failed, err)
+				continue
+			}
+			v := r.res[:5]
+			out[targets[k].idx[j]] = sluice.Allotment{
 				Granted:    v[0],
 				Remaining:  v[1],
 				TTL:        time.Duration(v[2]) * time.Microsecond,
@@ -129,27 +132,28 @@ func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []slu
 				Epoch:      v[4],
 			}
 		}
+		if len(failed) > 0 {
+			errs = append(errs, fmt.Errorf("redis: allot (%d of %d requests): %w", len(failed), len(rs), errors.Join(failed...)))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// newAllotRequest builds the group (modeAllot) of the requests reqs[idx],
-// whose Redis keys are keys[idx]. Each op is (limit, spec, ""), spec being
-// "want:keep:split:give:epoch:lease" (scripts/allot.lua).
-func (s *Store) newAllotRequest(reqs []sluice.AllotRequest, idx []int, keys []string, now string) *request {
-	n := len(idx)
-	r := &request{mode: modeAllot, now: now, idx: idx, done: make(chan struct{}),
-		keys: make([]string, n), args: make([]string, 3, 3+n*opFields), algs: allotBit}
-	r.args[0], r.args[1], r.args[2] = strconv.Itoa(n), modeAllot, now
-	for k, i := range idx {
-		q := &reqs[i]
-		r.keys[k] = keys[i]
-		lease := min(q.Limit.Window, maxLease).Microseconds()
-		spec := strconv.FormatInt(q.Want, 10) + ":" + strconv.FormatInt(q.Keep, 10) + ":" +
-			strconv.FormatInt(max(q.Split, 1), 10) + ":" + strconv.FormatInt(q.Give, 10) + ":" +
-			strconv.FormatInt(q.Epoch, 10) + ":" + strconv.FormatInt(lease, 10)
-		r.args = append(r.args, limitSpec(q.Limit), spec, "")
-	}
+// newAllotRequest builds the group (modeAllot) of the request q, whose
+// Redis key is key: one op (limit, spec, ""), spec being
+// "want:keep:split:give:epoch:lease" (scripts/allot.lua). It is a one-op
+// group (request.one): a call of such groups and single Takes runs
+// scripts/one.lua, which reads every key with one MGET.
+func (s *Store) newAllotRequest(q *sluice.AllotRequest, key, now string) *request {
+	r := &request{mode: modeAllot, now: now, done: make(chan struct{}), algs: allotBit, one: true}
+	r.keys, r.args = r.key1[:], r.arg1[:3]
+	r.keys[0] = key
+	r.args[0], r.args[1], r.args[2] = "1", modeAllot, now
+	lease := min(q.Limit.Window, maxLease).Microseconds()
+	spec := strconv.FormatInt(q.Want, 10) + ":" + strconv.FormatInt(q.Keep, 10) + ":" +
+		strconv.FormatInt(max(q.Split, 1), 10) + ":" + strconv.FormatInt(q.Give, 10) + ":" +
+		strconv.FormatInt(q.Epoch, 10) + ":" + strconv.FormatInt(lease, 10)
+	r.args = append(r.args, limitSpec(q.Limit), spec, "")
 	return r
 }
 

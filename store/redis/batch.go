@@ -42,9 +42,10 @@ type request struct {
 	leases []uint64 // lease ID offered to each acquire, else 0
 	algs   algMask
 	// one says the group is one Take of cost ≥ 0 (no release, no action,
-	// mode decide) on a bucket or window key, and fast that it is on a
-	// fixed window: a call of such groups only runs scripts/one.lua, of
-	// fixed windows only scripts/fast.lua (see callKind).
+	// mode decide) on a bucket or window key, or one allotment (allot.go),
+	// and fast that it is a Take on a fixed window: a call of such groups
+	// only runs scripts/one.lua, of fixed-window Takes only scripts/fast.lua
+	// (see callKind).
 	one, fast bool
 	// window is the limit's window in µs, and win its quota and window
 	// in decimal (fast groups only).
@@ -675,8 +676,9 @@ const (
 	// kindFast: scripts/fast.lua, for a batch of one-op fixed-window
 	// Takes (request.fast).
 	kindFast
-	// kindOne: scripts/one.lua after lib.lua and the algorithms' files,
-	// for a batch of one-op Takes on bucket and window keys (request.one).
+	// kindOne: scripts/one.lua after lib.lua, the algorithms' files and
+	// allot.lua, for a batch of one-op Takes on bucket and window keys and
+	// one-op allotments (request.one).
 	kindOne
 )
 

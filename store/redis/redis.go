@@ -507,7 +507,8 @@ func (s *Store) script(m algMask) *rueidis.Lua {
 }
 
 // oneScript returns scripts/one.lua after lib.lua and the files of the
-// algorithms in m.
+// algorithms in m (and allot.lua for allotBit; else a line declaring
+// allot, which one.lua reads, nil).
 func (s *Store) oneScript(m algMask) *rueidis.Lua {
 	p := &s.ones[m]
 	if l := p.Load(); l != nil {
@@ -527,7 +528,13 @@ func (s *Store) oneScript(m algMask) *rueidis.Lua {
 			names = append(names, f)
 		}
 	}
-	l := rueidis.NewLuaScript(compose(append(names, "one.lua")...))
+	src := compose(names...)
+	if m&allotBit != 0 {
+		src += compose("allot.lua")
+	} else {
+		src += "local allot\n"
+	}
+	l := rueidis.NewLuaScript(src + compose("one.lua"))
 	if p.CompareAndSwap(nil, l) {
 		return l
 	}

@@ -10,11 +10,18 @@
 -- script defines costs a closure on every call): allot parses its limit
 -- spec itself and needs only lib.lua.
 --
--- allot(key, now, limit, spec, min_ttl): limit is the op's limit spec
+-- one.lua runs allotments too: a call of one-op groups, allotments and
+-- Takes on bucket and window keys, reads every key with one MGET and the
+-- clock with one TIME, and passes each allotment its key's state as raw.
+--
+-- allot(key, now, limit, spec, min_ttl, raw): limit is the op's limit spec
 -- "alg:quota:window:burst:interval" (alg 4 fixed_window or 2 gcra); spec is
 -- "want:keep:split:give:epoch:lease" (lease: µs a gcra grant may be
--- spent). It returns granted, remaining, ttl (µs), reset (µs), epoch.
-local function allot(key, now, limit, spec, min_ttl)
+-- spent); raw is the key's state (false: none), or nil to GET it. It
+-- returns granted, remaining, ttl (µs), reset (µs), epoch, and the state it
+-- wrote: the string SET, false when it deleted the key, nil when it wrote
+-- nothing.
+local function allot(key, now, limit, spec, min_ttl, raw)
   local a, q, wi, b, i = string.match(limit, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
   local w, k, s, g, e, l = string.match(spec, '^(%d+):(%d+):(%d+):(%d+):(%-?%d+):(%d+)$')
   if not a or not w then
@@ -22,8 +29,10 @@ local function allot(key, now, limit, spec, min_ttl)
   end
   local alg, quota, window, burst, interval = tonumber(a), tonumber(q), tonumber(wi), tonumber(b), tonumber(i)
   local want, keep, split, give, epoch, lease = tonumber(w), tonumber(k), max(tonumber(s), 1), tonumber(g), tonumber(e), tonumber(l)
-  local raw = call('GET', key)
-  local n, fresh
+  if raw == nil then
+    raw = call('GET', key)
+  end
+  local n, fresh, enc
 
   if alg == FIXED_WINDOW then
     local id, cur = 0, 0
@@ -41,13 +50,14 @@ local function allot(key, now, limit, spec, min_ttl)
     local stop = (id + 1) * window - now
     if n > 0 or give > 0 then
       -- (stop > 0: the window holds now)
-      call('SET', key, pack('<dd', id, cur), 'PX', max(fdiv(stop + 999, 1000), min_ttl))
+      enc = pack('<dd', id, cur)
+      call('SET', key, enc, 'PX', max(fdiv(stop + 999, 1000), min_ttl))
     end
     local reset = 0
     if cur > 0 then
       reset = stop
     end
-    return n, max(quota - cur, 0), stop, reset, id -- a charge may have put cur above quota
+    return n, max(quota - cur, 0), stop, reset, id, enc -- a charge may have put cur above quota
   elseif alg == GCRA then
     local tat = 0
     if raw and #raw == 8 then
@@ -67,12 +77,14 @@ local function allot(key, now, limit, spec, min_ttl)
       -- One command: the state with its TTL, or, once fresh, no key.
       fresh = ntat - now
       if fresh > 0 then
-        call('SET', key, pack('<d', ntat), 'PX', max(fdiv(fresh + 999, 1000), min_ttl))
+        enc = pack('<d', ntat)
+        call('SET', key, enc, 'PX', max(fdiv(fresh + 999, 1000), min_ttl))
       else
+        enc = false
         call('DEL', key)
       end
     end
-    return n, rem - n, lease, max(ntat - now, 0), 0
+    return n, rem - n, lease, max(ntat - now, 0), 0, enc
   end
   return error('sluice: allot: unsupported algorithm ' .. tostring(alg))
 end

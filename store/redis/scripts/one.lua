@@ -1,18 +1,21 @@
 -- one.lua: the driver of a call whose every group is one Take (no release,
 -- no action, mode 0) on a bucket or window key (token_bucket, gcra,
--- leaky_bucket, fixed_window, sliding_window): driver.lua's decide_one for
--- each op, without driver.lua's closures and group parsing, with at most
--- one TIME per call, one MGET for every key and one reply string. The store
--- concatenates lib.lua, the algorithm files the call needs and one.lua.
--- (A call of fixed windows alone runs fast.lua instead.)
+-- leaky_bucket, fixed_window, sliding_window) or one allotment (mode 3,
+-- allot.lua): driver.lua's decide_one or allot for each op, without
+-- driver.lua's closures and group parsing, with at most one TIME per call,
+-- one MGET for every key and one reply string. The store concatenates
+-- lib.lua, the algorithm files the call needs, allot.lua when it carries
+-- allotments (else a line declaring allot nil) and one.lua. (A call of
+-- fixed windows alone runs fast.lua instead.)
 --
 -- ARGV: minTTL (ms), deadline (Redis TIME µs; "" for none: see guard.lua),
 -- dup ("1" when a key may come more than once in the call, else ""), then
--- per op: limit ("alg:quota:window:burst:interval"), cost (an integer),
--- now (µs, or "" for Redis TIME). KEYS: one per op, in order.
+-- per op: limit ("alg:quota:window:burst:interval"), cost (an integer; an
+-- allotment's spec, see allot.lua), now (µs, or "" for Redis TIME). KEYS: one per op, in order.
 --
 -- Reply: a one-element array holding one string of packed little-endian
--- doubles, 6 per op: now, reason, remaining, resetAfter, retryAfter, delay;
+-- doubles, 6 per op: now, reason, remaining, resetAfter, retryAfter, delay
+-- (an allotment: now and allot's granted, remaining, ttl, reset, epoch);
 -- or "sluice:expired" when the call runs after its deadline, having done
 -- nothing.
 
@@ -53,7 +56,9 @@ for k = 1, #KEYS do
   local ai = 1 + 3 * k
   local spec = ARGV[ai]
   local p = limits[spec]
-  if not p then
+  -- An allotment (allot.lua) has its spec, holding ':', for cost.
+  local lease = allot and string.find(ARGV[ai + 1], ':', 1, true)
+  if not p and not lease then
     local a, q, w, b, i = string.match(spec, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
     local alg = a and A[tonumber(a)]
     if not alg or alg.log then
@@ -72,27 +77,36 @@ for k = 1, #KEYS do
   else
     now = tonumber(now)
   end
-  -- driver.lua's decide_one and store_state.
-  local key, alg = KEYS[k], A[p.alg]
+  local key = KEYS[k]
   local raw = raws[k]
   if latest and latest[key] ~= nil then
     raw = latest[key]
   end
-  local st = alg.load(raw)
-  local d, charged = alg.step(st, now, tonumber(ARGV[ai + 1]), p)
-  if charged then
-    local f = alg.fresh(st, now, p)
-    local enc = false
-    if f > 0 then
-      enc = alg.encode(st)
-      call('SET', key, enc, 'PX', max(cdiv(f, 1000), min_ttl))
-    else
-      call('DEL', key)
-    end
-    if latest then
+  if lease then
+    local n, rem, ttl, reset, epoch, enc = allot(key, now, spec, ARGV[ai + 1], min_ttl, raw)
+    if latest and enc ~= nil then
       latest[key] = enc
     end
+    parts[k] = pack('<dddddd', now, n, rem, ttl, reset, epoch)
+  else
+    -- driver.lua's decide_one and store_state.
+    local alg = A[p.alg]
+    local st = alg.load(raw)
+    local d, charged = alg.step(st, now, tonumber(ARGV[ai + 1]), p)
+    if charged then
+      local f = alg.fresh(st, now, p)
+      local enc = false
+      if f > 0 then
+        enc = alg.encode(st)
+        call('SET', key, enc, 'PX', max(cdiv(f, 1000), min_ttl))
+      else
+        call('DEL', key)
+      end
+      if latest then
+        latest[key] = enc
+      end
+    end
+    parts[k] = pack('<dddddd', now, d[1], d[2], d[3], d[4], d[5])
   end
-  parts[k] = pack('<dddddd', now, d[1], d[2], d[3], d[4], d[5])
 end
 return {table.concat(parts)}
