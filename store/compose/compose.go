@@ -36,6 +36,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/hybrid"
@@ -152,6 +153,7 @@ func (c Config) Validate() error {
 type Stack struct {
 	top    sluice.Store
 	mem    *memory.Store
+	fb     *memory.Store // KindRedis: the failure_mode local fallback
 	conn   *connecting   // KindRedis
 	hyb    *hybrid.Store // KindRedis
 	dg, dh *cached       // the denied caches, nil when off
@@ -180,6 +182,16 @@ func New(c Config) (*Stack, error) {
 		s.top = s.mem
 		return s, nil
 	}
+	// The fallback decides only while Redis fails, so it reads the real
+	// clock on every decision: its windows are the instance's wall-clock
+	// windows. (The coarse clock the hot path reads is advanced by a
+	// ticker a loaded host may starve for tens of milliseconds, and a
+	// window's edge would move with it.)
+	fo := c.Memory
+	if fo.Now == nil {
+		fo.Now = time.Now
+	}
+	s.fb = memory.New(fo)
 	log := c.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -191,12 +203,14 @@ func New(c Config) (*Stack, error) {
 	conn, err := connectRedis(c.Redis, c.Background, log, dial)
 	if err != nil {
 		s.mem.Close()
+		s.fb.Close()
 		return nil, err
 	}
 	s.conn = conn
 	if s.hyb, err = hybrid.New(conn, c.Hybrid); err != nil {
 		_ = conn.Close()
 		s.mem.Close()
+		s.fb.Close()
 		return nil, fmt.Errorf("compose: Hybrid: %w", err)
 	}
 	var g, h sluice.Store = conn, s.hyb
@@ -261,13 +275,14 @@ func (s *Stack) Invalidations(ctx context.Context, fn func(keys []string, all bo
 }
 
 // Fallback is the in-process store of limits whose failure_mode is local
-// (service.Config.Fallback): with KindRedis, the store of counters placed
-// local; nil with KindMemory, whose store cannot fail.
+// (service.Config.Fallback): with KindRedis, a memory store of its own that
+// reads the real clock on every decision (Config.Memory.Now if set); nil
+// with KindMemory, whose store cannot fail.
 func (s *Stack) Fallback() sluice.Store {
 	if s.conn == nil {
 		return nil
 	}
-	return s.mem
+	return s.fb
 }
 
 // Memory is the stack's in-process store (for its key count and cap).
@@ -331,6 +346,9 @@ func (s *Stack) Close() error {
 			errs = append(errs, s.conn.Close())
 		}
 		errs = append(errs, s.mem.Close())
+		if s.fb != nil {
+			errs = append(errs, s.fb.Close())
+		}
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
