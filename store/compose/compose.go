@@ -207,7 +207,19 @@ func New(c Config) (*Stack, error) {
 		return nil, err
 	}
 	s.conn = conn
-	if s.hyb, err = hybrid.New(conn, c.Hybrid); err != nil {
+	hopts := c.Hybrid
+	onGrant := hopts.OnGrant
+	hopts.OnGrant = func(key string) {
+		// A key that was just allotted units admits from them: a denial
+		// the cache above remembers would strand them until it expires.
+		if s.dh != nil {
+			s.dh.cache.Forget(key)
+		}
+		if onGrant != nil {
+			onGrant(key)
+		}
+	}
+	if s.hyb, err = hybrid.New(conn, hopts); err != nil {
 		_ = conn.Close()
 		s.mem.Close()
 		s.fb.Close()

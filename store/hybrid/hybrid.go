@@ -154,6 +154,13 @@ type Options struct {
 	// Idle: a key unused this long gives back its allotment and is
 	// forgotten. Default 30s.
 	Idle time.Duration
+	// OnGrant, if set, is called with a key's name after a grant of at
+	// least one unit for it was applied, outside the store's locks (from
+	// the goroutine that leased: it must not block). A layer above that
+	// remembers the key's denials (the denied-key cache) should forget
+	// them: the key can admit from its allotment again, and a remembered
+	// denial would strand the units until it expires.
+	OnGrant func(key string)
 }
 
 // Stats are counters of a Store since New.
@@ -197,6 +204,8 @@ type Store struct {
 	closed   atomic.Bool
 
 	local, global, cold, allots, granted, givenBack, voided atomic.Uint64
+
+	onGrant func(key string)
 }
 
 type shard struct {
@@ -241,7 +250,7 @@ func New(g sluice.Allotter, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("hybrid: invalid options (horizon %v, lease %v, split %d, keep %v, max keys %d, idle %v)",
 			opts.Horizon, opts.Lease, opts.Split, opts.Keep, opts.MaxKeys, opts.Idle)
 	}
-	s := &Store{g: g, seed: maphash.MakeSeed()}
+	s := &Store{g: g, seed: maphash.MakeSeed(), onGrant: opts.OnGrant}
 	if opts.Now != nil {
 		now := opts.Now
 		s.now = func() int64 { return now().UnixMicro() }
@@ -486,7 +495,11 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			s.voided.Add(uint64(e.held))
 			e.held = 0
 		}
-		if ops[i].Cost > e.held || e.global || e.deadline == 0 {
+		// Units held are spent first even when the key is decided globally
+		// (e.global: a lease was refused near the limit): they were taken
+		// from the global quota already, and the global store, which counts
+		// them as spent, would deny the hits they are for.
+		if ops[i].Cost > e.held || e.deadline == 0 {
 			// (deadline 0: never allotted; even a look has nothing to say)
 			fits = false
 			if hit && !e.global && s.tooCold(e, ops[i].Limit, now) {
@@ -514,7 +527,7 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			Remaining:  min(ops[i].Limit.Capacity(), max(e.remaining, 0)+e.held),
 			ResetAfter: time.Duration(max(e.resetAt-now, 0)) * time.Microsecond,
 		}
-		if !e.refilling && now >= e.backoff && !s.closed.Load() && e.held*refillFraction < s.want(e, ops[i].Limit, 0, now) &&
+		if !e.global && !e.refilling && now >= e.backoff && !s.closed.Load() && e.held*refillFraction < s.want(e, ops[i].Limit, 0, now) &&
 			!s.tooCold(e, ops[i].Limit, now) {
 			e.refilling = true
 			s.wg.Add(1)
@@ -687,6 +700,9 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 			e.epoch = a.Epoch
 		}
 		e.held += a.Granted
+		if a.Granted > 0 && s.onGrant != nil {
+			defer s.onGrant(k.key)
+		}
 		e.deadline = deadline
 		e.remaining = a.Remaining
 		e.resetAt = sent + a.ResetAfter.Microseconds()
