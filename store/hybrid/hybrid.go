@@ -11,8 +11,10 @@
 // observed local rate (enough for Options.Horizon), capped at 1/Split of
 // the quota that stands above a reserve (Keep), and leased again in the
 // background before it runs out. Once the global quota left is at or below
-// the reserve, no allotment is granted and every hit of the key is decided
-// by the global store itself, one by one, exactly as with placement global.
+// the reserve, no allotment is granted and, once the units already held are
+// spent (the global store counted them when it granted them), every hit of
+// the key is decided by the global store itself, one by one, exactly as
+// with placement global.
 //
 // # Cold keys
 //
