@@ -108,7 +108,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	for k := range n {
 		op := &ops[r.op(k)]
 		actions = actions || op.Action != sluice.Take
-		if op.UndoIfUnknown && op.Action == sluice.Take && !op.Release && op.Cost > 0 {
+		if op.UndoIfUnknown && op.Action == sluice.Take && !op.Release && op.Cost > 0 && lateRefundable(op.Limit.Algorithm) {
 			if r.unknown == nil {
 				r.unknown = r.unk1[:]
 				if n > 1 {
@@ -181,6 +181,18 @@ func newLateRefund(r *request) *request {
 		}
 	}
 	return f
+}
+
+// lateRefundable reports whether a refund of a Take of algorithm a, sent
+// at a later instant (a late reply's refund, newLateRefund), takes back that
+// charge or less. Not for the sliding algorithms: a log's refund takes its
+// newest entries, another admission's later than the charge, and a sliding
+// window's takes from the current window a charge counted in the previous
+// one; either could then admit more than the limit. Their charge stays
+// (sluice.Op.UndoIfUnknown is a best effort): the limit admits less until
+// it drains, never more.
+func lateRefundable(a sluice.Algorithm) bool {
+	return a != sluice.SlidingLog && a != sluice.SlidingWindow
 }
 
 // Request states.
