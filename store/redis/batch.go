@@ -163,10 +163,14 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 // the other ops look. It carries no Take, so nothing in it can be denied,
 // and it reads the clock the charge read (Redis TIME, or the given now).
 func newLateRefund(r *request) *request {
-	f := &request{mode: modeDecide, now: r.now, idx: r.idx, keys: r.keys, algs: r.algs,
+	// At the charge's instant (the late reply's now), not the refund's: a
+	// fixed window then gives back only into the window the charge was
+	// counted in, never into a later one the key has rolled to since.
+	now := strconv.FormatInt(r.nowOut, 10)
+	f := &request{mode: modeDecide, now: now, idx: r.idx, keys: r.keys, algs: r.algs,
 		done: make(chan struct{}), sticky: true, linger: true}
 	f.args = append([]string(nil), r.args...)
-	f.args[1] = modeDecide
+	f.args[1], f.args[2] = modeDecide, now
 	for k := range r.n() {
 		spec, cost := 3+k*opFields, 3+k*opFields+1
 		switch {
