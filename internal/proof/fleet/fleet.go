@@ -396,24 +396,7 @@ func (f *Fleet) SpendHourly() error {
 	if err != nil {
 		e.Verdict = check.Timeout
 	} else {
-		var cr struct {
-			Allowed  bool
-			Statuses []struct{ Degraded string }
-		}
-		derr := json.NewDecoder(resp.Body).Decode(&cr)
-		resp.Body.Close()
-		e.Recv = now()
-		switch {
-		case derr != nil || resp.StatusCode != 200 && resp.StatusCode != 429:
-			e.Verdict = check.Error
-		case cr.Allowed:
-			e.Verdict = check.Allowed
-		default:
-			e.Verdict = check.Denied
-		}
-		if len(cr.Statuses) == 1 {
-			e.Degraded = cr.Statuses[0].Degraded
-		}
+		record(resp, &e)
 	}
 	f.mu.Lock()
 	f.hist.Events = append(f.hist.Events, e)
@@ -726,24 +709,7 @@ func (f *Fleet) check(client *http.Client, c int, rng *rand.Rand, rule string) {
 	if err != nil {
 		e.Verdict = check.Timeout
 	} else {
-		var cr struct {
-			Allowed  bool
-			Statuses []struct{ Degraded string }
-		}
-		derr := json.NewDecoder(resp.Body).Decode(&cr)
-		resp.Body.Close()
-		e.Recv = now()
-		switch {
-		case derr != nil || resp.StatusCode != 200 && resp.StatusCode != 429:
-			e.Verdict = check.Error
-		case cr.Allowed:
-			e.Verdict = check.Allowed
-		default:
-			e.Verdict = check.Denied
-		}
-		if len(cr.Statuses) == 1 {
-			e.Degraded = cr.Statuses[0].Degraded
-		}
+		record(resp, &e)
 	}
 	f.record(e)
 }
@@ -843,4 +809,27 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// record reads a /v1/check answer into e: when it came back, and the
+// verdict and degraded flag it gave.
+func record(resp *http.Response, e *check.Event) {
+	var cr struct {
+		Allowed  bool
+		Statuses []struct{ Degraded string }
+	}
+	derr := json.NewDecoder(resp.Body).Decode(&cr)
+	resp.Body.Close()
+	e.Recv = now()
+	switch {
+	case derr != nil || resp.StatusCode != 200 && resp.StatusCode != 429:
+		e.Verdict = check.Error
+	case cr.Allowed:
+		e.Verdict = check.Allowed
+	default:
+		e.Verdict = check.Denied
+	}
+	if len(cr.Statuses) == 1 {
+		e.Degraded = cr.Statuses[0].Degraded
+	}
 }
