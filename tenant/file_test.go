@@ -57,8 +57,10 @@ func TestFileRoundTrip(t *testing.T) {
 		{[]string{"api_key", "plain"}, 50},
 	} {
 		r, es := match(t, rs, tc.kv...)
-		want, _ := snap.Resolve(r, es, time.Now)
-		tl, _ := got.Resolve(r, es, time.Now)
+		// At the snapshot's instant, not time.Now: the record expires a day
+		// after it, and the test must not depend on the day it runs.
+		want, _ := snap.Resolve(r, es, func() time.Time { return at })
+		tl, _ := got.Resolve(r, es, func() time.Time { return at })
 		q := int64(-1)
 		if tl != nil {
 			q = tl.Limit.Quota
