@@ -416,7 +416,7 @@ func New(opts Options) (*Store, error) {
 		lateWait:    opts.LateReplyWait,
 		leases:      mrand.NewChaCha8(seed),
 		stop:        make(chan struct{}),
-		fast:        rueidis.NewLuaScript(compose("fast.lua")),
+		fast:        rueidis.NewLuaScript(compose("head.lua", "fast.lua")),
 	}
 	s.nodes.opts = opts.Breaker
 	s.one = batcher{s: s, slot: -1}
@@ -506,15 +506,15 @@ func (s *Store) script(m algMask) *rueidis.Lua {
 	return p.Load()
 }
 
-// oneScript returns scripts/one.lua after lib.lua and the files of the
-// algorithms in m (and allot.lua for allotBit; else a line declaring
-// allot, which one.lua reads, nil).
+// oneScript returns scripts/head.lua, lib.lua, the files of the
+// algorithms in m, allot.lua for allotBit (else a line declaring allot,
+// which one.lua reads, nil) and one.lua, concatenated.
 func (s *Store) oneScript(m algMask) *rueidis.Lua {
 	p := &s.ones[m]
 	if l := p.Load(); l != nil {
 		return l
 	}
-	names := []string{"lib.lua"}
+	names := []string{"head.lua", "lib.lua"}
 	need := map[string]bool{}
 	for _, a := range sluice.Algorithms() {
 		if m&(1<<a) != 0 {

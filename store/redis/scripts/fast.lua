@@ -4,9 +4,10 @@
 -- store if charged), but without their tables, closures and parsing, with
 -- at most one TIME per call, one MGET for every key and one reply array:
 -- what Redis spends per decision is then mostly the GET's share of the
--- MGET and the SET. It stands alone (not concatenated with lib.lua, whose
--- set-up costs every call as much as a few decisions); TestFastConstants
--- checks that the constants it repeats are lib.lua's.
+-- MGET and the SET. It runs after head.lua alone (the deadline guard and
+-- the MGET, shared with one.lua: min_ttl, clock, raws), not after lib.lua,
+-- whose set-up costs every call as much as a few decisions;
+-- TestFastConstants checks that the constants it repeats are lib.lua's.
 --
 -- ARGV: minTTL (ms), deadline (Redis TIME µs; "" for none: see guard.lua),
 -- dup ("1" when a key may come more than once in the call, else ""), then
@@ -38,34 +39,6 @@ local ALLOWED = 0
 local LIMITED = 1
 local TOO_HIGH = 2
 
-local min_ttl = tonumber(ARGV[1])
-local clock
-if ARGV[2] ~= '' then
-  local t = call('TIME')
-  clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if clock > tonumber(ARGV[2]) then
-    return 'sluice:expired'
-  end
-end
-
--- Every key's state, by MGET of up to 512 keys at a time.
-local raws
-do
-  local n, i = #KEYS, 1
-  if n <= 512 then
-    raws, i = call('MGET', tunpack(KEYS)), n + 1
-  else
-    raws = {}
-  end
-  while i <= n do
-    local j = math.min(i + 511, n)
-    local got = call('MGET', tunpack(KEYS, i, j))
-    for x = i, j do
-      raws[x] = got[x - i + 1]
-    end
-    i = j + 1
-  end
-end
 -- latest holds the state a charge of this call wrote, by key, when a key
 -- may come again later in the call.
 local latest = ARGV[3] == '1' and {}

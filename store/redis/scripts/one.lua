@@ -4,9 +4,10 @@
 -- allot.lua): driver.lua's decide_one or allot for each op, without
 -- driver.lua's closures and group parsing, with at most one TIME per call,
 -- one MGET for every key and one reply string. The store concatenates
+-- head.lua (the deadline guard and the MGET, shared with fast.lua:
+-- min_ttl, clock, raws; a call past its deadline skips lib.lua's set-up),
 -- lib.lua, the algorithm files the call needs, allot.lua when it carries
--- allotments (else a line declaring allot nil) and one.lua. (A call of
--- fixed windows alone runs fast.lua instead.)
+-- allotments (else a line declaring allot nil) and one.lua. (A call of fixed windows alone runs fast.lua instead.)
 --
 -- ARGV: minTTL (ms), deadline (Redis TIME µs; "" for none: see guard.lua),
 -- dup ("1" when a key may come more than once in the call, else ""), then
@@ -19,34 +20,6 @@
 -- or "sluice:expired" when the call runs after its deadline, having done
 -- nothing.
 
-local min_ttl = tonumber(ARGV[1])
-local clock
-if ARGV[2] ~= '' then
-  local t = call('TIME')
-  clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if clock > tonumber(ARGV[2]) then
-    return 'sluice:expired'
-  end
-end
-
--- Every key's state, by MGET of up to 512 keys at a time.
-local raws
-do
-  local n, i = #KEYS, 1
-  if n <= 512 then
-    raws, i = call('MGET', tunpack(KEYS)), n + 1
-  else
-    raws = {}
-  end
-  while i <= n do
-    local j = min(i + 511, n)
-    local got = call('MGET', tunpack(KEYS, i, j))
-    for x = i, j do
-      raws[x] = got[x - i + 1]
-    end
-    i = j + 1
-  end
-end
 -- latest holds the state (or false: none) a charge of this call left, by
 -- key, when a key may come again later in the call.
 local latest = ARGV[3] == '1' and {}
