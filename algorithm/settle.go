@@ -90,11 +90,13 @@ func ChargeFixedWindow(s WindowState, now, cost int64, p Params) (WindowState, D
 	return s, d
 }
 
-// RefundFixedWindow gives cost units back to the stored window if it is
-// still the current one (never below zero); a window that has passed gives
-// nothing back.
+// RefundFixedWindow gives cost units back to the stored window if now is
+// in it (never below zero). A window that has passed gives nothing back,
+// nor does a now before the stored window: a refund at the instant of a
+// charge (a late reply's) that was counted in an earlier window, or a clock
+// that went back, must not free units of a window that did not count them.
 func RefundFixedWindow(s WindowState, now, cost int64, p Params) (WindowState, Decision) {
-	if cost > 0 && windowOf(s, now, p) == s.ID {
+	if cost > 0 && FloorDiv(now, p.Window) == s.ID {
 		s.Cur = max(s.Cur-cost, 0)
 	}
 	_, d := FixedWindow(s, now, 0, p)

@@ -79,6 +79,13 @@ func actionTables() []Table {
 			{At: at(1500 * ms), Cost: 3, Want: ok(3, 0, 500*ms)},
 			{At: at(2200 * ms), Cost: 1, Action: sluice.Charge, Want: ok(3, 2, 800*ms)}, // a new window
 			{At: at(2200 * ms), Cost: 1, Action: sluice.Refund, Want: ok(3, 3, 0)},
+			{At: at(2200 * ms), Cost: 2, Want: ok(3, 1, 800*ms)},
+			// A refund at an instant of the window before the key's (a late
+			// reply's refund at its charge's instant, or a clock that went
+			// back): the units were not counted in this window, so nothing
+			// comes back (the answer is the key's window, 1.1 s from then).
+			{At: at(1900 * ms), Cost: 2, Action: sluice.Refund, Want: ok(3, 1, 1100*ms)},
+			{At: at(2200 * ms), Cost: 1, Want: ok(3, 0, 800*ms)},
 		}},
 		{Name: "sliding_window/actions", Limit: three(sluice.SlidingWindow), Steps: []Step{
 			{At: at(0), Cost: 4, Action: sluice.Charge, Want: ok(3, 0, 2*sec)},

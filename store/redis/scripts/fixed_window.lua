@@ -37,7 +37,8 @@ A[FIXED_WINDOW] = {
   end,
   refund = function(s, now, cost, p)
     local id, cur = s.id, s.cur
-    if cost > 0 and max(fdiv(now, p.window), s.id) == s.id then
+    -- Only when now is in the stored window (RefundFixedWindow).
+    if cost > 0 and fdiv(now, p.window) == s.id then
       s.cur = max(s.cur - cost, 0)
     end
     return window_settled(A[FIXED_WINDOW], s, now, p, id, cur, s.prev)
