@@ -85,7 +85,10 @@ type Options struct {
 	InitialShare float64
 	// Headroom multiplies the demand reported, to size a grant. Default 1.25.
 	Headroom float64
-	// AllotTimeout bounds one allotment call. Default 1 s.
+	// AllotTimeout bounds the Allot calls of one message (or window's
+	// end): the one for all its buckets leased by Allot and the second,
+	// one unit each, for those down to their last units; and, for each
+	// bucket leased by Takes, its Takes. Default 1 s.
 	AllotTimeout time.Duration
 	// Allotter is the store grants are leased from; it must hold the
 	// counters the engine's Check charges (for `sluice serve`, its store

@@ -60,6 +60,8 @@ type bucket struct {
 	granted int64     // units of the grant in force (0: DENY_ALL until refill)
 	grantAt time.Time // when it was sent
 	winEnd  time.Time // the end of the grant's period
+
+	leasing bool // its lease waits in the session's batch
 }
 
 // session is one stream's state. It is not safe for concurrent use: the
@@ -72,8 +74,55 @@ type session struct {
 	seq     uint64 // assignments sent, to make each token bucket distinct
 	snap    *rules.Snapshot
 	orders  *keyOrders
+	bt      batch // the actions of the message (or tick) being answered
+	// scratch of leaseAll's Allot calls
+	areqs []sluice.AllotRequest
+	aout  []sluice.Allotment
+	aidx  []int // gs index of each request
+	aidx2 []int // the same, of the one-unit retries
 	// counters for Stats
 	reports, responses uint64
+}
+
+// batch collects the actions of one message (or tick), in order, so that
+// the leases they need go to the store together (flush): a bucket waiting
+// for its lease holds its place in acts (nil until flushed).
+type batch struct {
+	acts   []*rlqspb.RateLimitQuotaResponse_BucketAction
+	grants []grant
+}
+
+// grant is one bucket's lease in a batch: asked for (want units; inForce:
+// a grant still holds, this is a top-up), then answered (a or err).
+type grant struct {
+	b       *bucket
+	slot    int // its action's index in batch.acts
+	want    int64
+	inForce bool
+	a       sluice.Allotment
+	err     error
+}
+
+// reset empties bt for the next message; a bucket still waiting (the
+// message was refused) waits no more.
+func (bt *batch) reset() {
+	for i := range bt.grants {
+		bt.grants[i].b.leasing = false
+	}
+	clear(bt.acts)
+	clear(bt.grants)
+	bt.acts, bt.grants = bt.acts[:0], bt.grants[:0]
+}
+
+// response is bt's actions as one message, nil when there are none.
+func (bt *batch) response() *rlqspb.RateLimitQuotaResponse {
+	var resp *rlqspb.RateLimitQuotaResponse
+	for _, a := range bt.acts {
+		if a != nil {
+			resp = appendAction(resp, a)
+		}
+	}
+	return resp
 }
 
 func (s *Server) newSession() *session {
@@ -82,7 +131,9 @@ func (s *Server) newSession() *session {
 
 // handle applies one usage report and returns the response to send, nil
 // when there is nothing to send. An error is a gRPC status that ends the
-// stream.
+// stream. The leases the message's buckets need are taken together once
+// every usage is applied (flush), the actions sent in the usages' order; a
+// message refused takes no lease.
 func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
 	ss.reports++
 	lim := ss.srv.opts.Limits
@@ -101,7 +152,8 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 	if len(usages) > ss.srv.opts.MaxBuckets {
 		return nil, status.Errorf(codes.ResourceExhausted, "rlqs: bucket_quota_usages: %d in one message, at most %d", len(usages), ss.srv.opts.MaxBuckets)
 	}
-	var resp *rlqspb.RateLimitQuotaResponse
+	bt := &ss.bt
+	defer bt.reset()
 	for i, u := range usages {
 		bm := u.GetBucketId().GetBucket()
 		if len(bm) == 0 {
@@ -112,6 +164,12 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 		}
 		key := canonical(bm)
 		b := ss.buckets[key]
+		if b != nil && b.leasing {
+			// The bucket twice in one message: its first usage's lease
+			// is answered before the second is applied, as if the two
+			// came one after the other.
+			ss.flush(ctx, now)
+		}
 		if b == nil {
 			if len(ss.buckets) >= ss.srv.opts.MaxBuckets {
 				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: bucket_quota_usages[%d]: the stream already has %d buckets, at most %d", i, len(ss.buckets), ss.srv.opts.MaxBuckets)
@@ -141,10 +199,10 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 		// reported period followed it (denials before it are stale).
 		el := u.GetTimeElapsed().AsDuration()
 		starved := u.GetNumRequestsDenied() > 0 && u.GetTimeElapsed() != nil && !now.Add(-el).Before(b.grantAt)
-		if a := ss.act(ctx, now, b, starved); a != nil {
-			resp = appendAction(resp, a)
-		}
+		ss.act(now, b, starved)
 	}
+	ss.flush(ctx, now)
+	resp := bt.response()
 	if resp != nil {
 		ss.responses++
 	}
@@ -154,7 +212,8 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 // tick sends what is due at now: new allotments for grants that ended and
 // abandon actions for buckets nobody reported for Options.AbandonAfter.
 func (ss *session) tick(ctx context.Context, now time.Time) *rlqspb.RateLimitQuotaResponse {
-	var resp *rlqspb.RateLimitQuotaResponse
+	bt := &ss.bt
+	defer bt.reset()
 	keys := make([]string, 0, len(ss.buckets))
 	for k := range ss.buckets {
 		keys = append(keys, k)
@@ -165,18 +224,18 @@ func (ss *session) tick(ctx context.Context, now time.Time) *rlqspb.RateLimitQuo
 		if !now.Before(b.lastReport.Add(ss.srv.opts.AbandonAfter)) {
 			delete(ss.buckets, k)
 			ss.srv.abandoned.Add(1)
-			resp = appendAction(resp, &rlqspb.RateLimitQuotaResponse_BucketAction{
+			bt.acts = append(bt.acts, &rlqspb.RateLimitQuotaResponse_BucketAction{
 				BucketId:     b.id,
 				BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
 			})
 			continue
 		}
 		if b.kind == kindLease && !now.Before(b.expires) {
-			if a := ss.act(ctx, now, b, false); a != nil {
-				resp = appendAction(resp, a)
-			}
+			ss.act(now, b, false)
 		}
 	}
+	ss.flush(ctx, now)
+	resp := bt.response()
 	if resp != nil {
 		ss.responses++
 	}
@@ -236,26 +295,30 @@ func ruleID(r *rules.Rule) string {
 	return r.ID
 }
 
-// act returns the action b needs now, or nil. starved: the client reported
-// denials (its assignment ran short).
-func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bool) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// act adds the action b needs now to the session's batch: at once when it
+// needs no lease, else as a grant that flush leases with the batch's
+// others. starved: the client reported denials (its assignment ran short).
+func (ss *session) act(now time.Time, b *bucket, starved bool) {
+	bt := &ss.bt
 	o := &ss.srv.opts
 	if b.kind != kindLease {
 		// Blanket rules live StaticTTL and are renewed (same strategy: the
 		// client only extends the TTL) when less than two reporting
 		// intervals are left.
 		if b.sent && b.expires.Sub(now) > 2*o.ReportingInterval {
-			return nil
+			return
 		}
 		b.sent, b.expires = true, now.Add(o.StaticTTL)
+		act := ActionAllow
 		if b.kind == kindDeny {
-			return ss.srv.blanket(b.id, o.StaticTTL, ActionDeny)
+			act = ActionDeny
 		}
-		return ss.srv.blanket(b.id, o.StaticTTL, ActionAllow)
+		bt.acts = append(bt.acts, ss.srv.blanket(b.id, o.StaticTTL, act))
+		return
 	}
 	inForce := b.sent && now.Before(b.expires)
 	if inForce && !(starved && b.granted > 0) {
-		return nil // the grant holds; a spent quota waits for its refill
+		return // the grant holds; a spent quota waits for its refill
 	}
 	l := b.quota.Limit
 	var want float64
@@ -269,14 +332,38 @@ func (ss *session) act(ctx context.Context, now time.Time, b *bucket, starved bo
 	}
 	w := int64(math.Ceil(max(want, 1)))
 	w = min(w, l.Capacity(), math.MaxUint32)
-	actx, cancel := context.WithTimeout(ctx, o.AllotTimeout)
-	a, err := ss.srv.leaseUnits(actx, b, w)
-	cancel()
-	if err != nil {
+	b.leasing = true
+	bt.grants = append(bt.grants, grant{b: b, slot: len(bt.acts), want: w, inForce: inForce})
+	bt.acts = append(bt.acts, nil)
+}
+
+// flush leases the grants of the session's batch (leaseAll) and puts each
+// bucket's action in its place.
+func (ss *session) flush(ctx context.Context, now time.Time) {
+	bt := &ss.bt
+	if len(bt.grants) == 0 {
+		return
+	}
+	ss.leaseAll(ctx, bt.grants)
+	for i := range bt.grants {
+		g := &bt.grants[i]
+		g.b.leasing = false
+		bt.acts[g.slot] = ss.granted(now, g)
+	}
+	clear(bt.grants)
+	bt.grants = bt.grants[:0]
+}
+
+// granted applies the answer to g's lease to its bucket and returns the
+// action to send, or nil.
+func (ss *session) granted(now time.Time, g *grant) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	o := &ss.srv.opts
+	b, a, inForce, l := g.b, g.a, g.inForce, g.b.quota.Limit
+	if g.err != nil {
 		// Nothing new is sent: the client keeps what it has until that
 		// assignment's TTL ends, then follows its expired behaviour.
 		ss.srv.allotErrors.Add(1)
-		ss.srv.logAllotError(err)
+		ss.srv.logAllotError(g.err)
 		if !inForce {
 			b.expires = now.Add(o.ReportingInterval) // retry
 		}
@@ -317,42 +404,87 @@ func (s *Server) blanket(id *rlqspb.BucketId, ttl time.Duration, act Action) *rl
 	return assignment(id, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}})
 }
 
-// leaseUnits takes up to want units of b's counter for one client, at
-// most 1/Split of what is left (the last units, fewer than Split, one at a
-// time). Granted 0 comes with ResetAfter, how long until units are worth
-// asking for again (the DENY_ALL's time to live).
-func (s *Server) leaseUnits(ctx context.Context, b *bucket, want int64) (sluice.Allotment, error) {
+// leaseAll leases the grants gs: for each, up to want units of its
+// bucket's counter for one client, at most 1/Split of what is left (the
+// last units, fewer than Split, one at a time). Granted 0 comes with
+// ResetAfter, how long until units are worth asking for again (the
+// DENY_ALL's time to live).
+//
+// The buckets leased by Allot are leased in one call for all of them (the
+// store takes each request in its own atomic step, in order), and a second
+// for those that came back with nothing granted and units left (fewer than
+// Split: 1/Split of them rounds down to nothing), one unit each; both calls
+// share one Options.AllotTimeout. An error of a call is the error of every
+// bucket in it (sluice.Allotter: nothing may be assumed granted). The
+// buckets leased by Takes are leased one after another, each with its own
+// AllotTimeout: a batch of Takes is all or nothing (sluice.Store), so one
+// bucket's refusal would refuse the others'.
+func (ss *session) leaseAll(ctx context.Context, gs []grant) {
+	s := ss.srv
 	o := &s.opts
-	l := b.quota.Limit
-	var a sluice.Allotment
-	if b.lease == leaseTake {
-		var err error
-		if a, err = s.takeLease(ctx, b.quota, want); err != nil {
-			return a, err
+	reqs, idx := ss.areqs[:0], ss.aidx[:0]
+	for i := range gs {
+		g := &gs[i]
+		if g.b.lease != leaseAllot {
+			continue
 		}
-	} else {
-		reqs := []sluice.AllotRequest{{Key: b.quota.Key, Limit: l, Want: want, Split: o.Split}}
-		out := make([]sluice.Allotment, 1)
-		err := s.allot(ctx, reqs, out)
-		if err == nil && out[0].Granted == 0 && out[0].Remaining > 0 {
-			// Less than Split units are left: 1/Split of them rounds down
-			// to nothing, so they go one at a time.
-			reqs[0].Want, reqs[0].Split = 1, 1
-			err = s.allot(ctx, reqs, out)
-		}
-		if err != nil {
-			return sluice.Allotment{}, err
-		}
-		a = out[0]
+		idx = append(idx, i)
+		reqs = append(reqs, sluice.AllotRequest{Key: g.b.quota.Key, Limit: g.b.quota.Limit, Want: g.want, Split: o.Split})
 	}
-	if a.Granted == 0 && l.Algorithm != sluice.FixedWindow {
-		// A bucket refills continuously and a sliding window's estimate
-		// falls as it slides: deny until a unit is back, but for at least
-		// a fifth of a reporting interval (so that a spent limit does not
-		// cost a message per unit) and at most one interval.
-		a.ResetAfter = min(max(a.ResetAfter, o.ReportingInterval/5), o.ReportingInterval)
+	if len(reqs) > 0 {
+		out := slices.Grow(ss.aout[:0], len(reqs))[:len(reqs)]
+		clear(out)
+		actx, cancel := context.WithTimeout(ctx, o.AllotTimeout)
+		err := s.allot(actx, reqs, out)
+		for j, i := range idx {
+			gs[i].a, gs[i].err = out[j], err
+		}
+		if err == nil {
+			// Less than Split units are left: they go one at a time.
+			again := reqs[:0] // reqs[j] is read before it is overwritten
+			aidx := ss.aidx2[:0]
+			for j, i := range idx {
+				if a := out[j]; a.Granted == 0 && a.Remaining > 0 {
+					r := reqs[j]
+					r.Want, r.Split = 1, 1
+					again = append(again, r)
+					aidx = append(aidx, i)
+				}
+			}
+			if len(again) > 0 {
+				out = out[:len(again)]
+				clear(out)
+				err := s.allot(actx, again, out)
+				for k, i := range aidx {
+					gs[i].a, gs[i].err = out[k], err
+				}
+			}
+			ss.aidx2 = aidx[:0]
+		}
+		cancel()
+		ss.aout = out[:0]
 	}
-	return a, nil
+	clear(reqs)
+	ss.areqs, ss.aidx = reqs[:0], idx[:0]
+	for i := range gs {
+		g := &gs[i]
+		if g.b.lease == leaseTake {
+			tctx, cancel := context.WithTimeout(ctx, o.AllotTimeout)
+			g.a, g.err = s.takeLease(tctx, g.b.quota, g.want)
+			cancel()
+		}
+		if g.err != nil {
+			g.a = sluice.Allotment{}
+			continue
+		}
+		if g.a.Granted == 0 && g.b.quota.Limit.Algorithm != sluice.FixedWindow {
+			// A bucket refills continuously and a sliding window's estimate
+			// falls as it slides: deny until a unit is back, but for at least
+			// a fifth of a reporting interval (so that a spent limit does not
+			// cost a message per unit) and at most one interval.
+			g.a.ResetAfter = min(max(g.a.ResetAfter, o.ReportingInterval/5), o.ReportingInterval)
+		}
+	}
 }
 
 // takeLease leases units of q's counter by Takes of Check's own op (q.Key,
