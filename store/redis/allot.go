@@ -113,8 +113,8 @@ func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []slu
 		sent[k] = make([]*request, len(t.idx))
 		for j, i := range t.idx {
 			sent[k][j] = s.newAllotRequest(&reqs[i], keys[i], now)
-			t.b.submit(sent[k][j])
 		}
+		t.b.submitAll(sent[k]) // one call for the target's requests
 	}
 	for k, rs := range sent {
 		var failed []error

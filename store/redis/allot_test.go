@@ -301,6 +301,40 @@ func TestAllotScriptOnce(t *testing.T) {
 	}
 }
 
+// TestAllotManyOneCall: one Allot of many requests for one batch target
+// (RLQS leases a report's buckets this way) is one script call, however
+// many requests it carries up to MaxBatch, and each request is granted as
+// if alone.
+func TestAllotManyOneCall(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{URL: srv.URL(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1000, Window: time.Hour}
+	for _, n := range []int{1, 2, 50, DefaultMaxBatch} {
+		reqs := make([]sluice.AllotRequest, n)
+		for i := range reqs {
+			reqs[i] = sluice.AllotRequest{Key: fmt.Sprintf("many%d:%d", n, i), Limit: l, Want: int64(i%7 + 1)}
+		}
+		out := make([]sluice.Allotment, n)
+		before := s.Stats().Calls
+		if err := s.Allot(ctx, reqs, out); err != nil {
+			t.Fatalf("Allot of %d: %v", n, err)
+		}
+		if got := s.Stats().Calls - before; got != 1 {
+			t.Errorf("Allot of %d requests: %d script calls, want 1", n, got)
+		}
+		for i, a := range out {
+			if a.Granted != reqs[i].Want || a.Remaining != l.Quota-reqs[i].Want {
+				t.Errorf("Allot of %d, request %d: granted %d, remaining %d; want %d, %d", n, i, a.Granted, a.Remaining, reqs[i].Want, l.Quota-reqs[i].Want)
+			}
+		}
+	}
+}
+
 // TestAllotOneMasterStopped: on a real 3-master cluster with one master
 // SIGSTOPped, Allots for keys on the two others all succeed (200 in a row,
 // counted), while Allots for the stopped master's keys, sent all along from

@@ -306,6 +306,25 @@ func (b *batcher) submit(r *request) {
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
 	b.queued += r.n()
+	b.startLocked()
+}
+
+// submitAll queues rs as submit queues each, under one lock, so that the
+// call that starts (or the next) takes them together: a caller's many
+// requests for one target (Allot's) travel in one script call, up to
+// MaxBatch ops, rather than the first alone and the rest after it.
+func (b *batcher) submitAll(rs []*request) {
+	b.mu.Lock()
+	for _, r := range rs {
+		b.queue = append(b.queue, r)
+		b.queued += r.n()
+	}
+	b.startLocked()
+}
+
+// startLocked starts a call with the queue when the in-flight rule allows
+// one, and unlocks b.mu.
+func (b *batcher) startLocked() {
 	// A call starts at once when none is in flight; another only once a
 	// quarter batch waits, so that calls stay large (Redis spends most of
 	// its time per op, not per call, but the per-call part is not free).
