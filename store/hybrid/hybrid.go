@@ -624,10 +624,7 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 				s.cold.Add(1)
 				continue
 			}
-			// (Only on the first try: Take leases for that one alone, and
-			// an entry marked refilling with no lease on its way would
-			// never lease again.)
-			if hit && !e.global && !e.refilling && now >= e.backoff && ops[i].Cost <= ops[i].Limit.Capacity() {
+			if !e.global && !e.refilling && now >= e.backoff && ops[i].Cost <= ops[i].Limit.Capacity() {
 				e.refilling = true
 				e.need = ops[i].Cost - e.held
 				need = append(need, p.k)
@@ -829,6 +826,10 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 			// units, if taken from the fresh counter, stay counted until
 			// the window or bucket frees them); the next hit leases again.
 			s.voided.Add(uint64(a.Granted))
+			// No new lease before the next instant: Take's second try of
+			// this hit would mark the key refilling with no lease on its
+			// way, and the key would never lease again.
+			e.backoff = max(e.backoff, s.now()+1)
 			sh.mu.Unlock()
 			continue
 		}
