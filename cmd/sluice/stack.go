@@ -56,7 +56,7 @@ func registerStackStats(reg prometheus.Registerer, st *compose.Stack) {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hybrid_allotments_total",
 				Help: "Allotment requests sent to the global store."}, stat(func(s compose.Stats) uint64 { return s.Hybrid.Allots })),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hybrid_units_voided_total",
-				Help: "Allotted units that expired unspent."}, stat(func(s compose.Stats) uint64 { return s.Hybrid.Voided })),
+				Help: "Allotted units that expired unspent or that a reset voided."}, stat(func(s compose.Stats) uint64 { return s.Hybrid.Voided })),
 		)
 	}
 	reg.MustRegister(

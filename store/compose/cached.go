@@ -25,7 +25,8 @@ var ErrNoAllotter = errors.New("compose: the store leases no allotments")
 // Takes, unless the shared store g is a Redis Cluster (whose refunds of
 // cross-slot batches can free quota before a denial's RetryAfter) and the
 // cache was not forced on. Everything else a layer may be asked for goes
-// to next (key listings, allotments) or to g (node health, invalidations),
+// to next (key listings, allotments) or to g (node health, invalidations,
+// reset announcements),
 // so that the cache hides nothing from the engine.
 type cached struct {
 	cache  *hybrid.Denied
@@ -94,6 +95,11 @@ func (c *cached) Health() []sluice.NodeHealth {
 // Invalidations implements sluice.Invalidator with the shared store's.
 func (c *cached) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
 	return invalidations(c.g, ctx, fn)
+}
+
+// Resets implements sluice.ResetAnnouncer with the shared store's.
+func (c *cached) Resets(ctx context.Context, fn func(keys []string, all bool)) error {
+	return resets(c.g, ctx, fn)
 }
 
 // Stats returns the cache's counters.

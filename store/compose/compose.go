@@ -14,6 +14,9 @@
 //     following the Redis store's announcements of refunds and resets
 //     (sluice.Invalidator), so that one done through any instance frees
 //     the key in every instance's cache;
+//   - the hybrid store follows the announcements of resets
+//     (sluice.ResetAnnouncer), so that a reset through any instance voids
+//     the allotments every instance holds of the key;
 //   - an in-process store (store/memory) for counters placed local, which
 //     is also the fallback of limits whose failure_mode is local
 //     (Stack.Fallback);
@@ -23,9 +26,10 @@
 //
 // Every layer passes the optional interfaces through: sluice.KeyLister,
 // sluice.Allotter (where a layer can lease), sluice.HealthReporter,
-// sluice.Invalidator and io.Closer; a layer over a store that lacks one
-// answers with an error wrapping sluice.ErrNoKeyLister, ErrNoAllotter or
-// ErrNoInvalidator, never with silence. Stats replace metrics: the package
+// sluice.Invalidator, sluice.ResetAnnouncer and io.Closer; a layer over a
+// store that lacks one answers with an error wrapping
+// sluice.ErrNoKeyLister, ErrNoAllotter or ErrNoInvalidator, never with
+// silence. Stats replace metrics: the package
 // imports no metrics library, its caller registers what Stats returns.
 package compose
 
@@ -75,7 +79,8 @@ type Config struct {
 	// answer: the stack keeps dialling in the background and fails ops
 	// with sluice.ErrStoreUnavailable meanwhile. Without it New fails.
 	Background bool
-	// Hybrid configures the store of counters placed hybrid (KindRedis).
+	// Hybrid configures the store of counters placed hybrid (KindRedis). A
+	// nil Resets means the Redis store's.
 	Hybrid hybrid.Options
 	// Denied is the denied-key cache's mode with KindRedis: DeniedAuto,
 	// DeniedOn or DeniedOff. Default DeniedAuto.
@@ -148,7 +153,8 @@ func (c Config) Validate() error {
 
 // Stack is a built store stack. It is a sluice.Store, sluice.KeyLister,
 // sluice.Allotter (the Redis store's, or the memory store's with
-// KindMemory), sluice.HealthReporter, sluice.Invalidator and io.Closer.
+// KindMemory), sluice.HealthReporter, sluice.Invalidator,
+// sluice.ResetAnnouncer and io.Closer.
 // It is safe for concurrent use.
 type Stack struct {
 	top    sluice.Store
@@ -169,6 +175,7 @@ var (
 	_ sluice.Allotter       = (*Stack)(nil)
 	_ sluice.HealthReporter = (*Stack)(nil)
 	_ sluice.Invalidator    = (*Stack)(nil)
+	_ sluice.ResetAnnouncer = (*Stack)(nil)
 	_ io.Closer             = (*Stack)(nil)
 )
 
@@ -218,6 +225,11 @@ func New(c Config) (*Stack, error) {
 		if onGrant != nil {
 			onGrant(key)
 		}
+	}
+	if hopts.Resets == nil {
+		// A reset done through any instance of the fleet voids the
+		// allotments this one holds of the key.
+		hopts.Resets = conn
 	}
 	if s.hyb, err = hybrid.New(conn, hopts); err != nil {
 		_ = conn.Close()
@@ -286,6 +298,16 @@ func (s *Stack) Invalidations(ctx context.Context, fn func(keys []string, all bo
 	return s.conn.Invalidations(ctx, fn)
 }
 
+// Resets implements sluice.ResetAnnouncer with the Redis store's; it
+// fails with an error wrapping ErrNoInvalidator with KindMemory or when
+// the Redis store announces none.
+func (s *Stack) Resets(ctx context.Context, fn func(keys []string, all bool)) error {
+	if s.conn == nil {
+		return fmt.Errorf("compose: %T: %w", s.mem, ErrNoInvalidator)
+	}
+	return s.conn.Resets(ctx, fn)
+}
+
 // Fallback is the in-process store of limits whose failure_mode is local
 // (service.Config.Fallback): with KindRedis, a memory store of its own that
 // reads the real clock on every decision (Config.Memory.Now if set); nil
@@ -342,8 +364,9 @@ func (s *Stack) Stats() Stats {
 	return st
 }
 
-// Close stops the denied caches following the Redis store, gives back the
-// hybrid store's allotments, then closes the Redis and in-process stores.
+// Close stops the denied caches and the hybrid store following the Redis
+// store, gives back the hybrid store's allotments, then closes the Redis
+// and in-process stores.
 // Later calls return the first call's error.
 func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {

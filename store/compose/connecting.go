@@ -22,8 +22,9 @@ var errNotConnected = fmt.Errorf("redis store not connected yet: %w", sluice.Err
 // reports one node "redis" that is open; meanwhile it keeps dialling, and
 // once connected it passes everything to the real store. It forwards
 // every optional interface the Redis store has: sluice.Allotter,
-// sluice.KeyLister, sluice.HealthReporter, sluice.Invalidator (when the
-// Redis store implements it), Cluster and Close.
+// sluice.KeyLister, sluice.HealthReporter, sluice.Invalidator and
+// sluice.ResetAnnouncer (when the Redis store implements them), Cluster
+// and Close.
 //
 // It is safe for concurrent use.
 type connecting struct {
@@ -122,6 +123,23 @@ func (c *connecting) Invalidations(ctx context.Context, fn func(keys []string, a
 		return ctx.Err()
 	}
 	return invalidations(c.current(), ctx, fn)
+}
+
+// Resets is Invalidations for sluice.ResetAnnouncer: it waits until
+// connected, then passes to the real store's (whose first call says all:
+// nothing was heard before).
+func (c *connecting) Resets(ctx context.Context, fn func(keys []string, all bool)) error {
+	if _, ok := any((*redis.Store)(nil)).(sluice.ResetAnnouncer); !ok {
+		return fmt.Errorf("compose: %T: %w", (*redis.Store)(nil), ErrNoInvalidator)
+	}
+	select {
+	case <-c.up:
+	case <-c.done:
+		return redis.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return resets(c.current(), ctx, fn)
 }
 
 // connect dials with exponential backoff (100ms to 5s) until it succeeds or

@@ -64,7 +64,11 @@ func stackConfig(url string, clock *storetest.Clock, denied string) Config {
 	return c
 }
 
-// newStack builds c and closes it when the test ends.
+// newStack builds c and closes it when the test ends. A stack with a
+// hybrid store over a connected Redis is returned once the hybrid store
+// follows the Redis store's reset announcements: the "all" that confirms
+// the subscription voids every allotment held (units taken and never
+// spent), which would make counts of what the counters used inexact.
 func newStack(t testing.TB, c Config) *Stack {
 	t.Helper()
 	s, err := New(c)
@@ -76,6 +80,15 @@ func newStack(t testing.TB, c Config) *Stack {
 			t.Errorf("Close: %v", err)
 		}
 	})
+	if s.hyb != nil && s.Redis() != nil {
+		deadline := time.Now().Add(20 * time.Second)
+		for s.Stats().Hybrid.ResetFlushes == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the hybrid store heard no confirmed subscription to reset announcements after 20s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	return s
 }
 

@@ -42,13 +42,15 @@ func (s *Stack) layers() []layer {
 // Every layer of every composition offers what the engine asks of a store
 // (sluice.Store, sluice.KeyLister for tenant resets and usage,
 // sluice.HealthReporter for readiness and metrics, io.Closer for the stack)
-// and passes on sluice.Allotter and sluice.Invalidator; and none lies: a
+// and passes on sluice.Allotter, sluice.Invalidator and
+// sluice.ResetAnnouncer; and none lies: a
 // call either works on real stores or fails with the sentinel that says
 // the store below cannot.
 func TestInterfacesPassThrough(t *testing.T) {
 	srv := sharedRedis(t)
 	ctx := context.Background()
 	_, redisInvalidates := any((*redis.Store)(nil)).(sluice.Invalidator)
+	_, redisAnnounces := any((*redis.Store)(nil)).(sluice.ResetAnnouncer)
 	for _, tc := range []struct {
 		name string
 		cfg  func(*storetest.Clock) Config
@@ -109,16 +111,30 @@ func TestInterfacesPassThrough(t *testing.T) {
 				inv, ok := l.st.(sluice.Invalidator)
 				if !ok {
 					t.Errorf("%s: no sluice.Invalidator", l.name)
+				} else {
+					cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+					err := inv.Invalidations(cctx, func([]string, bool) {})
+					cancel()
+					switch {
+					case tc.health && redisInvalidates && !errors.Is(err, context.DeadlineExceeded):
+						t.Errorf("%s: Invalidations over a Redis store that announces them: %v, want to run until ctx ends", l.name, err)
+					case (!tc.health || !redisInvalidates) && !errors.Is(err, ErrNoInvalidator):
+						t.Errorf("%s: Invalidations over a store without them: %v, want ErrNoInvalidator", l.name, err)
+					}
+				}
+				ra, ok := l.st.(sluice.ResetAnnouncer)
+				if !ok {
+					t.Errorf("%s: no sluice.ResetAnnouncer", l.name)
 					continue
 				}
 				cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-				err := inv.Invalidations(cctx, func([]string, bool) {})
+				err := ra.Resets(cctx, func([]string, bool) {})
 				cancel()
 				switch {
-				case tc.health && redisInvalidates && !errors.Is(err, context.DeadlineExceeded):
-					t.Errorf("%s: Invalidations over a Redis store that announces them: %v, want to run until ctx ends", l.name, err)
-				case (!tc.health || !redisInvalidates) && !errors.Is(err, ErrNoInvalidator):
-					t.Errorf("%s: Invalidations over a store without them: %v, want ErrNoInvalidator", l.name, err)
+				case tc.health && redisAnnounces && !errors.Is(err, context.DeadlineExceeded):
+					t.Errorf("%s: Resets over a Redis store that announces them: %v, want to run until ctx ends", l.name, err)
+				case (!tc.health || !redisAnnounces) && !errors.Is(err, ErrNoInvalidator):
+					t.Errorf("%s: Resets over a store without them: %v, want ErrNoInvalidator", l.name, err)
 				}
 			}
 		})
@@ -389,5 +405,107 @@ func TestDeniedFollowsFleet(t *testing.T) {
 	}
 	if st := a.Stats().Denied; st.Invalidated == 0 {
 		t.Errorf("Stats().Denied = %+v, want keys invalidated", st)
+	}
+}
+
+// A reset done through one instance voids the hybrid allotments other
+// instances hold of the key (sluice.ResetAnnouncer): two stacks on one
+// Redis, instance b leases and holds units of a hybrid key, instance a
+// refunds (b keeps its units: a refund makes none unsafe) and then resets
+// it; once b heard the reset, the two together admit at most the limit.
+// Without the void, b's units taken before the reset would be admitted on
+// top of the fresh counter's quota.
+func TestResetVoidsFleetAllotments(t *testing.T) {
+	srv := sharedRedis(t)
+	if _, ok := any((*redis.Store)(nil)).(sluice.ResetAnnouncer); !ok {
+		t.Fatal("the Redis store announces no resets")
+	}
+	clock := storetest.NewClock() // one clock: one window for the whole test
+	ca := stackConfig(srv.URL(), clock, DeniedOn)
+	cb := stackConfig(srv.URL(), clock, DeniedOn)
+	cb.Redis.Prefix = ca.Redis.Prefix // one fleet
+	a, b := newStack(t, ca), newStack(t, cb)
+	ctx := context.Background()
+	const key, quota = "h{void}h", 100
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: quota, Window: time.Hour}
+	take := func(s *Stack, action sluice.Action, cost int64) sluice.Result {
+		t.Helper()
+		res := make([]sluice.Result, 1)
+		if err := s.Take(ctx, []sluice.Op{{Key: key, Limit: lim, Cost: cost, Action: action}}, res); err != nil {
+			t.Fatalf("%v %d: %v", action, cost, err)
+		}
+		return res[0]
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up after 20s waiting until %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Both subscribed: the "all" that confirms a subscription voids what
+	// is held, and must come before b leases, not pass for the void of
+	// the reset.
+	waitFor("both hybrid stores follow the announcements", func() bool {
+		return a.Stats().Hybrid.ResetFlushes >= 1 && b.Stats().Hybrid.ResetFlushes >= 1
+	})
+	held := func(s *Stack) int64 {
+		h := s.Stats().Hybrid
+		return int64(h.Granted) - int64(h.Local) - int64(h.Voided) - int64(h.GivenBack)
+	}
+	for range 6 { // 3 cold hits decided in Redis, then a lease of 8, spent locally
+		if r := take(b, sluice.Take, 1); !r.Allowed {
+			t.Fatalf("b: hit denied far from the limit: %+v", r)
+		}
+	}
+	if held(b) <= 0 {
+		t.Fatalf("b holds no units after 6 hits (%+v): nothing to void", b.Stats().Hybrid)
+	}
+
+	// A refund through a: heard by b's denied caches, and b keeps its units.
+	inv, st := b.Stats().Denied.Invalidated, b.Stats().Hybrid
+	take(a, sluice.Refund, 1)
+	waitFor("b hears the refund", func() bool { return b.Stats().Denied.Invalidated > inv })
+	if got := b.Stats().Hybrid; got.Resets != st.Resets || got.Voided != st.Voided {
+		t.Errorf("after a refund: b's hybrid stats %+v, want Resets and Voided as before (%+v)", got, st)
+	}
+
+	// The reset through a.
+	bHeld := held(b)
+	take(a, sluice.Reset, 0)
+	waitFor("b hears the reset", func() bool { return b.Stats().Hybrid.Resets > st.Resets })
+	if got := b.Stats().Hybrid.Voided - st.Voided; got != uint64(bHeld) {
+		t.Errorf("b voided %d units on the reset, want the %d it held", got, bHeld)
+	}
+
+	// Both instances until both are denied, several times over.
+	admitted, quiet := 0, 0
+	for round := 0; quiet < 20; round++ {
+		if round > 10*quota {
+			t.Fatalf("still admitting after %d rounds (%d admitted)", round, admitted)
+		}
+		denied := 0
+		for _, s := range []*Stack{a, b} {
+			if take(s, sluice.Take, 1).Allowed {
+				admitted++
+			} else {
+				denied++
+			}
+		}
+		if denied == 2 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+	}
+	t.Logf("after the reset: %d admitted of a limit of %d; a %+v; b %+v", admitted, quota, a.Stats().Hybrid, b.Stats().Hybrid)
+	if admitted > quota {
+		t.Errorf("the fleet admitted %d after the reset, want at most the limit %d", admitted, quota)
+	}
+	if admitted < quota/2 {
+		t.Errorf("the fleet admitted %d after the reset, want most of the limit %d", admitted, quota)
 	}
 }

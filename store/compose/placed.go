@@ -299,8 +299,15 @@ func (p *Placed) Invalidations(ctx context.Context, fn func(keys []string, all b
 	return invalidations(p.Global, ctx, fn)
 }
 
+// Resets implements sluice.ResetAnnouncer with the global store's. It
+// returns an error wrapping ErrNoInvalidator when the global store has none.
+func (p *Placed) Resets(ctx context.Context, fn func(keys []string, all bool)) error {
+	return resets(p.Global, ctx, fn)
+}
+
 // ErrNoInvalidator: the store under a layer that forwards
-// sluice.Invalidator has none (a single-process store needs none).
+// sluice.Invalidator or sluice.ResetAnnouncer has none (a single-process
+// store needs none).
 var ErrNoInvalidator = errors.New("compose: the store announces no invalidations")
 
 // invalidations forwards to st's Invalidator, or fails with
@@ -311,4 +318,13 @@ func invalidations(st sluice.Store, ctx context.Context, fn func(keys []string, 
 		return fmt.Errorf("compose: %T: %w", st, ErrNoInvalidator)
 	}
 	return inv.Invalidations(ctx, fn)
+}
+
+// resets forwards to st's ResetAnnouncer, or fails with ErrNoInvalidator.
+func resets(st sluice.Store, ctx context.Context, fn func(keys []string, all bool)) error {
+	ra, ok := st.(sluice.ResetAnnouncer)
+	if !ok {
+		return fmt.Errorf("compose: %T: %w", st, ErrNoInvalidator)
+	}
+	return ra.Resets(ctx, fn)
 }

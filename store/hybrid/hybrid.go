@@ -75,13 +75,22 @@
 // stays within the bounds above) and refreshes the key's estimate of what
 // the global store has left; once the allotment is spent, the next lease
 // sees the charge (a key in debt is granted nothing and decided globally).
-// A reset drops the key's local state, allotment included (its units
-// belonged to the state the reset forgot and are counted in Stats.Voided),
-// so the next hit leases from the fresh key. The one overshoot a reset
-// allows is an allotment already on its way when the reset ran, whose
-// grant from the old state lands after it: at most one allotment per
-// instance (1/Split of the quota above Keep), once. Keys lists the global
-// store's keys when it is a sluice.KeyLister.
+// A reset voids the key's allotment (its units belonged to the state the
+// reset forgot: they are counted in Stats.Voided, never given back, for
+// given back to the fresh key they would be admitted on top of its quota),
+// so the next hit leases from the fresh key. A reset done elsewhere (through
+// another instance sharing the global store) voids it too, once
+// Options.Resets announces it; until then, one Pub/Sub delivery with the
+// Redis store, this instance may still spend what it held. A grant on its
+// way when the key's reset is heard (here or announced) may be of the old
+// state: it is voided on arrival, erring on the side of admitting less (if
+// it was of the fresh state, its units stay counted there unspent until
+// the window ends or the bucket refills). When Options.Resets says
+// announcements may have been missed, every allotment is voided the same
+// way. What a reset cannot reach: an idle key's give-back (Sweep, Close)
+// already on its way when the reset runs lands on the fresh key, at most
+// the units that instance held, once. Keys lists the global store's keys
+// when it is a sluice.KeyLister.
 //
 // # Failure
 //
@@ -163,6 +172,18 @@ type Options struct {
 	// them: the key can admit from its allotment again, and a remembered
 	// denial would strand the units until it expires.
 	OnGrant func(key string)
+	// Resets, if set, is followed from New until Close: the allotments of
+	// the keys it names are voided, and every allotment when it says all
+	// (announcements may have been missed), so that a reset done through
+	// another instance (or anything else sharing the global store) stops
+	// this one spending units taken from the key before the reset. Voided
+	// units are not given back: the counter they were taken from is gone,
+	// and giving them back to the fresh one would let the fleet admit more
+	// than the limit. Set it to the global store several instances share
+	// (the Redis store implements sluice.ResetAnnouncer; names are
+	// Op.Key's, which stores in between must pass unchanged). Nil: only
+	// resets through this store void its allotments.
+	Resets sluice.ResetAnnouncer
 }
 
 // Stats are counters of a Store since New.
@@ -177,8 +198,15 @@ type Stats struct {
 	// Allots counts allotment requests sent; Granted the units they gave.
 	Allots, Granted uint64
 	// GivenBack counts units handed back unspent; Voided units that expired
-	// unspent.
+	// unspent or that a reset voided (and grants voided on arrival because
+	// their key was reset while they were on their way).
 	GivenBack, Voided uint64
+	// Resets counts the keys with local state whose allotment a reset
+	// voided (whether or not units were held): once per Reset op through
+	// this store, and once per key and limit Options.Resets named. ResetFlushes counts the times Options.Resets said all
+	// (at the start, and when announcements may have been missed), each
+	// voiding every allotment.
+	Resets, ResetFlushes uint64
 	// Keys is the number of keys with local state.
 	Keys int
 }
@@ -206,6 +234,16 @@ type Store struct {
 	closed   atomic.Bool
 
 	local, global, cold, allots, granted, givenBack, voided atomic.Uint64
+	resets, resetFlushes                                    atomic.Uint64
+
+	// resetGen counts the resets voiding allotments (of a key or all):
+	// a grant whose lease was sent when it was lower than its entry's
+	// voidGen, or than allGen, is from before a reset and is voided on
+	// arrival.
+	resetGen, allGen atomic.Uint64
+	// stop ends following Options.Resets; done is closed once it ended.
+	stop context.CancelFunc
+	done chan struct{}
 
 	onGrant func(key string)
 }
@@ -241,6 +279,8 @@ type entry struct {
 	hits  int8
 	hitAt int64
 	gap   float64
+	// voidGen is resetGen when a reset last voided the key's allotment.
+	voidGen uint64
 }
 
 // New returns a Store over the global store g.
@@ -279,6 +319,16 @@ func New(g sluice.Allotter, opts Options) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].m = map[entryKey]*entry{}
 	}
+	if ra := opts.Resets; ra != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stop, s.done = cancel, make(chan struct{})
+		go func() {
+			defer close(s.done)
+			// It returns when ctx ends or the store is closed: either way
+			// nothing more can be heard.
+			_ = ra.Resets(ctx, s.heardResets)
+		}()
+	}
 	return s, nil
 }
 
@@ -295,6 +345,7 @@ func (s *Store) Stats() Stats {
 		Local: s.local.Load(), Global: s.global.Load(), Cold: s.cold.Load(),
 		Allots: s.allots.Load(), Granted: s.granted.Load(),
 		GivenBack: s.givenBack.Load(), Voided: s.voided.Load(),
+		Resets: s.resets.Load(), ResetFlushes: s.resetFlushes.Load(),
 		Keys: int(s.keys.Load()),
 	}
 }
@@ -404,28 +455,93 @@ func settles(ops []sluice.Op) bool {
 // no hit spends its old allotment meanwhile) and after it (so no grant
 // that raced with the call survives).
 func (s *Store) settle(ctx context.Context, ops []sluice.Op, plans []plan, results []sluice.Result, now int64) error {
-	s.dropReset(ops, plans)
+	s.dropReset(ops, plans, true)
 	err := s.takeGlobal(ctx, ops, plans, results, now)
-	s.dropReset(ops, plans)
+	s.dropReset(ops, plans, false)
 	return err
 }
 
-// dropReset forgets the local state of every key ops reset.
-func (s *Store) dropReset(ops []sluice.Op, plans []plan) {
+// dropReset voids the allotment of every key ops reset (voidReset),
+// counting them in Stats.Resets if count is set.
+func (s *Store) dropReset(ops []sluice.Op, plans []plan, count bool) {
 	for i := range ops {
 		if ops[i].Action != sluice.Reset {
 			continue
 		}
 		p := &plans[i]
+		g := s.resetGen.Add(1)
 		p.sh.mu.Lock()
 		if e := p.sh.m[p.k]; e != nil {
-			if e.held > 0 {
-				s.voided.Add(uint64(e.held))
+			s.voidReset(e, g)
+			if count {
+				s.resets.Add(1)
 			}
-			delete(p.sh.m, p.k)
-			s.keys.Add(-1)
 		}
 		p.sh.mu.Unlock()
+	}
+}
+
+// voidReset voids e's allotment, for a reset of its key numbered g
+// (resetGen): the units held are dropped, not given back (the counter they
+// were taken from is gone), a grant on its way when g was numbered will be
+// dropped on arrival, and the key, fresh in the global store, may lease
+// again on its next hit. Its demand (hits, rate) is kept: the traffic did
+// not change. mu of e's shard must be held.
+func (s *Store) voidReset(e *entry, g uint64) {
+	if e.held > 0 {
+		s.voided.Add(uint64(e.held))
+	}
+	e.held = 0
+	e.voidGen = g
+	e.global = false
+}
+
+// heardResets is the callback of Options.Resets: it voids the allotments
+// of keys (under every limit), or every allotment when all is set.
+func (s *Store) heardResets(keys []string, all bool) {
+	g := s.resetGen.Add(1)
+	if all {
+		s.resetFlushes.Add(1)
+		// allGen first: a grant applied from now on, whose lease was
+		// sent before, is voided (allot checks it under the shard's lock,
+		// which the loop below takes after).
+		s.allGen.Store(g)
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			for _, e := range sh.m {
+				if e.held > 0 {
+					s.voided.Add(uint64(e.held))
+				}
+				e.held = 0
+			}
+			sh.mu.Unlock()
+		}
+		return
+	}
+	// One pass over each shard that holds a named key, whatever the
+	// number of keys (a tenant's reset names many).
+	var named [numShards]map[string]struct{}
+	for _, k := range keys {
+		si := s.shardIndex(entryKey{key: k})
+		if named[si] == nil {
+			named[si] = map[string]struct{}{}
+		}
+		named[si][k] = struct{}{}
+	}
+	for si := range named {
+		if named[si] == nil {
+			continue
+		}
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if _, ok := named[si][k.key]; ok {
+				s.voidReset(e, g)
+				s.resets.Add(1)
+			}
+		}
+		sh.mu.Unlock()
 	}
 }
 
@@ -669,6 +785,9 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 		reqs[i] = sluice.AllotRequest{Key: k.key, Limit: k.limit, Want: w, Keep: s.keepOf(k.limit), Split: s.split}
 	}
 	out := make([]sluice.Allotment, len(keys))
+	// gen before the lease is sent: a reset heard after this may have run
+	// in the global store before or after the grant was taken.
+	gen := s.resetGen.Load()
 	sent := s.now()
 	s.allots.Add(uint64(len(reqs)))
 	err := s.g.Allot(ctx, reqs, out)
@@ -678,9 +797,18 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 		e := sh.m[k]
 		if e == nil { // swept meanwhile: nothing to apply a grant to
 			sh.mu.Unlock()
-			if err == nil && out[i].Granted > 0 {
-				s.giveBack(k, out[i])
+			if err != nil || out[i].Granted == 0 {
+				continue
 			}
+			if s.resetGen.Load() != gen {
+				// A reset since the lease was sent may have been of this
+				// key: giving the grant back could give the fresh counter
+				// units taken from the old one.
+				s.granted.Add(uint64(out[i].Granted))
+				s.voided.Add(uint64(out[i].Granted))
+				continue
+			}
+			s.giveBack(k, out[i])
 			continue
 		}
 		e.refilling = false
@@ -691,6 +819,20 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 		}
 		a := out[i]
 		s.granted.Add(uint64(a.Granted))
+		if e.voidGen > gen || s.allGen.Load() > gen {
+			// The key was reset (or announcements missed) while the lease
+			// was on its way: the grant may be of the state before the
+			// reset. Dropping it errs on the side of admitting less (its
+			// units, if taken from the fresh counter, stay counted until
+			// the window or bucket frees them); the next hit leases again.
+			s.voided.Add(uint64(a.Granted))
+			// No new lease before the next instant: Take's second try of
+			// this hit would mark the key refilling with no lease on its
+			// way, and the key would never lease again.
+			e.backoff = max(e.backoff, s.now()+1)
+			sh.mu.Unlock()
+			continue
+		}
 		deadline := sent + a.TTL.Microseconds()
 		if k.limit.Algorithm != sluice.FixedWindow {
 			deadline = sent + min(s.lease, a.TTL.Microseconds())
@@ -815,11 +957,15 @@ func (s *Store) Sweep(ctx context.Context, all bool) {
 	}
 }
 
-// Close waits for background leases and gives back every unspent
-// allotment. It does not close the global store. Takes after Close still
+// Close stops following Options.Resets, waits for background leases and
+// gives back every unspent allotment. It does not close the global store. Takes after Close still
 // work (they go to the global store once allotments are spent).
 func (s *Store) Close() error {
 	if s.closed.CompareAndSwap(false, true) {
+		if s.stop != nil {
+			s.stop()
+			<-s.done
+		}
 		s.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -21,7 +21,8 @@ import (
 // between the write and the publish, and is never sent for a write that
 // did not happen (a denied group, a call refused by the deadline guard).
 // Every Store subscribes to that channel once (on the first Invalidations
-// call) and passes what it hears to its Invalidations callers. Redis
+// or Resets call) and passes what it hears to its Invalidations callers,
+// and the keys reset (marked so in the message) to its Resets callers. Redis
 // Pub/Sub is fire-and-forget, so a message published while a subscriber
 // is not connected is lost to it: each time the subscription is lost and
 // each time it is (re)confirmed, callers are told to drop everything. In a
@@ -33,7 +34,10 @@ import (
 // of denials exists to avoid; announcements cost nothing until a refund
 // or reset happens.
 
-var _ sluice.Invalidator = (*Store)(nil)
+var (
+	_ sluice.Invalidator    = (*Store)(nil)
+	_ sluice.ResetAnnouncer = (*Store)(nil)
+)
 
 // invalidateChannel follows Options.Prefix in the name of the channel.
 const invalidateChannel = "invalidate"
@@ -56,13 +60,14 @@ type invHub struct {
 	subs      map[*invQueue]struct{}
 }
 
-// invQueue is what one Invalidations caller has yet to be told: keys, or
-// everything.
+// invQueue is what one Invalidations (or Resets) caller has yet to be
+// told: keys, or everything.
 type invQueue struct {
-	mu   sync.Mutex
-	keys []string
-	all  bool
-	wake chan struct{} // capacity 1
+	resets bool // a Resets caller: hears the keys reset only
+	mu     sync.Mutex
+	keys   []string
+	all    bool
+	wake   chan struct{} // capacity 1
 }
 
 // push queues keys (or everything) and wakes the caller. It never blocks.
@@ -91,12 +96,18 @@ func (q *invQueue) take() ([]string, bool) {
 	return keys, all
 }
 
-// broadcast pushes to every listener.
-func (h *invHub) broadcast(keys []string, all bool) {
+// broadcast pushes the keys of one message to every listener: all of
+// them to Invalidations callers, those reset to Resets callers.
+func (h *invHub) broadcast(keys, resets []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for q := range h.subs {
-		q.push(keys, all)
+		switch {
+		case !q.resets:
+			q.push(keys, false)
+		case len(resets) > 0:
+			q.push(resets, false)
+		}
 	}
 }
 
@@ -134,10 +145,26 @@ func (h *invHub) setUp(up bool) {
 // all after the call gave up (see the deadline guard). It returns ctx's
 // error when ctx is done, or ErrClosed once the store is closed.
 func (s *Store) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
+	return s.listen(ctx, false, fn)
+}
+
+// Resets implements sluice.ResetAnnouncer: fn hears, for every script call
+// on any Store sharing this Redis and prefix (this one included) that
+// applied Reset ops, the op keys they reset (not those only refunded); and
+// (nil, true) each time the subscription is confirmed or lost, exactly as
+// Invalidations (the same one subscription serves both, and everything
+// Invalidations says of delivery, names and errors holds). A message from
+// a store of an older version, which does not mark resets, names none.
+func (s *Store) Resets(ctx context.Context, fn func(keys []string, all bool)) error {
+	return s.listen(ctx, true, fn)
+}
+
+// listen serves one Invalidations (resets false) or Resets caller.
+func (s *Store) listen(ctx context.Context, resets bool, fn func(keys []string, all bool)) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	q := &invQueue{wake: make(chan struct{}, 1)}
+	q := &invQueue{resets: resets, wake: make(chan struct{}, 1)}
 	h := &s.inv
 	h.mu.Lock()
 	if h.subs == nil {
@@ -192,8 +219,8 @@ func (s *Store) subscribe() {
 			}
 		})
 		_ = s.client.Receive(hctx, s.client.B().Subscribe().Channel(s.channel).Build(), func(m rueidis.PubSubMessage) {
-			if keys := s.decodeInvalidation(m.Message); len(keys) > 0 {
-				s.inv.broadcast(keys, false)
+			if keys, resets := s.decodeInvalidation(m.Message); len(keys) > 0 {
+				s.inv.broadcast(keys, resets)
 			}
 		})
 		s.inv.setUp(false)
@@ -220,29 +247,42 @@ func (h *invHub) wasConfirmed() bool {
 }
 
 // decodeInvalidation reads a message of scripts/driver.lua ("<length>:<key>"
-// items, Redis keys) into op keys. Items it cannot read or keys of another
-// prefix are skipped.
-func (s *Store) decodeInvalidation(msg string) []string {
-	var keys []string
+// items, Redis keys, the keys reset first, then "r<count>" when count of
+// them were reset) into op keys: every key the message names, and those of
+// them that were reset (a prefix of keys). Items it cannot read or keys of
+// another prefix are skipped; a message without the "r" trailer (a store
+// of an older version) names no resets.
+func (s *Store) decodeInvalidation(msg string) (keys, resets []string) {
+	var ends []int // ends[i]: len(keys) after item i
 	for len(msg) > 0 {
+		if msg[0] == 'r' {
+			n, err := strconv.Atoi(msg[1:])
+			if err != nil || n <= 0 {
+				return keys, nil
+			}
+			n = min(n, len(ends))
+			if n == 0 {
+				return keys, nil
+			}
+			return keys, keys[:ends[n-1]:ends[n-1]]
+		}
 		colon := strings.IndexByte(msg, ':')
 		if colon <= 0 {
-			return keys
+			return keys, nil
 		}
 		n, err := strconv.Atoi(msg[:colon])
 		if err != nil || n < 0 || n > len(msg)-colon-1 {
-			return keys
+			return keys, nil
 		}
 		rk := msg[colon+1 : colon+1+n]
 		msg = msg[colon+1+n:]
-		k, ok := s.opKey(rk)
-		if !ok {
-			continue
+		if k, ok := s.opKey(rk); ok {
+			keys = append(keys, k)
+			if _, tagged := hashTag(k); !tagged {
+				keys = append(keys, "{"+k+"}")
+			}
 		}
-		keys = append(keys, k)
-		if _, tagged := hashTag(k); !tagged {
-			keys = append(keys, "{"+k+"}")
-		}
+		ends = append(ends, len(keys))
 	}
-	return keys
+	return keys, nil
 }

@@ -234,27 +234,92 @@ func TestInvalidationsCallers(t *testing.T) {
 }
 
 // A message with items that do not parse, or Redis keys of another prefix,
-// yields only the keys it can read.
+// yields only the keys it can read; the "r" trailer marks how many of the
+// first items were reset, and a message without it (an older store's)
+// names no resets.
 func TestDecodeInvalidation(t *testing.T) {
 	s := &Store{prefix: "p:"}
 	fw := redisKey("p:", sluice.FixedWindow, "x")
 	tagged := redisKey("p:", sluice.GCRA, "{t}y")
+	item := func(k string) string { return fmt.Sprintf("%d:%s", len(k), k) }
 	for _, tc := range []struct {
-		msg  string
-		want []string
+		msg                  string
+		wantKeys, wantResets []string
 	}{
-		{"", nil},
-		{fmt.Sprintf("%d:%s", len(fw), fw), []string{"x", "{x}"}},
-		{fmt.Sprintf("%d:%s%d:%s", len(fw), fw, len(tagged), tagged), []string{"x", "{x}", "{t}y"}},
-		{"8:q:t{abc}" + fmt.Sprintf("%d:%s", len(tagged), tagged), []string{"{t}y"}}, // another prefix skipped
-		{"99:short", nil},
-		{"x:abc", nil},
-		{fmt.Sprintf("%d:%s", len(tagged), tagged) + "-1:", []string{"{t}y"}},
+		{"", nil, nil},
+		{item(fw), []string{"x", "{x}"}, nil},
+		{item(fw) + item(tagged), []string{"x", "{x}", "{t}y"}, nil},
+		{"8:q:t{abc}" + item(tagged), []string{"{t}y"}, nil}, // another prefix skipped
+		{"99:short", nil, nil},
+		{"x:abc", nil, nil},
+		{item(tagged) + "-1:", []string{"{t}y"}, nil},
+		// Resets first, then refunds, then the count of resets.
+		{item(fw) + "r1", []string{"x", "{x}"}, []string{"x", "{x}"}},
+		{item(tagged) + item(fw) + "r1", []string{"{t}y", "x", "{x}"}, []string{"{t}y"}},
+		{item(fw) + item(tagged) + "r2", []string{"x", "{x}", "{t}y"}, []string{"x", "{x}", "{t}y"}},
+		{"8:q:t{abc}" + item(tagged) + "r1", []string{"{t}y"}, nil}, // the reset key was another prefix's
+		{item(fw) + "r9", []string{"x", "{x}"}, []string{"x", "{x}"}},
+		{item(fw) + "r0", []string{"x", "{x}"}, nil},
+		{item(fw) + "rx", []string{"x", "{x}"}, nil},
 	} {
-		got := s.decodeInvalidation(tc.msg)
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("decodeInvalidation(%q) = %q, want %q", tc.msg, got, tc.want)
+		keys, resets := s.decodeInvalidation(tc.msg)
+		if fmt.Sprint(keys) != fmt.Sprint(tc.wantKeys) || fmt.Sprint(resets) != fmt.Sprint(tc.wantResets) {
+			t.Errorf("decodeInvalidation(%q) = %q, %q; want %q, %q", tc.msg, keys, resets, tc.wantKeys, tc.wantResets)
 		}
+	}
+}
+
+// A Resets caller hears the keys Reset ops reset, through any store, and
+// not those only refunded (a key both refunded and reset in one call is
+// reset); an Invalidations caller of the same store hears both, from the
+// same one subscription.
+func TestResetsAnnounce(t *testing.T) {
+	srv := redistest.Start(t)
+	st := fleetStores(t, srv.URL(), 2)
+	from, to := st[0], st[1]
+	inv := listen(t, to)
+	res := &heardLog{keys: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- to.Resets(ctx, res.fn) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Errorf("Resets returned %v, want %v", err, context.Canceled)
+		}
+	})
+	waitFor(t, "both callers told to start empty", func() bool {
+		_, x := inv.snapshot()
+		_, y := res.snapshot()
+		return x >= 1 && y >= 1
+	})
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Hour}
+	take := func(ops ...sluice.Op) {
+		t.Helper()
+		if err := from.Take(context.Background(), ops, make([]sluice.Result, len(ops))); err != nil {
+			t.Fatalf("Take(%v) = %v", ops, err)
+		}
+	}
+	take(sluice.Op{Key: "{r}refund", Limit: lim, Cost: 2}, sluice.Op{Key: "{r}refund", Limit: lim, Cost: 1, Action: sluice.Refund})
+	take(sluice.Op{Key: "{r}both", Limit: lim, Cost: 1, Action: sluice.Refund}, sluice.Op{Key: "{r}both", Limit: lim, Action: sluice.Reset},
+		sluice.Op{Key: "{r}other", Limit: lim, Cost: 1, Action: sluice.Refund})
+	take(sluice.Op{Key: "bare", Limit: lim, Action: sluice.Reset})
+	waitFor(t, "the resets", func() bool {
+		got, _ := res.snapshot()
+		return got["{r}both"] == 1 && got["bare"] == 1 && got["{bare}"] == 1
+	})
+	waitFor(t, "the invalidations", func() bool {
+		got, _ := inv.snapshot()
+		return got["{r}refund"] == 1 && got["{r}both"] == 1 && got["{r}other"] == 1 && got["bare"] == 1
+	})
+	got, _ := res.snapshot()
+	for _, refunded := range []string{"{r}refund", "{r}other"} {
+		if got[refunded] != 0 {
+			t.Errorf("Resets heard %q %d times, want 0 (it was refunded, not reset)", refunded, got[refunded])
+		}
+	}
+	if n := to.Stats().Subscriptions; n != 1 {
+		t.Errorf("Subscriptions = %d, want 1 (Invalidations and Resets share one)", n)
 	}
 }
 

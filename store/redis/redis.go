@@ -477,7 +477,8 @@ type Stats struct {
 	LateExpired uint64
 	// Subscriptions is the number of times the store's subscription to
 	// invalidations (see Invalidations) was confirmed: 1 after the first
-	// Invalidations call, and one more after each lost connection.
+	// Invalidations or Resets call, and one more after each lost
+	// connection.
 	Subscriptions uint64
 }
 

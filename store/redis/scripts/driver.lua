@@ -22,10 +22,13 @@
 -- Invalidation: once every group is decided, the call PUBLISHes on channel
 -- (the store's prefix and "invalidate"; "" for none) the keys that Refund
 -- ops of cost > 0 and Reset ops of groups that were not denied changed,
--- each once, as one message of "<length>:<key>" items (Redis keys, in no
--- particular order), so that every instance's cache of denials forgets them
--- (invalidate.go). Nothing is published for a call that changed none, and
--- a PUBLISH that fails (an ACL without the channel) fails nothing else.
+-- each once, as one message of "<length>:<key>" items (Redis keys), the
+-- keys reset first, then, if any key was reset, "r" and how many of the
+-- items are resets (a reader that knows only items stops there), so that
+-- every instance's cache of denials forgets them and every instance's
+-- allotments of the keys reset are voided (invalidate.go). Nothing is
+-- published for a call that changed none, and a PUBLISH that fails (an
+-- ACL without the channel) fails nothing else.
 --
 -- Reply, per group: one string of packed little-endian doubles, now and
 -- then reason, remaining, resetAfter, retryAfter, delay for each op (cheaper
@@ -47,15 +50,20 @@ local min_ttl = tonumber(ARGV[1])
 local channel = ARGV[2]
 local limits = {}
 -- gave lists the keys Refund and Reset ops of groups that were not denied
--- changed (as a set, seen), for the one PUBLISH of the call.
-local gave, seen = {}, {}
+-- changed, in order, each once; how[key] is RESET if any op reset it, else
+-- REFUND: for the one PUBLISH of the call.
+local gave, how = {}, {}
 
--- announce notes that the refund or reset op j of pass g changed its key.
-local function announce(g, j)
+-- announce notes that the refund or reset (act) op j of pass g changed its
+-- key.
+local function announce(g, j, act)
   local key = KEYS[g.kbase + j]
-  if not seen[key] then
-    seen[key] = true
-    gave[#gave + 1] = #key .. ':' .. key
+  local was = how[key]
+  if not was then
+    gave[#gave + 1] = key
+  end
+  if was ~= RESET then
+    how[key] = act
   end
 end
 -- clock is Redis TIME in µs, read at most once per call (by guard.lua, or
@@ -428,7 +436,7 @@ local function decide(kbase, ops, now, mode)
     emit(parts, res[j])
     local op = ops[j]
     if not denied and (op.act == RESET or (op.act == REFUND and op.cost > 0)) then
-      announce(g, j)
+      announce(g, j, op.act)
     end
   end
   put(table.concat(parts))
@@ -477,8 +485,23 @@ for _ = 1, tonumber(ARGV[3]) do
   kbase = kbase + n
 end
 if #gave > 0 and channel ~= '' then
+  local items, resets = {}, 0
+  for _, key in ipairs(gave) do
+    if how[key] == RESET then
+      resets = resets + 1
+      items[resets] = #key .. ':' .. key
+    end
+  end
+  for _, key in ipairs(gave) do
+    if how[key] ~= RESET then
+      items[#items + 1] = #key .. ':' .. key
+    end
+  end
+  if resets > 0 then
+    items[#items + 1] = 'r' .. resets
+  end
   -- pcall: an ACL user without the channel's permission still resets and
   -- refunds (unannounced) rather than failing them.
-  redis.pcall('PUBLISH', channel, table.concat(gave))
+  redis.pcall('PUBLISH', channel, table.concat(items))
 end
 return out
