@@ -90,6 +90,11 @@ func TestPlacementsTwoServers(t *testing.T) {
 		if metric(ts, "sluice_hybrid_local_total") == 0 {
 			t.Errorf("no hybrid decision was local")
 		}
+		// The store's subscription to reset announcements was confirmed
+		// (allotments voided once, before any lease); no key was reset.
+		if f, r := metric(ts, "sluice_hybrid_reset_flushes_total"), metric(ts, "sluice_hybrid_resets_total"); f < 1 || r != 0 {
+			t.Errorf("sluice_hybrid_reset_flushes_total %v, sluice_hybrid_resets_total %v; want ≥ 1 and 0", f, r)
+		}
 		if metric(ts, "sluice_denied_cache_hits_total") == 0 {
 			_, body := get(t, ts.base+"/metrics")
 			t.Errorf("no denial came from the cache: %s", grepLines(body, "sluice_denied"))

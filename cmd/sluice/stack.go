@@ -57,6 +57,10 @@ func registerStackStats(reg prometheus.Registerer, st *compose.Stack) {
 				Help: "Allotment requests sent to the global store."}, stat(func(s compose.Stats) uint64 { return s.Hybrid.Allots })),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hybrid_units_voided_total",
 				Help: "Allotted units that expired unspent or that a reset voided."}, stat(func(s compose.Stats) uint64 { return s.Hybrid.Voided })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hybrid_resets_total",
+				Help: "Keys whose allotment a reset voided (a reset through this instance, or announced by another)."}, stat(func(s compose.Stats) uint64 { return s.Hybrid.Resets })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_hybrid_reset_flushes_total",
+				Help: "Times every allotment was voided because reset announcements may have been missed (the Redis subscription lost or confirmed)."}, stat(func(s compose.Stats) uint64 { return s.Hybrid.ResetFlushes })),
 		)
 	}
 	reg.MustRegister(
