@@ -115,12 +115,8 @@ func (c *connecting) Invalidations(ctx context.Context, fn func(keys []string, a
 	if _, ok := any((*redis.Store)(nil)).(sluice.Invalidator); !ok {
 		return fmt.Errorf("compose: %T: %w", (*redis.Store)(nil), ErrNoInvalidator)
 	}
-	select {
-	case <-c.up:
-	case <-c.done:
-		return redis.ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := c.waitUp(ctx); err != nil {
+		return err
 	}
 	return invalidations(c.current(), ctx, fn)
 }
@@ -132,6 +128,15 @@ func (c *connecting) Resets(ctx context.Context, fn func(keys []string, all bool
 	if _, ok := any((*redis.Store)(nil)).(sluice.ResetAnnouncer); !ok {
 		return fmt.Errorf("compose: %T: %w", (*redis.Store)(nil), ErrNoInvalidator)
 	}
+	if err := c.waitUp(ctx); err != nil {
+		return err
+	}
+	return resets(c.current(), ctx, fn)
+}
+
+// waitUp waits until the Redis store is connected; it returns
+// redis.ErrClosed once closed first, or ctx's error when ctx is done first.
+func (c *connecting) waitUp(ctx context.Context) error {
 	select {
 	case <-c.up:
 	case <-c.done:
@@ -139,7 +144,7 @@ func (c *connecting) Resets(ctx context.Context, fn func(keys []string, all bool
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return resets(c.current(), ctx, fn)
+	return nil
 }
 
 // connect dials with exponential backoff (100ms to 5s) until it succeeds or
