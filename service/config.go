@@ -41,10 +41,17 @@ type Config struct {
 	// Sample, when set, records a bounded sample of checks for previews
 	// of rule changes (see Sample). Nil records nothing.
 	Sample *Sample
-	// ShadowMode puts every limit in shadow mode, as if each rule said
-	// shadow_mode: true (envoyproxy/ratelimit's SHADOW_MODE): limits count,
-	// and a denial is reported as allowed (outcome shadow_denied).
+	// ShadowMode puts every limit in shadow mode (envoyproxy/ratelimit's
+	// SHADOW_MODE): limits count, and nothing is denied: the overall code
+	// is OK (outcome shadow_denied). As in the peer, a descriptor over its
+	// limit keeps the status OVER_LIMIT (with Status.Shadowed), so Envoy's
+	// headers, access logs and stats show what would have been limited; a
+	// rule's own shadow_mode: true reports its descriptor OK.
 	ShadowMode bool
+	// ShadowStatusOK, with ShadowMode, reports each over-limit
+	// descriptor's status as OK too, as Sluice did before it matched the
+	// peer (as if every rule said shadow_mode: true).
+	ShadowStatusOK bool
 	// QuotaMode treats every descriptor of every request as quota mode
 	// (envoyproxy/ratelimit's QUOTA_MODE; see rules.Rule.QuotaMode): a
 	// request is denied only when all its limited descriptors are over.

@@ -239,15 +239,49 @@ func TestQuotaMode(t *testing.T) {
 		t.Errorf("global quota mode, beside a descriptor without a limit: %v, want OK (as envoyproxy/ratelimit)", got)
 	}
 
-	cfg = DefaultConfig()
-	cfg.ShadowMode = true
-	s := newHarness(t, envoyRules, cfg)
-	s.ai(t, hits(user, 10))
-	if resp := s.ai(t, user); resp.OverallCode != CodeOK || !resp.Statuses[0].Shadowed {
-		t.Errorf("global shadow mode over the limit: %v shadowed %v, want OK, true", resp.OverallCode, resp.Statuses[0].Shadowed)
-	}
-	if got := s.decisions("ai", "user", OutcomeShadowDenied); got != 1 {
-		t.Errorf("global shadow mode: shadow_denied = %v, want 1", got)
+}
+
+// TestGlobalShadowMode: with Config.ShadowMode (the peer's SHADOW_MODE) a
+// descriptor over its limit keeps the status OVER_LIMIT and only the
+// overall code is OK, as envoyproxy/ratelimit answers; ShadowStatusOK
+// brings back the OK status; a rule's own shadow_mode reports OK either
+// way. Every row counts shadow_denied and charges the limit.
+func TestGlobalShadowMode(t *testing.T) {
+	const yaml = envoyRules + `  - key: ruleshadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+	for _, tc := range []struct {
+		name             string
+		global, statusOK bool
+		d                Descriptor
+		limitKey         string
+		want             Code
+	}{
+		{"global: status kept", true, false, desc("user", "bob"), "user", CodeOverLimit},
+		{"global with status OK", true, true, desc("user", "bob"), "user", CodeOK},
+		{"rule shadow_mode", false, false, desc("ruleshadow", "x"), "ruleshadow", CodeOK},
+		{"rule shadow_mode under global", true, false, desc("ruleshadow", "x"), "ruleshadow", CodeOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.ShadowMode, cfg.ShadowStatusOK = tc.global, tc.statusOK
+			h := newHarness(t, yaml, cfg)
+			for range 20 { // well past either limit
+				h.ai(t, tc.d)
+			}
+			resp := h.ai(t, tc.d)
+			st := resp.Statuses[0]
+			if resp.OverallCode != CodeOK || st.Code != tc.want || !st.Shadowed {
+				t.Errorf("over the limit: overall %v, status %v, shadowed %v; want OK, %v, true", resp.OverallCode, st.Code, st.Shadowed, tc.want)
+			}
+			if st.Result.Remaining != 0 {
+				t.Errorf("remaining %d, want 0 (the shadowed limit is charged)", st.Result.Remaining)
+			}
+			if got := h.decisions("ai", tc.limitKey, OutcomeShadowDenied); got == 0 {
+				t.Errorf("shadow_denied = %v, want > 0", got)
+			}
+		})
 	}
 }
 

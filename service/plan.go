@@ -139,11 +139,14 @@ func scaleLimit(l sluice.Limit, replicas int) sluice.Limit {
 
 // plan is one descriptor's part of a check.
 type plan struct {
-	desc    int         // index into the request's descriptors
-	info    *ruleInfo   // nil for an override
-	rule    *rules.Rule // nil for an override
-	mode    rules.FailureMode
-	shadow  bool
+	desc   int         // index into the request's descriptors
+	info   *ruleInfo   // nil for an override
+	rule   *rules.Rule // nil for an override
+	mode   rules.FailureMode
+	shadow bool
+	// global: in shadow mode only by Config.ShadowMode (its status stays
+	// OVER_LIMIT unless Config.ShadowStatusOK; see record)
+	global  bool
 	local   sluice.Limit
 	op      int  // index into ops, -1 when the rule is unlimited
 	ks, ke  int  // the op's key is scratch.key[ks:ke]
@@ -287,7 +290,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 			ks := len(sc.key)
 			sc.key = appendKey(sc.key, req.Domain, d.Entries, nil, string(overrideMiddle(lim)))
 			sc.plans = append(sc.plans, plan{desc: i, mode: e.cfg.DefaultFailureMode, local: scaleLimit(lim, e.cfg.ExpectedReplicas),
-				op: len(sc.ops), ks: ks, ke: len(sc.key), lim: lim, shadow: e.cfg.ShadowMode, quota: e.cfg.QuotaMode})
+				op: len(sc.ops), ks: ks, ke: len(sc.key), lim: lim, shadow: e.cfg.ShadowMode, global: e.cfg.ShadowMode, quota: e.cfg.QuotaMode})
 			sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: cost, Action: act})
 			continue
 		}
@@ -341,7 +344,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		}
 		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, sub, own)
 		sc.calendar = sc.calendar || excess != 0
-		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow || e.cfg.ShadowMode, local: local,
+		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow || e.cfg.ShadowMode, global: e.cfg.ShadowMode && !r.ShadowMode && !ov.shadow, local: local,
 			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier,
 			lim: lim, own: own != nil, quota: r.QuotaMode || e.cfg.QuotaMode, probing: probing})
 		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act})

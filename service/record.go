@@ -7,6 +7,18 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
+// shadow marks st, a shadow-mode limit's denial: Shadowed, and Code OK —
+// except when only Config.ShadowMode put the limit in shadow mode, where
+// the code stays OVER_LIMIT (envoyproxy/ratelimit's SHADOW_MODE: the
+// descriptor says what would have been limited, only the overall code is
+// OK) unless Config.ShadowStatusOK.
+func (e *Engine) shadow(p *plan, st *Status) {
+	st.Shadowed = true
+	if !p.global || e.cfg.ShadowStatusOK {
+		st.Code = CodeOK
+	}
+}
+
 // record applies shadow mode to the statuses, sets the overall code, and
 // counts the decisions.
 func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
@@ -23,7 +35,7 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 		case p.op < 0: // unlimited
 			out = outAllowed
 		case st.Code == CodeOverLimit && p.shadow:
-			st.Code, st.Shadowed = CodeOK, true
+			e.shadow(p, st)
 			out = outShadowDenied
 		case st.Degraded == FailedOpen:
 			out = outFailedOpen
@@ -39,7 +51,7 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 			out = outAllowed
 		}
 		if p.shadowHit && p.shadow {
-			st.Code, st.Shadowed = CodeOK, true
+			e.shadow(p, st)
 			out = outShadowDenied
 		}
 		if p.quota && !p.shadow && p.op >= 0 {
@@ -51,7 +63,7 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 				}
 			}
 		}
-		if st.Code == CodeOverLimit && !(p.quota && !p.shadow) {
+		if st.Code == CodeOverLimit && !st.Shadowed && !(p.quota && !p.shadow) {
 			resp.OverallCode = CodeOverLimit
 		}
 		if p.op >= 0 && st.Degraded == NotDegraded {

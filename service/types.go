@@ -92,7 +92,10 @@ type Status struct {
 	// Result is the store's answer for this descriptor's limit (zero when no
 	// rule matched, unlimited, or the store failed).
 	Result sluice.Result
-	// Shadowed: the limit denied but the rule is in shadow mode, so Code is OK.
+	// Shadowed: the limit denied but is in shadow mode, so the request is
+	// not denied for it. Code is OK, except under Config.ShadowMode alone
+	// (not a rule's shadow_mode), where it stays OVER_LIMIT as
+	// envoyproxy/ratelimit reports it (unless Config.ShadowStatusOK).
 	Shadowed bool
 	// Degraded says how the failure policy decided; NotDegraded when the
 	// store answered.

@@ -77,6 +77,12 @@ type listenConfig struct {
 	// RLQSUnmatched is the assignment of an Envoy RLQS bucket that matches
 	// no rule: "allow" or "deny" (docs/rlqs.md).
 	RLQSUnmatched string
+	// RLQSMaxStreamAge ends an RLQS stream this old (the Envoy reconnects
+	// and keeps its grants); 0: never (rlqs.Options.MaxStreamAge).
+	RLQSMaxStreamAge time.Duration
+	// RLQSReconnectGrace keeps an ended RLQS stream's grants this long for
+	// its Envoy (rlqs.Options.ReconnectGrace; 0: two reporting intervals).
+	RLQSReconnectGrace time.Duration
 	// TLS, when Cert is set, serves gRPC and HTTP over TLS (not the debug
 	// listener, which is meant for loopback).
 	TLS tlsConfig
@@ -230,6 +236,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
 	fs.BoolVar(&c.Listen.ResponseHeaders, "response-headers", c.Listen.ResponseHeaders, "add RateLimit, RateLimit-Policy and Retry-After headers to answers")
 	fs.StringVar(&c.Listen.RLQSUnmatched, "rlqs-unmatched", c.Listen.RLQSUnmatched, "Envoy rate limit quota (RLQS) buckets matching no rule: allow or deny")
+	fs.DurationVar(&c.Listen.RLQSMaxStreamAge, "rlqs-max-stream-age", c.Listen.RLQSMaxStreamAge, "end an RLQS stream this old, less up to a tenth (the Envoy reconnects and keeps its grants; 0: never)")
+	fs.DurationVar(&c.Listen.RLQSReconnectGrace, "rlqs-reconnect-grace", c.Listen.RLQSReconnectGrace, "keep an ended RLQS stream's buckets and grants this long for its Envoy to reconnect (0: 10s, two reporting intervals; negative: off)")
 	fs.StringVar(&c.Listen.TLS.Cert, "tls-cert", c.Listen.TLS.Cert, "PEM certificate chain: serve gRPC and HTTP over TLS (with --tls-key)")
 	fs.StringVar(&c.Listen.TLS.Key, "tls-key", c.Listen.TLS.Key, "PEM private key of --tls-cert")
 	fs.StringVar(&c.Listen.TLS.ClientCA, "tls-client-ca", c.Listen.TLS.ClientCA, "PEM CA certificates: require client certificates signed by them (mutual TLS)")

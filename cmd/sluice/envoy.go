@@ -32,6 +32,9 @@ type envoyConfig struct {
 	// QuotaMode and ShadowMode apply to every rule (QUOTA_MODE,
 	// SHADOW_MODE).
 	QuotaMode, ShadowMode bool
+	// ShadowStatusOK: with ShadowMode, over-limit descriptors report OK too
+	// (service.Config.ShadowStatusOK).
+	ShadowStatusOK bool
 	// MergeDomains lets rule files share a domain (MERGE_DOMAIN_CONFIG).
 	MergeDomains bool
 	// GRPCUDS, if set, is a unix socket gRPC listens on instead of
@@ -67,7 +70,8 @@ func (c *envoyConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ResetHeader, "reset-header", c.ResetHeader, "name of the reset header of --limit-headers")
 	fs.BoolVar(&c.DynamicMetadata, "response-dynamic-metadata", c.DynamicMetadata, "fill RLS answers' dynamic_metadata: domain, descriptors, hits and the rules' metadata")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", c.QuotaMode, "every descriptor in quota mode: a request is denied only when all its limits are over")
-	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "every rule in shadow mode: limits count, nothing is denied")
+	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "every rule in shadow mode: limits count, nothing is denied (the overall code is OK; an over-limit descriptor's status stays OVER_LIMIT, as envoyproxy/ratelimit's SHADOW_MODE)")
+	fs.BoolVar(&c.ShadowStatusOK, "shadow-mode-status-ok", c.ShadowStatusOK, "with --shadow-mode, report an over-limit descriptor's status as OK too (Sluice's behaviour before it matched the peer)")
 	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "let rule files share a domain: their top-level descriptors merge")
 	fs.StringVar(&c.GRPCUDS, "grpc-uds", c.GRPCUDS, "unix socket gRPC listens on instead of --grpc-addr")
 	fs.DurationVar(&c.MaxConnAge, "grpc-max-connection-age", c.MaxConnAge, "ask a gRPC client to reconnect after this long (spreads load over new replicas); 0: never")
@@ -124,7 +128,7 @@ func (c envoyConfig) rlsOptions(o *rls.Options) {
 
 // engine sets the engine's global modes in cfg.
 func (c envoyConfig) engine(cfg *service.Config) {
-	cfg.QuotaMode, cfg.ShadowMode = c.QuotaMode, c.ShadowMode
+	cfg.QuotaMode, cfg.ShadowMode, cfg.ShadowStatusOK = c.QuotaMode, c.ShadowMode, c.ShadowStatusOK
 }
 
 // grpcOptions are the gRPC server's connection-age options.

@@ -20,7 +20,8 @@ func (s *server) registerRLQS(reg prometheus.Registerer, limits service.Limits) 
 	}
 	log := s.log.With("component", "rlqs")
 	allotter, _ := s.store.(sluice.Allotter)
-	s.rlqs, err = rlqs.New(s.engine, s.watcher, rlqs.Options{Unmatched: un, Limits: limits, Logger: log, Allotter: allotter})
+	s.rlqs, err = rlqs.New(s.engine, s.watcher, rlqs.Options{Unmatched: un, Limits: limits, Logger: log, Allotter: allotter,
+		MaxStreamAge: s.cfg.Listen.RLQSMaxStreamAge, ReconnectGrace: s.cfg.Listen.RLQSReconnectGrace})
 	if err != nil {
 		return err
 	}

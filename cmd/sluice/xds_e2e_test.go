@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,9 +25,21 @@ import (
 // TestServeRulesXds: `sluice serve --rules-xds ADDR --rules-xds-node ID`
 // takes its rules from go-control-plane's own management server (the rule
 // directory is not read: it does not exist), is not ready before they
-// arrive, enforces them over Envoy RLS, and applies a new version.
+// arrive, enforces them over Envoy RLS, and applies a new version. A bad
+// version is NACKed, and its repeats (go-control-plane's cache answers every
+// NACK with it at once) only after the NACK backoff, whose defaults serve
+// wires in: a handful of requests over the 2s after the first NACK, where
+// without the backoff there were thousands; the good version that follows
+// is applied once the wait ends.
 func TestServeRulesXds(t *testing.T) {
 	snaps := cache.NewSnapshotCache(false, cache.IDHash{}, nil)
+	var nacks atomic.Int64
+	cb := xdsserver.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
+		if req.GetErrorDetail() != nil {
+			nacks.Add(1)
+		}
+		return nil
+	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -34,7 +47,7 @@ func TestServeRulesXds(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xdsserver.NewServer(ctx, snaps, nil))
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xdsserver.NewServer(ctx, snaps, cb))
 	go func() { _ = gs.Serve(ln) }()
 	defer gs.Stop()
 
@@ -46,8 +59,12 @@ func TestServeRulesXds(t *testing.T) {
 	}
 	set := func(version string, n uint32) {
 		t.Helper()
+		unit := rlconf.RateLimitUnit_HOUR
+		if n == 0 {
+			unit = rlconf.RateLimitUnit_UNKNOWN // rejected: unknown unit
+		}
 		cfg := &rlconf.RateLimitConfig{Name: "edge", Domain: "edge", Descriptors: []*rlconf.RateLimitDescriptor{{
-			Key: "k", RateLimit: &rlconf.RateLimitPolicy{Unit: rlconf.RateLimitUnit_HOUR, RequestsPerUnit: n},
+			Key: "k", RateLimit: &rlconf.RateLimitPolicy{Unit: unit, RequestsPerUnit: n},
 		}}}
 		snap, err := cache.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: {cfg}})
 		if err != nil {
@@ -80,6 +97,31 @@ func TestServeRulesXds(t *testing.T) {
 	ts.clock.Advance(2 * time.Hour) // a fresh window
 	if got := allowed(); got != 6 {
 		t.Errorf("version 2: allowed %d of 10, want 6", got)
+	}
+
+	// The first NACK goes out at once; the repeats wait 1s, 2s, 4s… each
+	// jittered down to no less than half, so at most 1+2 more NACKs fit in
+	// the next 2s (5 allows for a slow poll).
+	set("3", 0)
+	eventually(t, "version 3 NACKed", func() bool { return nacks.Load() > 0 })
+	time.Sleep(2 * time.Second)
+	if n := nacks.Load(); n > 5 {
+		t.Errorf("NACKs within 2s of the first = %d, want at most 5 (backoff 1s doubling)", n)
+	}
+	if err := client.LastError(); err == nil || !strings.Contains(err.Error(), `version "3"`) {
+		t.Errorf("LastError = %v, want version 3's problem", err)
+	}
+	if got := client.Version(); got != "2" {
+		t.Errorf("version after the NACK = %q, want 2 still in force", got)
+	}
+	set("4", 4)
+	eventually(t, "version 4 applied after the wait", func() bool { return client.Version() == "4" })
+	if err := client.LastError(); err != nil {
+		t.Errorf("LastError after version 4 = %v, want nil", err)
+	}
+	ts.clock.Advance(2 * time.Hour)
+	if got := allowed(); got != 4 {
+		t.Errorf("version 4: allowed %d of 10, want 4", got)
 	}
 }
 

@@ -7,14 +7,22 @@
 // package, so validation and errors are those of rule files. A set that
 // compiles replaces the rules in force at once and is ACKed; one that does
 // not is NACKed with the problems as error_detail, and the last good rules
-// stay.
+// stay. A server that sends the rejected resources again is answered only
+// after a backoff (NACK backoff, on Client), so a bad set costs a few
+// requests a minute rather than a loop.
 package xds
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,8 +67,25 @@ type Client struct {
 	// stream breaks; it doubles from MinBackoff up to MaxBackoff and starts
 	// again after a response arrives. Zero: 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
-	// OnUpdate, if set, is called after every response with the version
-	// received and nil (applied and ACKed) or the reason it was NACKed.
+	// NACKMinBackoff and NACKMaxBackoff bound the wait before asking again
+	// when the server sends resources already rejected (in SotW a NACK is
+	// also the request for what comes next, and a server such as
+	// go-control-plane's snapshot cache answers it at once with the same
+	// resources). The first response carrying a set is judged and answered
+	// at once, whatever its version; a repeat of the set last rejected
+	// (the same resources, whatever its version_info) is NACKed again only
+	// after a wait drawn from [d/2, d], d doubling from NACKMinBackoff up to
+	// NACKMaxBackoff over consecutive repeats and starting again after an
+	// ACK. Zero: 1s and 1m.
+	NACKMinBackoff, NACKMaxBackoff time.Duration
+	// After, if set, replaces time.After for every wait of the client
+	// (reconnect and NACK backoff), so a test can run them on its own
+	// clock.
+	After func(d time.Duration) <-chan time.Time
+	// OnUpdate, if set, is called after every response the client judges
+	// with the version received and nil (applied and ACKed) or the reason it
+	// was NACKed; not for a repeat of the set last rejected, which is
+	// answered with the same NACK without being judged again.
 	OnUpdate func(version string, err error)
 
 	addr, node string
@@ -72,6 +97,18 @@ type Client struct {
 	version string    // version of the rules in force
 	applied time.Time // when they were applied
 	lastErr error     // nil, or why the last response was NACKed
+
+	// Touched by Run's goroutine only.
+	rejected  *rejection    // the set last NACKed; nil after an ACK
+	nackDelay time.Duration // the next NACK backoff; 0: NACKMinBackoff
+}
+
+// rejection is a set the client NACKed: its digest, the version_info it
+// came with, and what was wrong with it.
+type rejection struct {
+	digest  [sha256.Size]byte
+	version string
+	cause   error
 }
 
 // New returns a client of the management server at addr (host:port) that
@@ -147,12 +184,8 @@ func (c *Client) Run(ctx context.Context) error {
 			backoff = minB
 		}
 		c.log.Warn("xds stream broke; reconnecting", "server", c.addr, "err", err, "in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !c.wait(ctx, backoff) {
 			return nil
-		case <-t.C:
 		}
 		backoff = min(2*backoff, maxB)
 	}
@@ -179,24 +212,9 @@ func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoverySe
 			return got, err
 		}
 		got = true
-		ack := &discovery.DiscoveryRequest{Node: &core.Node{Id: c.node}, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
-		if resp.GetTypeUrl() != TypeURL {
-			ack.VersionInfo = c.Version()
-			ack.ErrorDetail = status.New(codes.InvalidArgument, fmt.Sprintf("unexpected type %q", resp.GetTypeUrl())).Proto()
-		} else if err := c.apply(resp); err != nil {
-			ack.VersionInfo = c.Version()
-			msg := err.Error()
-			if len(msg) > maxDetail {
-				msg = msg[:maxDetail] + "…"
-			}
-			ack.ErrorDetail = status.New(codes.InvalidArgument, msg).Proto()
-			c.log.Error("xds rules rejected; keeping the last good rules", "version", resp.GetVersionInfo(), "err", err)
-		} else {
-			ack.VersionInfo = resp.GetVersionInfo()
-			c.log.Info("xds rules applied", "version", resp.GetVersionInfo(), "resources", len(resp.GetResources()))
-		}
-		if c.OnUpdate != nil {
-			c.OnUpdate(resp.GetVersionInfo(), c.LastError())
+		ack, ok := c.answer(ctx, resp)
+		if !ok {
+			return got, ctx.Err()
 		}
 		if err := st.Send(ack); err != nil {
 			return got, err
@@ -204,16 +222,133 @@ func (c *Client) stream(ctx context.Context, ads discovery.AggregatedDiscoverySe
 	}
 }
 
+// answer judges resp and returns the ACK or NACK to send. A repeat of the
+// set last rejected is not judged again: its NACK is returned after the
+// NACK backoff; ok is false when ctx ended during that wait.
+func (c *Client) answer(ctx context.Context, resp *discovery.DiscoveryResponse) (_ *discovery.DiscoveryRequest, ok bool) {
+	ack := &discovery.DiscoveryRequest{Node: &core.Node{Id: c.node}, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
+	version := resp.GetVersionInfo()
+	d := digest(resp)
+	if r := c.rejected; r != nil && r.digest == d {
+		wait := c.nextNACKDelay()
+		c.log.Debug("xds rules rejected before sent again; waiting before asking again", "version", version, "rejected_version", r.version, "in", wait)
+		if !c.wait(ctx, wait) {
+			return nil, false
+		}
+		c.nack(ack, fmt.Errorf("version %q: %w", version, r.cause))
+		return ack, true
+	}
+	var cause error
+	if resp.GetTypeUrl() != TypeURL {
+		cause = fmt.Errorf("unexpected type %q", resp.GetTypeUrl())
+	} else {
+		cause = c.apply(resp)
+	}
+	var err error
+	if cause != nil {
+		err = fmt.Errorf("version %q: %w", version, cause)
+		c.nack(ack, err)
+		c.rejected = &rejection{digest: d, version: version, cause: cause}
+		c.log.Error("xds rules rejected; keeping the last good rules (a repeat of this set is NACKed again after a backoff, and not logged)", "version", version, "err", err)
+	} else {
+		ack.VersionInfo = version
+		c.rejected, c.nackDelay = nil, 0
+		c.log.Info("xds rules applied", "version", version, "resources", len(resp.GetResources()))
+	}
+	if c.OnUpdate != nil {
+		c.OnUpdate(version, err)
+	}
+	return ack, true
+}
+
+// nack makes ack a NACK of err (the version in force, err as error_detail,
+// cut at maxDetail) and records err as LastError.
+func (c *Client) nack(ack *discovery.DiscoveryRequest, err error) {
+	msg := err.Error()
+	if len(msg) > maxDetail {
+		msg = msg[:maxDetail] + "…"
+	}
+	c.mu.Lock()
+	c.lastErr = err
+	ack.VersionInfo = c.version
+	c.mu.Unlock()
+	ack.ErrorDetail = status.New(codes.InvalidArgument, msg).Proto()
+}
+
+// nextNACKDelay returns the wait before the next repeat NACK, drawn from
+// [d/2, d], and doubles d up to NACKMaxBackoff.
+func (c *Client) nextNACKDelay() time.Duration {
+	minB, maxB := c.NACKMinBackoff, c.NACKMaxBackoff
+	if minB <= 0 {
+		minB = time.Second
+	}
+	if maxB < minB {
+		maxB = max(time.Minute, minB)
+	}
+	d := max(c.nackDelay, minB)
+	c.nackDelay = min(2*d, maxB)
+	return d/2 + rand.N(d/2+1)
+}
+
+// wait waits d on c.After (or time.After); false when ctx ended first.
+func (c *Client) wait(ctx context.Context, d time.Duration) bool {
+	var ch <-chan time.Time
+	if c.After != nil {
+		ch = c.After(d)
+	} else {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		ch = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-ch:
+		return true
+	}
+}
+
+// digest identifies the set resp carries, apart from its version_info and
+// nonce: a SHA-256 over its type and its resources' types and bytes, in
+// no particular order (go-control-plane's snapshot cache sends them in
+// map order, so one set can arrive in several orders).
+func digest(resp *discovery.DiscoveryResponse) [sha256.Size]byte {
+	sums := make([][sha256.Size]byte, len(resp.GetResources()))
+	for i, r := range resp.GetResources() {
+		h := sha256.New()
+		writeField(h, []byte(r.GetTypeUrl()))
+		writeField(h, r.GetValue())
+		h.Sum(sums[i][:0])
+	}
+	slices.SortFunc(sums, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	h := sha256.New()
+	writeField(h, []byte(resp.GetTypeUrl()))
+	for _, s := range sums {
+		h.Write(s[:])
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// writeField writes b length-prefixed, so that fields cannot run into each
+// other.
+func writeField(h hash.Hash, b []byte) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+	h.Write(n[:])
+	h.Write(b)
+}
+
 // apply compiles resp's resources and, if they compile, makes them the
-// rules in force.
+// rules in force; it returns why not otherwise.
 func (c *Client) apply(resp *discovery.DiscoveryResponse) error {
 	snap, err := Compile(resp.GetResources(), c.opts)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil {
-		c.lastErr = fmt.Errorf("version %q: %w", resp.GetVersionInfo(), err)
-		return c.lastErr
-	}
 	c.cur.Store(snap)
 	c.version, c.lastErr, c.applied = resp.GetVersionInfo(), nil, time.Now()
 	return nil

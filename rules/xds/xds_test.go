@@ -46,6 +46,12 @@ type mgmt struct {
 	mu    sync.Mutex
 	nacks []string
 	acks  []string // version_info of the ACKs
+	reqs  []seenRequest
+}
+
+// seenRequest is what the server was sent in one DiscoveryRequest.
+type seenRequest struct {
+	version, nack string // version_info; error_detail's message ("" for none)
 }
 
 func startMgmt(t *testing.T, addr string) *mgmt {
@@ -54,6 +60,7 @@ func startMgmt(t *testing.T, addr string) *mgmt {
 	cb := xdsserver.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		m.reqs = append(m.reqs, seenRequest{req.GetVersionInfo(), req.GetErrorDetail().GetMessage()})
 		switch {
 		case req.GetErrorDetail() != nil:
 			m.nacks = append(m.nacks, req.GetErrorDetail().GetMessage())
@@ -96,6 +103,13 @@ func (m *mgmt) seen() (acks, nacks []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]string(nil), m.acks...), append([]string(nil), m.nacks...)
+}
+
+// requests returns every request the server has received so far.
+func (m *mgmt) requests() []seenRequest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]seenRequest(nil), m.reqs...)
 }
 
 // config is a RateLimitConfig limiting key "user" of domain to n per minute.

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,23 @@ type Options struct {
 	// Allotter's Take, so the stack routes it as Check's). Nil: nothing is
 	// leased, every bucket of a limited rule is served DENY_ALL.
 	Allotter sluice.Allotter
+	// ReconnectGrace is how long the buckets of a stream that ended are
+	// kept, with their grants, for the same data plane to take over on a
+	// new stream (park.go, docs/rlqs.md); when it ends, their unspent
+	// units go back to the store. Default 2 × ReportingInterval; a value
+	// below ReportingInterval is an error (an Envoy reconnects at its next
+	// report); negative: buckets are forgotten when their stream ends.
+	ReconnectGrace time.Duration
+	// ReconnectTolerance is how far the time of a parked bucket's last
+	// report may lie from the time a new stream's report says it was
+	// (now − time_elapsed) for the bucket to be handed back. Default
+	// ReportingInterval / 50 (100 ms).
+	ReconnectTolerance time.Duration
+	// MaxStreamAge ends a stream (status OK) once it has been open this
+	// long, less up to a tenth at random so that streams opened together
+	// do not end together; the Envoy reconnects at its next report and
+	// keeps its grants (ReconnectGrace). Zero: streams never age out.
+	MaxStreamAge time.Duration
 	// Limits bound domains and bucket entries (see service.Limits). The
 	// zero value is the defaults.
 	Limits service.Limits
@@ -130,7 +148,16 @@ type Server struct {
 	grants, grantedUnits, allotErrors, abandoned atomic.Uint64
 	unleasable                                   atomic.Uint64
 	open                                         atomic.Int64
-	assigned                                     [3]atomic.Uint64 // by Action
+	postReports                                  atomic.Uint64
+	aged                                         atomic.Uint64
+
+	// the buckets of ended streams (park.go)
+	parkMu                                            sync.Mutex
+	parked                                            []*parked
+	realClock                                         bool // Options.Now unset: reap on timers
+	parkedBuckets, handedBack, parkExpired, givenBack atomic.Uint64
+	ambiguous                                         atomic.Uint64
+	assigned                                          [3]atomic.Uint64 // by Action
 }
 
 // New returns a Server deciding with e and the rules of src (the engine's
@@ -140,11 +167,21 @@ func New(e *service.Engine, src RuleSource, opts Options) (*Server, error) {
 		return nil, errors.New("rlqs: New: nil engine or rule source")
 	}
 	if opts.ReportingInterval < 0 || opts.AbandonAfter < 0 || opts.StaticTTL < 0 || opts.MaxBuckets < 0 ||
-		opts.Split < 0 || opts.InitialShare < 0 || opts.InitialShare > 1 || opts.Headroom < 0 || opts.AllotTimeout < 0 {
+		opts.Split < 0 || opts.InitialShare < 0 || opts.InitialShare > 1 || opts.Headroom < 0 || opts.AllotTimeout < 0 ||
+		opts.ReconnectTolerance < 0 || opts.MaxStreamAge < 0 {
 		return nil, errors.New("rlqs: New: negative option, or initial share above 1")
 	}
 	if opts.ReportingInterval == 0 {
 		opts.ReportingInterval = 5 * time.Second
+	}
+	switch {
+	case opts.ReconnectGrace == 0:
+		opts.ReconnectGrace = 2 * opts.ReportingInterval
+	case opts.ReconnectGrace > 0 && opts.ReconnectGrace < opts.ReportingInterval:
+		return nil, fmt.Errorf("rlqs: New: reconnect grace %v is shorter than the reporting interval %v", opts.ReconnectGrace, opts.ReportingInterval)
+	}
+	if opts.ReconnectTolerance == 0 {
+		opts.ReconnectTolerance = opts.ReportingInterval / 50
 	}
 	if opts.AbandonAfter == 0 {
 		opts.AbandonAfter = 6 * opts.ReportingInterval
@@ -167,6 +204,7 @@ func New(e *service.Engine, src RuleSource, opts Options) (*Server, error) {
 	if opts.AllotTimeout == 0 {
 		opts.AllotTimeout = time.Second
 	}
+	realClock := opts.Now == nil
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -174,7 +212,7 @@ func New(e *service.Engine, src RuleSource, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Server{engine: e, src: src, opts: opts, log: log, stop: make(chan struct{}), unmatched: kindAllow}
+	s := &Server{engine: e, src: src, opts: opts, log: log, stop: make(chan struct{}), unmatched: kindAllow, realClock: realClock}
 	if opts.Unmatched == DenyUnmatched {
 		s.unmatched = kindDeny
 	}
@@ -238,6 +276,17 @@ type Stats struct {
 	// Unleasable counts buckets (matched or matched again) whose rule has
 	// a limit that cannot be leased with a bound: served DENY_ALL.
 	Unleasable uint64
+	// PostAssignmentReports counts the usage reports recognised as the
+	// one a client sends as it applies an assignment.
+	PostAssignmentReports uint64
+	// Aged counts streams ended by Options.MaxStreamAge.
+	Aged uint64
+	// Parked counts buckets kept when their stream ended; HandedBack,
+	// those a new stream took over; ParkExpired, those whose grace period
+	// ended; Ambiguous, reports that fitted more than one parked bucket
+	// (served as new); GivenBack, the units given back to the store when
+	// grace periods ended.
+	Parked, HandedBack, ParkExpired, Ambiguous, GivenBack uint64
 }
 
 // Stats returns the counters. Safe for concurrent use.
@@ -246,6 +295,9 @@ func (s *Server) Stats() Stats {
 		Streams: s.streams.Load(), Open: s.open.Load(), Reports: s.reports.Load(), Responses: s.responses.Load(),
 		Grants: s.grants.Load(), GrantedUnits: s.grantedUnits.Load(), AllotErrors: s.allotErrors.Load(),
 		Abandoned: s.abandoned.Load(), Unleasable: s.unleasable.Load(),
+		PostAssignmentReports: s.postReports.Load(), Aged: s.aged.Load(),
+		Parked: s.parkedBuckets.Load(), HandedBack: s.handedBack.Load(), ParkExpired: s.parkExpired.Load(),
+		Ambiguous: s.ambiguous.Load(), GivenBack: s.givenBack.Load(),
 	}
 	for i := range st.Assignments {
 		st.Assignments[i] = s.assigned[i].Load()
@@ -301,6 +353,13 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 	defer s.open.Add(-1)
 	ctx := stream.Context()
 	ss := s.newSession()
+	defer func() { s.endSession(ss, s.opts.Now()) }()
+	var aged <-chan time.Time
+	if a := s.opts.MaxStreamAge; a > 0 {
+		t := time.NewTimer(a - rand.N(a/10+1))
+		defer t.Stop()
+		aged = t.C
+	}
 	type recv struct {
 		m   *rlqspb.RateLimitQuotaUsageReports
 		err error
@@ -331,6 +390,9 @@ func (s *Server) StreamRateLimitQuotas(stream rlqspb.RateLimitQuotaService_Strea
 		select {
 		case <-s.stop:
 			return nil
+		case <-aged:
+			s.aged.Add(1)
+			return nil // the Envoy reconnects at its next report; its buckets are parked
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case r := <-in:

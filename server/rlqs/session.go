@@ -49,8 +49,24 @@ type bucket struct {
 	snap    *rules.Snapshot // the rules it was matched with
 
 	lastReport time.Time
-	rate       float64 // requests per second (allowed + denied) last reported
-	reported   bool    // a report with time elapsed has set rate
+	periodic   time.Time // the last report neither a bucket's first nor one as an assignment was applied
+	// The demand estimate (see observe): rate is requests per second
+	// (allowed + denied); reported says a span of reports long enough has
+	// set it; pendN and pendEl are the reports not folded in yet.
+	rate     float64
+	reported bool
+	pendN    float64
+	pendEl   time.Duration
+	// sentAt: when the last assignment the client applies as new was sent
+	// (it then reports at once: see handle); postReport says that report
+	// is still expected.
+	sentAt     time.Time
+	postReport bool
+	// spent counts the requests the client reported allowed since the grant
+	// in force was sent (for the give-back of a parked grant).
+	spent int64
+	epoch int64  // the Allotment.Epoch of the grant in force
+	seq   uint64 // the session seq of the token bucket in force
 
 	// sent: an assignment is in force at the client (as far as the server
 	// knows) until expires; for kindLease, expires is also when the next
@@ -174,12 +190,20 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 			if len(ss.buckets) >= ss.srv.opts.MaxBuckets {
 				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: bucket_quota_usages[%d]: the stream already has %d buckets, at most %d", i, len(ss.buckets), ss.srv.opts.MaxBuckets)
 			}
-			b = &bucket{id: u.GetBucketId()}
-			if err := ss.resolve(b); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %v", i, err)
+			// A bucket this stream does not know: the same data plane's
+			// from a stream that ended (parked), or a new one.
+			if b = ss.srv.claim(ss, key, now, u.GetTimeElapsed().AsDuration()); b != nil {
+				b.id = u.GetBucketId()
+				ss.seq = max(ss.seq, b.seq) // the next token bucket differs from the one in force
+			} else {
+				b = &bucket{id: u.GetBucketId()}
+				if err := ss.resolve(b); err != nil {
+					return nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %v", i, err)
+				}
 			}
 			ss.buckets[key] = b
-		} else if b.snap != ss.srv.src.Current() {
+		}
+		if b.snap != ss.srv.src.Current() {
 			// The rules were reloaded: match again; a bucket whose rule,
 			// limit or kind changed gets a new assignment now.
 			old := *b
@@ -190,15 +214,27 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 				b.sent, b.granted = false, 0
 			}
 		}
-		b.lastReport = now
-		if el := u.GetTimeElapsed().AsDuration(); el > 0 {
-			b.rate = float64(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied()) / el.Seconds()
-			b.reported = true
+		el := max(u.GetTimeElapsed().AsDuration(), 0)
+		// The report the client sends as it applies an assignment
+		// (rlqs.proto: "it must send the current usage report for the
+		// bucket") is expected: it covers a sliver of time, and says
+		// nothing about the new grant yet.
+		post := b.postReport && now.Sub(b.sentAt) <= ss.srv.opts.ReportingInterval/2
+		if post {
+			ss.srv.postReports.Add(1)
 		}
+		b.postReport = false
+		b.lastReport = now
+		if !post && el > 0 {
+			b.periodic = now // on the client's reporting phase
+		}
+		// Everything reported after a grant counts as spent from it (some
+		// of it may be the earlier grant's: the give-back errs low).
+		b.spent = min(b.spent+int64(min(u.GetNumRequestsAllowed(), math.MaxInt32)), math.MaxInt64/2)
+		b.observe(&ss.srv.opts, u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), el)
 		// Denials mean the grant in force ran short only when the whole
 		// reported period followed it (denials before it are stale).
-		el := u.GetTimeElapsed().AsDuration()
-		starved := u.GetNumRequestsDenied() > 0 && u.GetTimeElapsed() != nil && !now.Add(-el).Before(b.grantAt)
+		starved := !post && u.GetNumRequestsDenied() > 0 && u.GetTimeElapsed() != nil && !now.Add(-el).Before(b.grantAt)
 		ss.act(now, b, starved)
 	}
 	ss.flush(ctx, now)
@@ -295,6 +331,28 @@ func ruleID(r *rules.Rule) string {
 	return r.ID
 }
 
+// observe folds one usage report into b's demand estimate. Reports are
+// pooled until they span at least half a reporting interval, so that no
+// single short report (the one sent as an assignment is applied covers a
+// few milliseconds) sets the estimate by itself; each pooled span then
+// moves the estimate towards its own rate by 1 - e^(-span/interval), a
+// time-weighted moving average (the first span sets it).
+func (b *bucket) observe(o *Options, allowed, denied uint64, el time.Duration) {
+	b.pendN += float64(allowed) + float64(denied)
+	b.pendEl += el
+	if b.pendEl < o.ReportingInterval/2 {
+		return
+	}
+	sample := b.pendN / b.pendEl.Seconds()
+	if !b.reported {
+		b.rate, b.reported = sample, true
+	} else {
+		a := 1 - math.Exp(-b.pendEl.Seconds()/o.ReportingInterval.Seconds())
+		b.rate += a * (sample - b.rate)
+	}
+	b.pendN, b.pendEl = 0, 0
+}
+
 // act adds the action b needs now to the session's batch: at once when it
 // needs no lease, else as a grant that flush leases with the batch's
 // others. starved: the client reported denials (its assignment ran short).
@@ -307,6 +365,9 @@ func (ss *session) act(now time.Time, b *bucket, starved bool) {
 		// intervals are left.
 		if b.sent && b.expires.Sub(now) > 2*o.ReportingInterval {
 			return
+		}
+		if !b.sent || !now.Before(b.expires) {
+			b.sentAt, b.postReport = now, true // applied as new: reported at once
 		}
 		b.sent, b.expires = true, now.Add(o.StaticTTL)
 		act := ActionAllow
@@ -382,6 +443,7 @@ func (ss *session) granted(now time.Time, g *grant) *rlqspb.RateLimitQuotaRespon
 			wait = o.ReportingInterval
 		}
 		b.sent, b.expires, b.granted, b.winEnd, b.grantAt = true, now.Add(wait), 0, now.Add(wait), now
+		b.sentAt, b.postReport, b.spent, b.epoch = now, true, 0, a.Epoch
 		return ss.srv.blanket(b.id, wait, ActionDeny)
 	}
 	ttl := a.TTL
@@ -389,7 +451,9 @@ func (ss *session) granted(now time.Time, g *grant) *rlqspb.RateLimitQuotaRespon
 		ttl = time.Millisecond // the grant ends now; the client sees it expire
 	}
 	b.sent, b.expires, b.granted, b.winEnd, b.grantAt = true, now.Add(ttl), a.Granted, now.Add(ttl), now
+	b.sentAt, b.postReport, b.spent, b.epoch = now, true, 0, a.Epoch
 	ss.seq++
+	b.seq = ss.seq
 	ss.srv.assigned[ActionTokenBucket].Add(1)
 	return assignment(b.id, ttl, tokenBucket(a.Granted, ttl, l.Window, ss.seq))
 }

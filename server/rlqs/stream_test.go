@@ -26,6 +26,7 @@ import (
 type grpcFixture struct {
 	srv    *Server
 	client rlqspb.RateLimitQuotaServiceClient
+	clock  *storetest.Clock
 }
 
 func newGRPCFixture(t *testing.T, kind string, opts Options) *grpcFixture {
@@ -51,7 +52,7 @@ func newGRPCFixture(t *testing.T, kind string, opts Options) *grpcFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &grpcFixture{srv: srv, client: rlqspb.NewRateLimitQuotaServiceClient(conn)}
+	return &grpcFixture{srv: srv, client: rlqspb.NewRateLimitQuotaServiceClient(conn), clock: clock}
 }
 
 func usage(bucket map[string]string, allowed, denied uint64) *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage {
@@ -234,9 +235,7 @@ func TestRedisDown(t *testing.T) {
 	step := 100 * time.Millisecond
 	for now := clock.Now(); now.Before(storetest.Epoch.Add(3 * time.Minute)); now = now.Add(step) {
 		clock.Set(now)
-		if n := e.sess.next(); !n.IsZero() && !now.Before(n) {
-			e.apply(now, e.sess.tick(context.Background(), now))
-		}
+		e.tick(t, now)
 		for range 100 {
 			if e.request(t, now, id) {
 				admitted++
