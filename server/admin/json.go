@@ -1,19 +1,16 @@
 package admin
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"reflect"
 	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/strictjson"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/tenant"
 )
 
@@ -136,57 +133,49 @@ func asFieldErrors(err error) fieldErrors {
 	return out
 }
 
-// decodeStrict decodes one JSON value into v. Members v has no field for
-// and members named twice in one object come back as soft problems, every
-// one of them, for the caller to report beside its own checks of the
-// decoded value (so a body's problems are reported at once); malformed
-// JSON, wrong types and trailing data are err, which also carries the soft
-// problems.
+// bodies decodes every admin body: arrays are refused past what the
+// endpoints accept as they are read, so a body cannot make the decoder hold
+// more (the checks after decoding say the same, in the same words).
+var bodies = strictjson.New(
+	strictjson.MaxItems[OverrideJSON](tenant.MaxOverrides, func(n int) string {
+		return fmt.Sprintf("%d overrides; at most %d", n, tenant.MaxOverrides)
+	}),
+	strictjson.MaxItems[EntryJSON](service.DefaultMaxEntries, func(n int) string {
+		return fmt.Sprintf("%d exceeds the limit max-entries=%d", n, service.DefaultMaxEntries)
+	}),
+)
+
+// decodeStrict decodes one JSON value into v, strictly, in one pass
+// (strictjson.Decode, whose memory is linear in the body). Members v has no
+// field for and members named twice in one object come back as soft
+// problems, every one of them (up to strictjson.MaxProblems), for the
+// caller to report beside its own checks of the decoded value (so a body's
+// problems are reported at once); malformed JSON, nesting deeper than
+// strictjson.MaxDepth, invalid UTF-8, wrong types and trailing data are
+// err, which also carries the soft problems.
 func decodeStrict(body []byte, v any) (soft fieldErrors, err error) {
-	probs, _ := strictjson.Check(body, reflect.TypeOf(v)) // malformed JSON: the decoder below says where
-	for _, p := range probs {
+	derr := bodies.Decode(body, v)
+	var se *strictjson.Error
+	if !errors.As(derr, &se) {
+		if derr != nil {
+			return nil, fieldErrors{{Field: "body", Msg: derr.Error()}}
+		}
+		return nil, nil
+	}
+	for _, p := range se.Problems {
 		msg := "unknown field"
 		if p.Duplicate {
 			msg = "duplicate member (each name may appear once in an object)"
 		}
 		soft = append(soft, &tenant.FieldError{Field: p.Path, Msg: msg})
 	}
-	if err := decodeJSON(body, v); err != nil {
-		return nil, append(soft, err...)
+	if se.More {
+		soft = append(soft, &tenant.FieldError{Field: "body", Msg: fmt.Sprintf("more unknown or repeated members than the %d listed", len(se.Problems))})
+	}
+	if se.Msg != "" {
+		return nil, append(soft, &tenant.FieldError{Field: se.Where(), Msg: se.Msg})
 	}
 	return soft, nil
-}
-
-// decodeJSON decodes one JSON value into v (ignoring unknown fields, which
-// decodeStrict reports), refusing trailing data, and names the field of a
-// type error.
-func decodeJSON(body []byte, v any) fieldErrors {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
-		switch {
-		case errors.As(err, &te) && te.Field != "":
-			return fieldErrors{{Field: te.Field, Msg: fmt.Sprintf("want %v, got a JSON %s", te.Type, te.Value)}}
-		case errors.As(err, &se):
-			return fieldErrors{{Field: "body", Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)}}
-		case errors.Is(err, io.EOF):
-			return fieldErrors{{Field: "body", Msg: "empty; want a JSON object"}}
-		}
-		msg := err.Error()
-		if te, ok := err.(*time.ParseError); ok {
-			return fieldErrors{{Field: "body", Msg: "time: " + te.Error()}}
-		}
-		return fieldErrors{{Field: "body", Msg: strings.TrimPrefix(msg, "json: ")}}
-	}
-	if dec.More() {
-		return fieldErrors{{Field: "body", Msg: "data after the JSON object"}}
-	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fieldErrors{{Field: "body", Msg: "data after the JSON object"}}
-	}
-	return nil
 }
 
 // DecodeQuota decodes the body of PUT /admin/v1/quotas/{name} into a record
