@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/strictjson"
@@ -198,6 +199,8 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	}
 	if q.Tier == "" {
 		bad("tier", "required (free, pro, enterprise or custom)")
+	} else if len(q.Tier) > maxEcho {
+		bad("tier", "%d bytes; want free, pro, enterprise or custom", len(q.Tier))
 	} else if t, err := rules.ParseTier(q.Tier); err != nil {
 		bad("tier", "%v", err)
 	} else {
@@ -230,20 +233,22 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 		case o.Unit != "":
 			w, ok := rules.UnitWindow(o.Unit)
 			if !ok {
-				bad(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", o.Unit)
+				bad(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", echo(o.Unit))
 			}
 			ov.Unit, ov.Limit.Window = strings.ToLower(o.Unit), w
 		case o.Window != "":
 			w, err := time.ParseDuration(o.Window)
 			if err != nil || w <= 0 {
-				bad(f+".window", "want a positive duration such as 90s, got %q", o.Window)
+				bad(f+".window", "want a positive duration such as 90s, got %q", echo(o.Window))
 			}
 			ov.Limit.Window = w
 		default:
 			// Neither: the override takes the calendar of a calendar rule
 			// (tenant.Prepare refuses it for any other rule).
 		}
-		if o.Algorithm != "" {
+		if len(o.Algorithm) > maxEcho {
+			bad(f+".algorithm", "%d bytes, not an algorithm", len(o.Algorithm))
+		} else if o.Algorithm != "" {
 			a, err := sluice.ParseAlgorithm(o.Algorithm)
 			if err != nil {
 				bad(f+".algorithm", "%v", err)
@@ -265,6 +270,22 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 		return rec, errs
 	}
 	return rec, nil
+}
+
+// maxEcho bounds the bytes of a refused value quoted back in an error, so
+// that a 256 KiB value is not answered with a 256 KiB message.
+const maxEcho = 64
+
+// echo is s cut to maxEcho bytes (on a rune boundary), marked "…" when cut.
+func echo(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	n := maxEcho
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // maxSwitchName bounds a switch's domain and rule.
@@ -320,7 +341,7 @@ func DecodeSwitch(body []byte) (domain, rule string, state rules.Switch, err err
 			errs = append(errs, &tenant.FieldError{Field: f.name, Msg: fmt.Sprintf("%d bytes, above %d", len(f.v), maxSwitchName)})
 		}
 	}
-	st, perr := rules.ParseSwitch(s.State)
+	st, perr := rules.ParseSwitch(echo(s.State))
 	if perr != nil {
 		errs = append(errs, &tenant.FieldError{Field: "state", Msg: perr.Error()})
 	}

@@ -29,6 +29,8 @@ func TestWorstBodiesAllocation(t *testing.T) {
 		strictjsontest.Shape{Name: "many descriptor hits", Prefix: `{"domain":"d","descriptors":[`, Elem: `{"hits":1}`, Suffix: `]}`},
 		strictjsontest.Shape{Name: "many limits", Prefix: `{"domain":"d","descriptors":[`, Elem: `{"limit":{"requests_per_unit":1,"unit":"second"}}`, Suffix: `]}`},
 		strictjsontest.Shape{Name: "repeated descriptors member", Prefix: `{"domain":"d",`, Elem: `"descriptors":[]`, Suffix: `}`},
+		strictjsontest.Shape{Name: "long unit", Prefix: `{"domain":"d","descriptors":[{"entries":[{"key":"k"}],"limit":{"requests_per_unit":1,"unit":"`, Elem: `u`, Suffix: `"}}]}`},
+		strictjsontest.Shape{Name: "long value", Prefix: `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"`, Elem: `v`, Suffix: `"}]}]}`},
 		strictjsontest.Shape{Name: "long hits", Prefix: `{"domain":"d","hits":1`, Elem: `0`, Suffix: `}`},
 	)
 	surfaces := []struct {

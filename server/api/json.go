@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
@@ -323,13 +324,27 @@ func convert(domain string, n int, at func(i int) ([]Entry, *LimitOverride), lim
 		}
 		if limit != nil {
 			if _, ok := rules.UnitWindow(limit.Unit); !ok {
-				return service.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %q is not one of second, minute, hour, day, week, month, year", i, limit.Unit)
+				return service.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %q is not one of second, minute, hour, day, week, month, year", i, echo(limit.Unit))
 			}
 			sd.Limit = &service.LimitOverride{RequestsPerUnit: limit.RequestsPerUnit, Unit: strings.ToLower(limit.Unit)}
 		}
 		out.Descriptors[i] = sd
 	}
 	return out, nil
+}
+
+// echo is s cut to 64 bytes (on a rune boundary), marked "…" when cut: a
+// refused value quoted back in an error, so that a 256 KiB value is not
+// answered with a 256 KiB message.
+func echo(s string) string {
+	n := 64
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // ChargeRequest is the body of POST /v1/charge: the descriptors of a check
