@@ -436,6 +436,11 @@ func path(p jsontext.Pointer, t reflect.Type) string {
 			b.WriteString("[" + cut(tok, maxName) + "]")
 			t = t.Elem()
 			continue
+		case (t == nil || t.Kind() == reflect.Interface) && isIndex(tok):
+			// An interface holds an array or an object; digits name an
+			// index far more often than a member.
+			b.WriteString("[" + tok + "]")
+			continue
 		case t != nil && t.Kind() == reflect.Struct:
 			if f := fieldsOf(t).lookup([]byte(tok)); f >= 0 {
 				next = fieldsOf(t).list[f].typ
@@ -450,6 +455,18 @@ func path(p jsontext.Pointer, t reflect.Type) string {
 		t = next
 	}
 	return b.String()
+}
+
+func isIndex(tok string) bool {
+	if tok == "" || len(tok) > 10 {
+		return false
+	}
+	for _, c := range []byte(tok) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // cut shortens s to at most n bytes on a rune boundary, marking the cut.
