@@ -14,17 +14,18 @@ const module = "github.com/sluice-rl/sluice"
 
 // thirdParty maps the names the import table uses to import path prefixes.
 var thirdParty = map[string]string{
-	"rueidis":          "github.com/redis/rueidis",
-	"yaml":             "go.yaml.in/yaml/v3",
-	"fsnotify":         "github.com/fsnotify/fsnotify",
-	"prometheus":       "github.com/prometheus/",
-	"httpsfv":          "github.com/dunglas/httpsfv",
-	"go-control-plane": "github.com/envoyproxy/go-control-plane/",
-	"protobuf":         "google.golang.org/protobuf/",
-	"grpc":             "google.golang.org/grpc",
-	"pgx":              "github.com/jackc/pgx/",
-	"plot":             "gonum.org/v1/plot",
-	"gobreaker":        "github.com/sony/gobreaker/",
+	"rueidis":            "github.com/redis/rueidis",
+	"yaml":               "go.yaml.in/yaml/v3",
+	"fsnotify":           "github.com/fsnotify/fsnotify",
+	"prometheus":         "github.com/prometheus/",
+	"httpsfv":            "github.com/dunglas/httpsfv",
+	"go-control-plane":   "github.com/envoyproxy/go-control-plane/",
+	"protobuf":           "google.golang.org/protobuf/",
+	"grpc":               "google.golang.org/grpc",
+	"pgx":                "github.com/jackc/pgx/",
+	"plot":               "gonum.org/v1/plot",
+	"gobreaker":          "github.com/sony/gobreaker/",
+	"go-json-experiment": "github.com/go-json-experiment/json",
 }
 
 // rule is one row of the import table: what a package may import.

@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/sluice-rl/sluice/tenant"
@@ -15,6 +16,7 @@ func FuzzDecodeQuota(f *testing.F) {
 		`{"tier": "enterprise", "overrides": [{"descriptor": "endpoint:POST /api/v1/orders", "requests_per_unit": 500, "unit": "minute"}], "effective_at": "2026-01-01T00:00:00Z", "expires_at": null}`,
 		`{"tier": "pro", "overrides": [{"descriptor": "", "requests_per_unit": 5, "window": "90s", "algorithm": "gcra", "burst": 10}]}`,
 		`{"tier": "gold"}`, `{}`, `[]`, `{"tier": "pro"} x`, `{"tier": "pro", "overrides": [{"requests_per_unit": -1}]}`,
+		strings.Repeat("[", 40), strings.Repeat(`{"a":`, 40), `{"tier":"pro","overrides":[` + strings.Repeat("[", 30) + `]}`,
 	} {
 		f.Add([]byte(s))
 	}

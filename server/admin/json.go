@@ -1,19 +1,17 @@
 package admin
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/strictjson"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/tenant"
 )
 
@@ -136,57 +134,49 @@ func asFieldErrors(err error) fieldErrors {
 	return out
 }
 
-// decodeStrict decodes one JSON value into v. Members v has no field for
-// and members named twice in one object come back as soft problems, every
-// one of them, for the caller to report beside its own checks of the
-// decoded value (so a body's problems are reported at once); malformed
-// JSON, wrong types and trailing data are err, which also carries the soft
-// problems.
+// bodies decodes every admin body: arrays are refused past what the
+// endpoints accept as they are read, so a body cannot make the decoder hold
+// more (the checks after decoding say the same, in the same words).
+var bodies = strictjson.New(
+	strictjson.MaxItems[OverrideJSON](tenant.MaxOverrides, func(n int) string {
+		return fmt.Sprintf("%d overrides; at most %d", n, tenant.MaxOverrides)
+	}),
+	strictjson.MaxItems[EntryJSON](service.DefaultMaxEntries, func(n int) string {
+		return fmt.Sprintf("%d exceeds the limit max-entries=%d", n, service.DefaultMaxEntries)
+	}),
+)
+
+// decodeStrict decodes one JSON value into v, strictly, in one pass
+// (strictjson.Decode, whose memory is linear in the body). Members v has no
+// field for and members named twice in one object come back as soft
+// problems, every one of them (up to strictjson.MaxProblems), for the
+// caller to report beside its own checks of the decoded value (so a body's
+// problems are reported at once); malformed JSON, nesting deeper than
+// strictjson.MaxDepth, invalid UTF-8, wrong types and trailing data are
+// err, which also carries the soft problems.
 func decodeStrict(body []byte, v any) (soft fieldErrors, err error) {
-	probs, _ := strictjson.Check(body, reflect.TypeOf(v)) // malformed JSON: the decoder below says where
-	for _, p := range probs {
+	derr := bodies.Decode(body, v)
+	var se *strictjson.Error
+	if !errors.As(derr, &se) {
+		if derr != nil {
+			return nil, fieldErrors{{Field: "body", Msg: derr.Error()}}
+		}
+		return nil, nil
+	}
+	for _, p := range se.Problems {
 		msg := "unknown field"
 		if p.Duplicate {
 			msg = "duplicate member (each name may appear once in an object)"
 		}
 		soft = append(soft, &tenant.FieldError{Field: p.Path, Msg: msg})
 	}
-	if err := decodeJSON(body, v); err != nil {
-		return nil, append(soft, err...)
+	if se.More {
+		soft = append(soft, &tenant.FieldError{Field: "body", Msg: fmt.Sprintf("more unknown or repeated members than the %d listed", len(se.Problems))})
+	}
+	if se.Msg != "" {
+		return nil, append(soft, &tenant.FieldError{Field: se.Where(), Msg: se.Msg})
 	}
 	return soft, nil
-}
-
-// decodeJSON decodes one JSON value into v (ignoring unknown fields, which
-// decodeStrict reports), refusing trailing data, and names the field of a
-// type error.
-func decodeJSON(body []byte, v any) fieldErrors {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		var se *json.SyntaxError
-		switch {
-		case errors.As(err, &te) && te.Field != "":
-			return fieldErrors{{Field: te.Field, Msg: fmt.Sprintf("want %v, got a JSON %s", te.Type, te.Value)}}
-		case errors.As(err, &se):
-			return fieldErrors{{Field: "body", Msg: fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)}}
-		case errors.Is(err, io.EOF):
-			return fieldErrors{{Field: "body", Msg: "empty; want a JSON object"}}
-		}
-		msg := err.Error()
-		if te, ok := err.(*time.ParseError); ok {
-			return fieldErrors{{Field: "body", Msg: "time: " + te.Error()}}
-		}
-		return fieldErrors{{Field: "body", Msg: strings.TrimPrefix(msg, "json: ")}}
-	}
-	if dec.More() {
-		return fieldErrors{{Field: "body", Msg: "data after the JSON object"}}
-	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fieldErrors{{Field: "body", Msg: "data after the JSON object"}}
-	}
-	return nil
 }
 
 // DecodeQuota decodes the body of PUT /admin/v1/quotas/{name} into a record
@@ -209,6 +199,8 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	}
 	if q.Tier == "" {
 		bad("tier", "required (free, pro, enterprise or custom)")
+	} else if len(q.Tier) > maxEcho {
+		bad("tier", "%d bytes; want free, pro, enterprise or custom", len(q.Tier))
 	} else if t, err := rules.ParseTier(q.Tier); err != nil {
 		bad("tier", "%v", err)
 	} else {
@@ -241,20 +233,22 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 		case o.Unit != "":
 			w, ok := rules.UnitWindow(o.Unit)
 			if !ok {
-				bad(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", o.Unit)
+				bad(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", echo(o.Unit))
 			}
 			ov.Unit, ov.Limit.Window = strings.ToLower(o.Unit), w
 		case o.Window != "":
 			w, err := time.ParseDuration(o.Window)
 			if err != nil || w <= 0 {
-				bad(f+".window", "want a positive duration such as 90s, got %q", o.Window)
+				bad(f+".window", "want a positive duration such as 90s, got %q", echo(o.Window))
 			}
 			ov.Limit.Window = w
 		default:
 			// Neither: the override takes the calendar of a calendar rule
 			// (tenant.Prepare refuses it for any other rule).
 		}
-		if o.Algorithm != "" {
+		if len(o.Algorithm) > maxEcho {
+			bad(f+".algorithm", "%d bytes, not an algorithm", len(o.Algorithm))
+		} else if o.Algorithm != "" {
 			a, err := sluice.ParseAlgorithm(o.Algorithm)
 			if err != nil {
 				bad(f+".algorithm", "%v", err)
@@ -276,6 +270,22 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 		return rec, errs
 	}
 	return rec, nil
+}
+
+// maxEcho bounds the bytes of a refused value quoted back in an error, so
+// that a 256 KiB value is not answered with a 256 KiB message.
+const maxEcho = 64
+
+// echo is s cut to maxEcho bytes (on a rune boundary), marked "…" when cut.
+func echo(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	n := maxEcho
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // maxSwitchName bounds a switch's domain and rule.
@@ -331,7 +341,7 @@ func DecodeSwitch(body []byte) (domain, rule string, state rules.Switch, err err
 			errs = append(errs, &tenant.FieldError{Field: f.name, Msg: fmt.Sprintf("%d bytes, above %d", len(f.v), maxSwitchName)})
 		}
 	}
-	st, perr := rules.ParseSwitch(s.State)
+	st, perr := rules.ParseSwitch(echo(s.State))
 	if perr != nil {
 		errs = append(errs, &tenant.FieldError{Field: "state", Msg: perr.Error()})
 	}

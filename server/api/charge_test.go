@@ -115,7 +115,7 @@ func TestChargeEndpoint(t *testing.T) {
 		{"no hits", rwToken, `{"domain":"edge","descriptors":[` + ip + `]}`, 400, "descriptors[0].hits: missing"},
 		{"hits beyond 2^53", rwToken, `{"domain":"edge","hits":-9007199254740992,"descriptors":[` + ip + `]}`, 400, "hits: -9007199254740992 is beyond"},
 		{"descriptor hits beyond 2^53", rwToken, `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":9007199254740992}]}`, 400, "descriptors[0].hits: 9007199254740992 is beyond"},
-		{"hits not an integer", rwToken, `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":1.5}]}`, 400, "descriptors.hits: got JSON number 1.5, want an integer in range"},
+		{"hits not an integer", rwToken, `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hits":1.5}]}`, 400, "descriptors[0].hits: got JSON number 1.5, want an integer in range"},
 		{"unknown field", rwToken, `{"domain":"edge","hits":1,"descriptors":[` + ip + `],"cost":1}`, 400, `unknown field \"cost\"`},
 		{"empty key", rwToken, `{"domain":"edge","hits":1,"descriptors":[{"entries":[{"key":""}]}]}`, 400, "descriptors[0].entries[0].key: empty"},
 		{"too big", rwToken, strings.Repeat(" ", 2000), 413, "max-request-bytes=1024"},

@@ -58,6 +58,11 @@ var checkSeeds = []string{
 	`{"domain":"edge","descriptors":[{}]}`,
 	`{"domain":"edge","descriptors":[{"entries":[{"key":""}]}]}`,
 	`{"domain":5}`, `[]`, `null`, `{"domain":"edge"} x`, `{"domain":"\u0000"}`, ``,
+	// Nested past strictjson.MaxDepth, at the top, in a member, in an
+	// unknown member (issue 28).
+	strings.Repeat("[", 40), strings.Repeat(`{"a":`, 40),
+	`{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":` + strings.Repeat("[", 30) + `}]}]}`,
+	`{"x":` + strings.Repeat(`{"a":[`, 20) + `1` + strings.Repeat("]}", 20) + `}`,
 }
 
 // FuzzDecodeCheckRequest: any body decodes to a valid request or a clear

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
@@ -166,37 +167,77 @@ func DecodeCheckRequest(r io.Reader) (service.Request, error) {
 
 func decodeCheck(r io.Reader, lim service.Limits) (service.Request, error) {
 	var req CheckRequest
-	if err := decodeOne(r, &req); err != nil {
+	if err := decodeOne(r, &req, lim); err != nil {
 		return service.Request{}, err
 	}
 	return req.toService(lim)
 }
 
-// decodeOne decodes exactly one JSON value from r into v, strictly:
-// unknown fields, members named twice in one object (encoding/json would
-// keep the last), trailing data and wrong types are errors naming the
-// field; every unknown or repeated member is named at once.
-func decodeOne(r io.Reader, v any) error {
-	b, err := io.ReadAll(r)
+// decodeOne decodes exactly one JSON value from r into v, strictly, in
+// one pass (strictjson): unknown fields, members named twice in one object
+// (encoding/json would keep the last), nesting deeper than
+// strictjson.MaxDepth, invalid UTF-8, trailing data and wrong types are
+// errors naming the field; every unknown or repeated member is named at
+// once. Arrays are refused past lim's counts as they are read (descriptors,
+// entries, leases), so what a body decodes into is bounded by lim, not by
+// the body's size; the rest of lim is toService's.
+func decodeOne(r io.Reader, v any, lim service.Limits) error {
+	b, err := readBody(r)
 	if err != nil {
 		return fmt.Errorf("body: %w", err)
 	}
-	if probs, _ := strictjson.Check(b, reflect.TypeOf(v)); len(probs) > 0 {
-		msgs := make([]string, len(probs))
-		for i, p := range probs {
-			msgs[i] = p.String()
-		}
-		return fmt.Errorf("body: %s", strings.Join(msgs, "; "))
+	err = decoderFor(lim).Decode(b, v)
+	var se *strictjson.Error
+	if !errors.As(err, &se) {
+		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+	if len(se.Problems) == 0 {
+		return fmt.Errorf("%s: %s", se.Where(), se.Msg)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("body: want exactly one JSON object, found more after it")
+	// The members first, then what stopped the decoding, if anything did.
+	return fmt.Errorf("body: %s", se.Error())
+}
+
+// readBody reads r to its end; the handlers' bytes.Reader is read into
+// one buffer of its length, not io.ReadAll's growing ones.
+func readBody(r io.Reader) ([]byte, error) {
+	if br, ok := r.(*bytes.Reader); ok {
+		b := make([]byte, br.Len())
+		_, err := io.ReadFull(br, b)
+		return b, err
 	}
-	return nil
+	return io.ReadAll(r)
+}
+
+var decoders sync.Map // service.Limits → *strictjson.Decoder
+
+// decoderFor returns the decoder bounding arrays by lim (made once per
+// distinct lim: a server has one).
+func decoderFor(lim service.Limits) *strictjson.Decoder {
+	if d, ok := decoders.Load(lim); ok {
+		return d.(*strictjson.Decoder)
+	}
+	descs, entries := lim.MaxDescriptors, lim.MaxEntries
+	if descs == 0 {
+		descs = service.DefaultMaxDescriptors
+	}
+	if entries == 0 {
+		entries = service.DefaultMaxEntries
+	}
+	// The messages are service.LimitError's, which toService would give.
+	over := func(limit string, max int) func(int) string {
+		return func(n int) string { return fmt.Sprintf("%d exceeds the limit %s=%d", n, limit, max) }
+	}
+	d := strictjson.New(
+		strictjson.MaxItems[CheckDescriptor](descs, over("max-descriptors", descs)),
+		strictjson.MaxItems[ChargeDescriptor](descs, over("max-descriptors", descs)),
+		strictjson.MaxItems[Entry](entries, over("max-entries", entries)),
+		strictjson.MaxItems[uint64](descs, func(n int) string {
+			return fmt.Sprintf("%d given, more than max-descriptors=%d (want one per descriptor)", n, descs)
+		}),
+	)
+	got, _ := decoders.LoadOrStore(lim, d)
+	return got.(*strictjson.Decoder)
 }
 
 // DecodeReleaseRequest reads one ReleaseRequest from r, as strictly as
@@ -208,7 +249,7 @@ func DecodeReleaseRequest(r io.Reader) (service.Request, []uint64, error) {
 
 func decodeRelease(r io.Reader, lim service.Limits) (service.Request, []uint64, error) {
 	var req ReleaseRequest
-	if err := decodeOne(r, &req); err != nil {
+	if err := decodeOne(r, &req, lim); err != nil {
 		return service.Request{}, nil, err
 	}
 	out, err := req.toService(lim)
@@ -283,13 +324,27 @@ func convert(domain string, n int, at func(i int) ([]Entry, *LimitOverride), lim
 		}
 		if limit != nil {
 			if _, ok := rules.UnitWindow(limit.Unit); !ok {
-				return service.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %q is not one of second, minute, hour, day, week, month, year", i, limit.Unit)
+				return service.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %q is not one of second, minute, hour, day, week, month, year", i, echo(limit.Unit))
 			}
 			sd.Limit = &service.LimitOverride{RequestsPerUnit: limit.RequestsPerUnit, Unit: strings.ToLower(limit.Unit)}
 		}
 		out.Descriptors[i] = sd
 	}
 	return out, nil
+}
+
+// echo is s cut to 64 bytes (on a rune boundary), marked "…" when cut: a
+// refused value quoted back in an error, so that a 256 KiB value is not
+// answered with a 256 KiB message.
+func echo(s string) string {
+	n := 64
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // ChargeRequest is the body of POST /v1/charge: the descriptors of a check
@@ -355,7 +410,7 @@ func DecodeChargeRequest(r io.Reader) (service.ChargeRequest, error) {
 
 func decodeCharge(r io.Reader, lim service.Limits) (service.ChargeRequest, error) {
 	var req ChargeRequest
-	if err := decodeOne(r, &req); err != nil {
+	if err := decodeOne(r, &req, lim); err != nil {
 		return service.ChargeRequest{}, err
 	}
 	conv, err := convert(req.Domain, len(req.Descriptors), func(i int) ([]Entry, *LimitOverride) {
@@ -403,44 +458,6 @@ func EncodeChargeResponse(resp service.Response) ChargeResponse {
 		out.Statuses[i] = cs
 	}
 	return out
-}
-
-// jsonError turns encoding/json's errors into messages that name the field
-// or the byte offset.
-func jsonError(err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.Is(err, io.EOF):
-		return errors.New("body: empty, want a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return errors.New("body: truncated JSON")
-	case errors.As(err, &syn):
-		return fmt.Errorf("body: invalid JSON at byte %d: %s", syn.Offset, syn.Error())
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "body"
-		}
-		return fmt.Errorf("%s: got JSON %s, want %s", field, typ.Value, typeName(typ.Type.String()))
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return fmt.Errorf("body: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return fmt.Errorf("body: %w", err)
-}
-
-func typeName(goType string) string {
-	switch {
-	case strings.HasPrefix(goType, "uint"), strings.HasPrefix(goType, "*uint"):
-		return "a non-negative integer in range"
-	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "*int"):
-		return "an integer in range"
-	case goType == "string":
-		return "a string"
-	case strings.HasPrefix(goType, "[]"):
-		return "an array"
-	}
-	return "an object"
 }
 
 // EncodeCheckResponse renders a service.Response as a CheckResponse.
