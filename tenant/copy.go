@@ -62,7 +62,7 @@ func (g *Registry) writeCopy(ctx context.Context) bool {
 	defer cancel()
 	held, err := g.opts.Copy.Version(ctx)
 	if err != nil {
-		g.copyFailed(fmt.Errorf("tenant: shared copy: version: %w", err))
+		g.copyFailed(fmt.Errorf("%w: version: %w", ErrCopy, err))
 		return false
 	}
 	now := g.opts.Now().UnixMicro()
@@ -74,12 +74,12 @@ func (g *Registry) writeCopy(ctx context.Context) bool {
 		if errors.Is(err, ErrFileTooLarge) {
 			err = fmt.Errorf("%w: the snapshot is over the shared copy's %d bytes, not written (the copy held stays)", ErrFileTooLarge, g.opts.CopyMaxBytes)
 		}
-		g.copyFailed(fmt.Errorf("tenant: shared copy: %w", err))
+		g.copyFailed(fmt.Errorf("%w: %w", ErrCopy, err))
 		return true
 	}
 	stored, err := g.opts.Copy.Put(ctx, now, buf.Bytes())
 	if err != nil {
-		g.copyFailed(fmt.Errorf("tenant: shared copy: put: %w", err))
+		g.copyFailed(fmt.Errorf("%w: put: %w", ErrCopy, err))
 		return true
 	}
 	g.setStatus(func(s *Status) {
@@ -142,7 +142,7 @@ func (g *Registry) RestoreCopy(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	defer cancel()
 	fail := func(err error) (bool, error) {
-		err = fmt.Errorf("tenant: shared copy: %w", err)
+		err = fmt.Errorf("%w: %w", ErrCopy, err)
 		g.setStatus(func(s *Status) { s.CopyErr = err })
 		return false, err
 	}
@@ -184,19 +184,23 @@ func (g *Registry) RestoreCopy(ctx context.Context) (bool, error) {
 		return fail(err)
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.status.Synced {
+		g.mu.Unlock()
 		return false, nil
 	}
 	if v <= g.freshness() {
 		g.status.CopyRead, g.status.CopyErr = CopyOlder, nil
+		g.mu.Unlock()
 		return false, nil
 	}
 	g.snap.Store(snap)
 	g.copyVersion = v
+	was := g.status.Source
 	g.status.Source, g.status.DataAt = SourceCopy, snap.At()
 	g.status.CopyRead, g.status.CopyErr = CopyRestored, nil
 	g.loaded.Store(true)
+	g.mu.Unlock()
+	g.sourceChanged(was)
 	return true, nil
 }
 

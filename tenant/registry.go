@@ -93,6 +93,11 @@ type Options struct {
 	// reads the copy (a source that answers makes the read needless);
 	// zero means 1s.
 	CopyWait time.Duration
+	// OnSource, if set, is told the Status each time Run puts in force a
+	// snapshot from another place than the one before (Status.Source
+	// changes: a copy restored, the first full load), from Run's
+	// goroutines. Restore, whose caller knows, does not call it.
+	OnSource func(Status)
 }
 
 // Copy is a snapshot shared by the instances of a fleet, kept in the
@@ -109,6 +114,11 @@ type Copy interface {
 	// copy larger than maxBytes is not transferred: Get returns an error.
 	Get(ctx context.Context, maxBytes int64) (v int64, data []byte, err error)
 }
+
+// ErrCopy is wrapped by every failure to read or write Options.Copy that
+// Options.OnError and Status.CopyErr report, so a server can tell them from
+// the source's.
+var ErrCopy = errors.New("tenant: shared copy")
 
 // DefaultMaxCopyBytes bounds the shared copy when Options.CopyMaxBytes is
 // zero: 64 MiB, about a million tenants with no overrides.
@@ -374,6 +384,17 @@ func (g *Registry) Status() Status {
 // Synced returns a channel closed once the first full load has completed.
 func (g *Registry) Synced() <-chan struct{} { return g.synced }
 
+// sourceChanged tells Options.OnSource when the source in force is no
+// longer was. mu must not be held.
+func (g *Registry) sourceChanged(was string) {
+	if g.opts.OnSource == nil {
+		return
+	}
+	if st := g.Status(); st.Source != was {
+		g.opts.OnSource(st)
+	}
+}
+
 func (g *Registry) setStatus(f func(*Status)) {
 	g.mu.Lock()
 	f(&g.status)
@@ -501,12 +522,14 @@ func (g *Registry) fullLoad(ctx context.Context, changes bool) error {
 		return fmt.Errorf("tenant: load deny entries: %w", err)
 	}
 	snap := b.done(sw).withDeny(deny)
+	var was string
 	g.setStatus(func(s *Status) {
 		g.snap.Store(snap) // under mu: a Restore running now must not replace it
 		s.Synced, s.Live, s.LastSync, s.Err = true, true, g.opts.Now(), nil
-		s.Source, s.DataAt = SourceLive, at
+		was, s.Source, s.DataAt = s.Source, SourceLive, at
 	})
 	g.loaded.Store(true)
+	g.sourceChanged(was)
 	g.once.Do(func() { close(g.synced) })
 	g.changed(changes)
 	return nil
