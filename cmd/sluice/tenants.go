@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/server/admin"
@@ -351,34 +352,25 @@ func (s *server) refuseUnloaded(h http.Handler) http.Handler {
 	})
 }
 
-// refuseUnloadedGRPC are the gRPC server options that answer Envoy's rate
+// refuseUnloadedGRPC is the gRPC server option that answers Envoy's rate
 // limit calls (RLS, and RLQS streams as they open) with UNAVAILABLE and the
 // reason while tenants are refusing; Envoy then applies its own failure
-// mode (failure_mode_deny).
+// mode (failure_mode_deny). It is a tap handle, not an interceptor: an
+// interceptor would turn off the RLS server's allocation-free decoding of
+// every call (server/rls, wire.go); a tap handle costs grpc one small
+// allocation per call (its tap.Info) and is run before the call is.
 func (s *server) refuseUnloadedGRPC() []grpc.ServerOption {
 	if s.tenants == nil || s.cfg.Tenants.Unloaded != unloadedRefuse {
 		return nil
 	}
-	guarded := func(method string) bool {
-		return strings.HasPrefix(method, "/"+rls.ServiceName+"/") || strings.HasPrefix(method, "/"+rlqs.ServiceName+"/")
-	}
-	refuse := func() error {
-		s.unloadedRefusals.Add(1)
-		return status.Error(codes.Unavailable, s.unloadedReason())
-	}
-	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if s.tenantsRefusing() && guarded(info.FullMethod) {
-			return nil, refuse()
+	rlsPrefix, rlqsPrefix := "/"+rls.ServiceName+"/", "/"+rlqs.ServiceName+"/"
+	return []grpc.ServerOption{grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if s.tenantsRefusing() && (strings.HasPrefix(info.FullMethodName, rlsPrefix) || strings.HasPrefix(info.FullMethodName, rlqsPrefix)) {
+			s.unloadedRefusals.Add(1)
+			return ctx, status.Error(codes.Unavailable, s.unloadedReason())
 		}
-		return handler(ctx, req)
-	}
-	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if s.tenantsRefusing() && guarded(info.FullMethod) {
-			return refuse()
-		}
-		return handler(srv, ss)
-	}
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
+		return ctx, nil
+	})}
 }
 
 // tenantsReady is the tenant line of /readyz, as JSON.
