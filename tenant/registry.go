@@ -121,7 +121,8 @@ type Copy interface {
 var ErrCopy = errors.New("tenant: shared copy")
 
 // DefaultMaxCopyBytes bounds the shared copy when Options.CopyMaxBytes is
-// zero: 64 MiB, about a million tenants with no overrides.
+// zero: 64 MiB, about 1.8 million tenants with no overrides (36 bytes each
+// with 14-byte names), 370 000 with one override each (179 bytes).
 const DefaultMaxCopyBytes = 64 << 20
 
 func (o Options) withDefaults() Options {
