@@ -98,7 +98,8 @@ func (g *Registry) copyFailed(err error) {
 
 // restoreCopy reads the copy once the source has failed, or has not been
 // loaded within Options.CopyWait, and again with backoff until a read
-// succeeds and something is in force, or a full load completes.
+// succeeds and something is in force, or a full load completes. Each
+// failure goes to Options.OnError.
 func (g *Registry) restoreCopy(ctx context.Context) {
 	select {
 	case <-ctx.Done():
@@ -113,6 +114,9 @@ func (g *Registry) restoreCopy(ctx context.Context) {
 		_, err := g.RestoreCopy(ctx)
 		if err == nil && g.Loaded() {
 			return
+		}
+		if err != nil && ctx.Err() == nil {
+			g.opts.OnError(err)
 		}
 		// A failure, or no copy yet with nothing in force: a live
 		// instance of the fleet may write one.

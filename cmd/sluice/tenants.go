@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	// Calendar quotas name IANA time zones; embed the database so a rule
@@ -122,14 +123,19 @@ func (s *server) openTenants(cfg tenantsConfig, reg prometheus.Registerer, log *
 	if err != nil {
 		tlog.Warn("tenant snapshot file off: no cache directory; give --tenant-snapshot PATH", "err", err)
 	}
-	var lastLog, lastCopyLog time.Time
+	var (
+		logMu             sync.Mutex // OnError is called from several goroutines
+		lastLog, lastCopy time.Time
+	)
 	opts := tenant.Options{
 		Resync: cfg.Resync,
 		File:   file,
 		OnError: func(err error) { // one line per 10s at most while it keeps failing
+			logMu.Lock()
+			defer logMu.Unlock()
 			if errors.Is(err, tenant.ErrCopy) {
-				if time.Since(lastCopyLog) >= 10*time.Second {
-					lastCopyLog = time.Now()
+				if time.Since(lastCopy) >= 10*time.Second {
+					lastCopy = time.Now()
 					tlog.Warn("tenant snapshot copy in Redis: failed", "err", err)
 				}
 				return
