@@ -136,6 +136,9 @@ func FuzzReadFile(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":0,"switches":[]}` + "\n" + `{"end":true,"records":0}` + "\n"))
 	f.Add([]byte("{}\n"))
+	// Nested input, as a hostile copy from Redis may be.
+	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":1,"switches":[]}` + "\n" + strings.Repeat("[", 4096) + "\n"))
+	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":1,"switches":[]}` + "\n" + `{"t":"a","tier":"pro","ovs":[{"domain":{"x":[[[[{}]]]]}}]}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := filepath.Join(t.TempDir(), "f")
 		if err := os.WriteFile(p, data, 0o600); err != nil {
