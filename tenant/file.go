@@ -38,6 +38,9 @@ const (
 // bound: 256 MiB, about four million tenants with no overrides.
 const DefaultMaxFileBytes = 256 << 20
 
+// maxPresize is the most records a header's count reserves room for.
+const maxPresize = 1 << 16
+
 // ErrFileTooLarge is returned by WriteFile and ReadFile for a snapshot
 // larger than the bound.
 var ErrFileTooLarge = errors.New("tenant: snapshot file larger than its bound")
@@ -147,6 +150,52 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// WriteSnapshot writes s to w in the snapshot file's encoding (see the
+// top of this file), at most maxBytes (<= 0: DefaultMaxFileBytes): past
+// that it stops and returns an error wrapping ErrFileTooLarge, w holding
+// a part. The same encoding is the fleet's shared copy (Options.Copy).
+func WriteSnapshot(w io.Writer, s *Snapshot, maxBytes int64) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxFileBytes
+	}
+	cw := &countWriter{w: w, max: maxBytes}
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	enc := json.NewEncoder(bw)
+	h := fileHeader{Format: FileFormat, Version: FileVersion, At: s.At().UTC(), Records: s.Len(), Switches: []fileSwitch{}, Deny: len(s.denyEntries)}
+	for k, st := range s.switches {
+		h.Switches = append(h.Switches, fileSwitch{Domain: k.domain, Rule: k.rule, State: st.String()})
+	}
+	if err := enc.Encode(h); err != nil {
+		return err
+	}
+	n := 0
+	err := s.each(func(name string, e *entry) error {
+		r := fileRecord{Tenant: name, Tier: e.tier.String(), From: e.from, Until: e.until}
+		for _, o := range e.ovs {
+			r.Overrides = append(r.Overrides, fileOverride{Domain: o.domain, Path: o.path, Algorithm: o.lim.Limit.Algorithm.String(),
+				Quota: o.lim.Limit.Quota, WindowUS: o.lim.Limit.Window.Microseconds(), Burst: o.lim.Limit.Burst,
+				RPU: o.lim.RequestsPerUnit, Unit: o.lim.Unit, Calendar: o.lim.Calendar, From: o.from, Until: o.until})
+		}
+		n++
+		return enc.Encode(r)
+	})
+	for _, d := range s.denyEntries {
+		if err != nil {
+			break
+		}
+		var fd fileDeny
+		fd.Deny.Domain, fd.Deny.Key, fd.Deny.Value, fd.Deny.CIDR = d.Domain, d.Key, d.Value, d.CIDR
+		err = enc.Encode(fd)
+	}
+	if err == nil {
+		err = enc.Encode(fileTrailer{End: true, Records: n})
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	return err
+}
+
 // WriteFile writes s to path atomically: to a temporary file in the same
 // directory, synced, then renamed over path (and the directory synced), so
 // a reader sees the old file or the new one, never a part. The directory
@@ -171,41 +220,7 @@ func WriteFile(path string, s *Snapshot, maxBytes int64) (err error) {
 			os.Remove(f.Name())
 		}
 	}()
-	cw := &countWriter{w: f, max: maxBytes}
-	bw := bufio.NewWriterSize(cw, 64<<10)
-	enc := json.NewEncoder(bw)
-	h := fileHeader{Format: FileFormat, Version: FileVersion, At: s.At().UTC(), Records: s.Len(), Switches: []fileSwitch{}, Deny: len(s.denyEntries)}
-	for k, st := range s.switches {
-		h.Switches = append(h.Switches, fileSwitch{Domain: k.domain, Rule: k.rule, State: st.String()})
-	}
-	if err := enc.Encode(h); err != nil {
-		return fmt.Errorf("tenant: snapshot file: %w", err)
-	}
-	n := 0
-	err = s.each(func(name string, e *entry) error {
-		r := fileRecord{Tenant: name, Tier: e.tier.String(), From: e.from, Until: e.until}
-		for _, o := range e.ovs {
-			r.Overrides = append(r.Overrides, fileOverride{Domain: o.domain, Path: o.path, Algorithm: o.lim.Limit.Algorithm.String(),
-				Quota: o.lim.Limit.Quota, WindowUS: o.lim.Limit.Window.Microseconds(), Burst: o.lim.Limit.Burst,
-				RPU: o.lim.RequestsPerUnit, Unit: o.lim.Unit, Calendar: o.lim.Calendar, From: o.from, Until: o.until})
-		}
-		n++
-		return enc.Encode(r)
-	})
-	for _, d := range s.denyEntries {
-		if err != nil {
-			break
-		}
-		var fd fileDeny
-		fd.Deny.Domain, fd.Deny.Key, fd.Deny.Value, fd.Deny.CIDR = d.Domain, d.Key, d.Value, d.CIDR
-		err = enc.Encode(fd)
-	}
-	if err == nil {
-		err = enc.Encode(fileTrailer{End: true, Records: n})
-	}
-	if err == nil {
-		err = bw.Flush()
-	}
+	err = WriteSnapshot(f, s, maxBytes)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -244,7 +259,20 @@ func ReadFile(path string, maxBytes int64) (*Snapshot, error) {
 	if st, err := f.Stat(); err == nil && st.Size() > maxBytes {
 		return nil, fmt.Errorf("%w: %s is %d bytes, the bound is %d", ErrFileTooLarge, path, st.Size(), maxBytes)
 	}
-	sc := bufio.NewScanner(io.LimitReader(f, maxBytes))
+	return ReadSnapshot(f, path, maxBytes)
+}
+
+// ReadSnapshot decodes what WriteSnapshot wrote, reading at most maxBytes
+// (<= 0: DefaultMaxFileBytes) of r: input past that bound is cut off and
+// refused as cut short. name (a path, "redis copy") starts the "name:line"
+// of every error. Its checks are ReadFile's: format and version, counts
+// against the header and trailer, each record as a Source's.
+func ReadSnapshot(r io.Reader, name string, maxBytes int64) (*Snapshot, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxFileBytes
+	}
+	path := name
+	sc := bufio.NewScanner(io.LimitReader(r, maxBytes))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20+MaxOverrides*(MaxDescriptorLen+MaxDomainLen+256))
 	line := 0
 	next := func(v any) error {
@@ -272,7 +300,12 @@ func ReadFile(path string, maxBytes int64) (*Snapshot, error) {
 	if h.Deny < 0 || h.Deny > MaxDenyEntries {
 		return nil, fmt.Errorf("tenant: snapshot file %s:1: deny: %d entries, want 0 to %d", path, h.Deny, MaxDenyEntries)
 	}
-	b := newBuilder(h.Records, h.At)
+	if h.Records < 0 {
+		return nil, fmt.Errorf("tenant: snapshot file %s:1: records: %d, want 0 or more", path, h.Records)
+	}
+	// The header's count sizes the table up to a point: a hostile count
+	// must not allocate; past it, the table grows as records come.
+	b := newBuilder(min(h.Records, maxPresize), h.At)
 	var deny []DenyEntry
 	for n := 0; ; n++ {
 		if n > h.Records {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,9 @@ func FuzzReadFile(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":0,"switches":[]}` + "\n" + `{"end":true,"records":0}` + "\n"))
 	f.Add([]byte("{}\n"))
+	// Nested input, as a hostile copy from Redis may be.
+	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":1,"switches":[]}` + "\n" + strings.Repeat("[", 4096) + "\n"))
+	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":1,"switches":[]}` + "\n" + `{"t":"a","tier":"pro","ovs":[{"domain":{"x":[[[[{}]]]]}}]}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := filepath.Join(t.TempDir(), "f")
 		if err := os.WriteFile(p, data, 0o600); err != nil {
@@ -153,4 +157,41 @@ func FuzzReadFile(f *testing.F) {
 			t.Fatalf("write and read back: %v, %d tenants, want %d", err, s2.Len(), s.Len())
 		}
 	})
+}
+
+// TestReadSnapshotWorstInput: the decoder of the snapshot file and of the
+// fleet's shared copy (which arrives from Redis) allocates in proportion to
+// its longest line, not to its input or nesting: every hostile body below
+// stays under 24 MiB of allocation (a line is at most ~1.3 MiB: 1 MiB +
+// MaxOverrides overrides of a domain and a descriptor at their bounds).
+func TestReadSnapshotWorstInput(t *testing.T) {
+	hdr := `{"format":"sluice-tenant-snapshot","version":1,"at":"2026-01-01T00:00:00Z","records":1,"switches":[]}` + "\n"
+	ov := `{"domain":"d","path":"p","alg":"fixed_window","quota":1,"window_us":1000000,"rpu":1},`
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"nested 1 MiB", hdr + strings.Repeat("[", 1<<20) + "\n", "depth"},
+		{"one line of 32 MiB", hdr + strings.Repeat("[", 32<<20) + "\n", "too long"},
+		{"a long tenant name", hdr + `{"t":"` + strings.Repeat("a", 1<<20) + `","tier":"pro"}` + "\n", "longer than"},
+		{"5000 overrides", hdr + `{"t":"a","tier":"pro","ovs":[` + strings.Repeat(ov, 5000) + `{}]}` + "\n", "at most 256"},
+		{"a huge header count", strings.Replace(hdr, `"records":1`, `"records":2000000000`, 1) + "{}\n", ":2: tier"},
+		{"many deny entries", strings.Replace(hdr, `"switches":[]`, `"switches":[],"deny":999999999`, 1), "deny"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := strings.NewReader(tc.body)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, err := ReadSnapshot(r, "copy", 64<<20)
+			runtime.ReadMemStats(&after)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ReadSnapshot = %v, want an error containing %q", err, tc.want)
+			}
+			got := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%d bytes in, %d KiB allocated", len(tc.body), got>>10)
+			if got > 24<<20 {
+				t.Errorf("allocated %d MiB, want at most 24", got>>20)
+			}
+		})
+	}
 }

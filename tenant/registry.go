@@ -70,7 +70,60 @@ type Options struct {
 	// of changes writes it once); zero means 10s. A full load is written as
 	// soon as the previous write is that old.
 	FileEvery time.Duration
+	// Copy, if set, is the copy of the snapshot the instances of a fleet
+	// share (sluice serve keeps it in Redis). While Live, Run writes the
+	// snapshot there after changes (see CopyEvery, CopyRefresh); until
+	// the first full load, Run reads it (after CopyWait) and puts it in
+	// force when it is newer than what is (the File's), so that a new
+	// instance with no File and no Source enforces the fleet's tenants.
+	Copy Copy
+	// CopyMaxBytes bounds the copy, written and read; zero means
+	// DefaultMaxCopyBytes. A larger snapshot is not written (CopyErr says
+	// so) and a larger copy is not read.
+	CopyMaxBytes int64
+	// CopyEvery is the least time between two writes of the copy by this
+	// registry; zero means 10s.
+	CopyEvery time.Duration
+	// CopyRefresh: a live registry rewrites a copy this old even when
+	// nothing changed, so that the copy's age says how current it is;
+	// zero means 10 minutes. Copies are otherwise written only when this
+	// registry has changes newer than the copy held.
+	CopyRefresh time.Duration
+	// CopyWait is how long Run waits for the first full load before it
+	// reads the copy (a source that answers makes the read needless);
+	// zero means 1s.
+	CopyWait time.Duration
+	// OnSource, if set, is told the Status each time Run puts in force a
+	// snapshot from another place than the one before (Status.Source
+	// changes: a copy restored, the first full load), from Run's
+	// goroutines. Restore, whose caller knows, does not call it.
+	OnSource func(Status)
 }
+
+// Copy is a snapshot shared by the instances of a fleet, kept in the
+// encoding of WriteSnapshot under a version: the Unix µs at which its
+// writer, live, encoded it. Implementations are safe for concurrent use.
+type Copy interface {
+	// Version returns the version of the copy held; 0 when none is.
+	Version(ctx context.Context) (int64, error)
+	// Put stores data as the copy with version v, unless the copy held has
+	// a version of v or more (an older copy never replaces a newer one);
+	// stored reports whether it did.
+	Put(ctx context.Context, v int64, data []byte) (stored bool, err error)
+	// Get returns the copy held and its version (nil data and 0: none). A
+	// copy larger than maxBytes is not transferred: Get returns an error.
+	Get(ctx context.Context, maxBytes int64) (v int64, data []byte, err error)
+}
+
+// ErrCopy is wrapped by every failure to read or write Options.Copy that
+// Options.OnError and Status.CopyErr report, so a server can tell them from
+// the source's.
+var ErrCopy = errors.New("tenant: shared copy")
+
+// DefaultMaxCopyBytes bounds the shared copy when Options.CopyMaxBytes is
+// zero: 64 MiB, about 1.8 million tenants with no overrides (36 bytes each
+// with 14-byte names), 370 000 with one override each (179 bytes).
+const DefaultMaxCopyBytes = 64 << 20
 
 func (o Options) withDefaults() Options {
 	if o.Resync <= 0 {
@@ -94,6 +147,18 @@ func (o Options) withDefaults() Options {
 	if o.FileEvery <= 0 {
 		o.FileEvery = 10 * time.Second
 	}
+	if o.CopyMaxBytes <= 0 {
+		o.CopyMaxBytes = DefaultMaxCopyBytes
+	}
+	if o.CopyEvery <= 0 {
+		o.CopyEvery = 10 * time.Second
+	}
+	if o.CopyRefresh <= 0 {
+		o.CopyRefresh = 10 * time.Minute
+	}
+	if o.CopyWait <= 0 {
+		o.CopyWait = time.Second
+	}
 	return o
 }
 
@@ -106,16 +171,42 @@ const (
 	// SourceFile: read from the snapshot file (Options.File) at start,
 	// the Source being out of reach; replaced by the first full load.
 	SourceFile = "snapshot"
+	// SourceCopy: read from the fleet's shared copy (Options.Copy, which
+	// sluice serve keeps in Redis, hence the name), the Source being out
+	// of reach; replaced by the first full load.
+	SourceCopy = "redis"
+)
+
+// What the last read of the shared copy found (Status.CopyRead).
+const (
+	// CopyUnread: not read (yet): no Options.Copy, a full load came
+	// first, or every read so far failed (Status.CopyErr says why).
+	CopyUnread = ""
+	// CopyNone: no copy is held.
+	CopyNone = "none"
+	// CopyOlder: the copy held was not newer than the snapshot in force.
+	CopyOlder = "older"
+	// CopyRestored: the copy is in force (Source is SourceCopy), or was
+	// until a full load replaced it.
+	CopyRestored = "restored"
 )
 
 // Status says how current a Registry's snapshot is.
 type Status struct {
 	// Source is where the snapshot in force came from: SourceNone,
-	// SourceLive or SourceFile.
+	// SourceLive, SourceFile or SourceCopy.
 	Source string
 	// DataAt is when the snapshot's data was read from the source (by this
-	// process, or by the one that wrote the file); zero with SourceNone.
+	// process, or by the one that wrote the file or the copy); zero with
+	// SourceNone.
 	DataAt time.Time
+	// CopyRead is what the last read of Options.Copy found (CopyUnread,
+	// CopyNone, CopyOlder, CopyRestored); CopyWritten is when this process
+	// last wrote it (zero: never); CopyErr the last failure to read or
+	// write it, nil after a success.
+	CopyRead    string
+	CopyWritten time.Time
+	CopyErr     error
 	// FileWritten is when this process last wrote Options.File (zero:
 	// never); FileErr the last failure to write it, nil after a success.
 	FileWritten time.Time
@@ -148,13 +239,24 @@ type Registry struct {
 	synced chan struct{} // closed after the first full load
 	once   sync.Once
 	dirty  chan struct{} // a snapshot to write to Options.File (1 slot)
+
+	loaded    atomic.Bool   // a snapshot from the source, the file or the copy is in force
+	failed    chan struct{} // closed at the source's first failure
+	failOnce  sync.Once
+	copyDirty chan struct{} // a change to write to Options.Copy (1 slot)
+	// Guarded by mu: the version of the copy in force (SourceCopy), and
+	// when (Unix µs) the snapshot last changed in a way the copy must get.
+	copyVersion int64
+	changedAt   int64
+	badCopy     int64 // the version of a copy that did not decode
 }
 
 // NewRegistry returns a registry over src (nil: no source; the snapshot
 // stays empty until Set). It serves an empty snapshot, every tenant on the
 // free tier, until Run has loaded the source.
 func NewRegistry(src Source, opts Options) *Registry {
-	g := &Registry{src: src, opts: opts.withDefaults(), synced: make(chan struct{}), dirty: make(chan struct{}, 1)}
+	g := &Registry{src: src, opts: opts.withDefaults(), synced: make(chan struct{}), dirty: make(chan struct{}, 1),
+		failed: make(chan struct{}), copyDirty: make(chan struct{}, 1)}
 	g.snap.Store(&Snapshot{})
 	g.status.Source = SourceNone
 	return g
@@ -179,17 +281,37 @@ func (g *Registry) Restore() error {
 	}
 	g.snap.Store(s)
 	g.status.Source, g.status.DataAt = SourceFile, s.At()
+	g.loaded.Store(true)
 	return nil
 }
 
-// changed marks the snapshot to be written to Options.File.
-func (g *Registry) changed() {
-	if g.opts.File == "" {
-		return
+// Loaded reports whether the snapshot in force came from somewhere: a full
+// load of the source, the file (Restore) or the shared copy. Until then
+// every tenant is on the free tier, which a server should not call ready
+// (sluice serve --tenants-unloaded). Once true it stays true. It does not
+// allocate or lock.
+func (g *Registry) Loaded() bool { return g.loaded.Load() }
+
+// changed marks the snapshot to be written to Options.File and, when this
+// is a change the copy must get (a change applied, the first full load of
+// a session), to Options.Copy.
+func (g *Registry) changed(forCopy bool) {
+	if g.opts.File != "" {
+		select {
+		case g.dirty <- struct{}{}:
+		default:
+		}
 	}
-	select {
-	case g.dirty <- struct{}{}:
-	default:
+	if g.opts.Copy != nil {
+		if forCopy {
+			g.mu.Lock()
+			g.changedAt = g.opts.Now().UnixMicro()
+			g.mu.Unlock()
+		}
+		select {
+		case g.copyDirty <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -263,6 +385,17 @@ func (g *Registry) Status() Status {
 // Synced returns a channel closed once the first full load has completed.
 func (g *Registry) Synced() <-chan struct{} { return g.synced }
 
+// sourceChanged tells Options.OnSource when the source in force is no
+// longer was. mu must not be held.
+func (g *Registry) sourceChanged(was string) {
+	if g.opts.OnSource == nil {
+		return
+	}
+	if st := g.Status(); st.Source != was {
+		g.opts.OnSource(st)
+	}
+}
+
 func (g *Registry) setStatus(f func(*Status)) {
 	g.mu.Lock()
 	f(&g.status)
@@ -282,6 +415,14 @@ func (g *Registry) Run(ctx context.Context) error {
 		go func() { g.keepFile(fctx); close(done) }()
 		defer func() { stop(); <-done }()
 	}
+	if g.opts.Copy != nil {
+		cctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); g.keepCopy(cctx) }()
+		go func() { defer wg.Done(); g.restoreCopy(cctx) }()
+		defer func() { stop(); wg.Wait() }()
+	}
 	wait := g.opts.RetryMin
 	for ctx.Err() == nil {
 		synced, err := g.session(ctx)
@@ -292,6 +433,7 @@ func (g *Registry) Run(ctx context.Context) error {
 			err = errors.New("tenant: source stopped listening")
 		}
 		g.setStatus(func(s *Status) { s.Live, s.Err = false, err })
+		g.failOnce.Do(func() { close(g.failed) })
 		g.opts.OnError(err)
 		if synced {
 			wait = g.opts.RetryMin
@@ -332,7 +474,9 @@ func (g *Registry) session(ctx context.Context) (synced bool, err error) {
 	case <-ctx.Done():
 		return false, nil
 	}
-	if err := g.fullLoad(ctx); err != nil {
+	// The session's first full load may bring changes made while this
+	// registry was not listening: the copy must get them.
+	if err := g.fullLoad(ctx, true); err != nil {
 		return false, err
 	}
 	resync := time.NewTicker(g.opts.Resync)
@@ -344,7 +488,7 @@ func (g *Registry) session(ctx context.Context) (synced bool, err error) {
 		case err := <-errc:
 			return true, fmt.Errorf("tenant: listen: %w", err)
 		case <-resync.C:
-			if err := g.fullLoad(ctx); err != nil {
+			if err := g.fullLoad(ctx, false); err != nil {
 				return true, err
 			}
 		case c := <-changes:
@@ -352,7 +496,7 @@ func (g *Registry) session(ctx context.Context) (synced bool, err error) {
 				return true, err
 			}
 			if overflow.Swap(false) {
-				if err := g.fullLoad(ctx); err != nil {
+				if err := g.fullLoad(ctx, true); err != nil {
 					return true, err
 				}
 			}
@@ -360,8 +504,11 @@ func (g *Registry) session(ctx context.Context) (synced bool, err error) {
 	}
 }
 
-// fullLoad reads everything and swaps the snapshot.
-func (g *Registry) fullLoad(ctx context.Context) error {
+// fullLoad reads everything and swaps the snapshot. changes: it may bring
+// changes no notification reported (Options.Copy must get them); a
+// periodic resync passes false, and a change it finds reaches the copy
+// within Options.CopyRefresh.
+func (g *Registry) fullLoad(ctx context.Context, changes bool) error {
 	at := g.opts.Now()
 	b := newBuilder(g.snap.Load().Len(), at)
 	if err := g.src.LoadAll(ctx, func(rec *Record) error { b.add(rec); return nil }); err != nil {
@@ -376,13 +523,16 @@ func (g *Registry) fullLoad(ctx context.Context) error {
 		return fmt.Errorf("tenant: load deny entries: %w", err)
 	}
 	snap := b.done(sw).withDeny(deny)
+	var was string
 	g.setStatus(func(s *Status) {
 		g.snap.Store(snap) // under mu: a Restore running now must not replace it
 		s.Synced, s.Live, s.LastSync, s.Err = true, true, g.opts.Now(), nil
-		s.Source, s.DataAt = SourceLive, at
+		was, s.Source, s.DataAt = s.Source, SourceLive, at
 	})
+	g.loaded.Store(true)
+	g.sourceChanged(was)
 	g.once.Do(func() { close(g.synced) })
-	g.changed()
+	g.changed(changes)
 	return nil
 }
 
@@ -396,7 +546,7 @@ func (g *Registry) apply(ctx context.Context, c Change) error {
 		}
 		cur = cur.withSwitches(sw)
 		g.snap.Store(cur)
-		g.changed()
+		g.changed(true)
 	}
 	if c.Deny {
 		deny, err := g.src.DenyEntries(ctx)
@@ -405,13 +555,13 @@ func (g *Registry) apply(ctx context.Context, c Change) error {
 		}
 		cur = cur.withDeny(deny)
 		g.snap.Store(cur)
-		g.changed()
+		g.changed(true)
 	}
 	if c.Tenant == "" {
 		return nil
 	}
 	if len(cur.delta) >= g.opts.MaxDelta {
-		return g.fullLoad(ctx)
+		return g.fullLoad(ctx, true)
 	}
 	at := g.opts.Now()
 	rec, found, err := g.src.Load(ctx, c.Tenant)
@@ -423,6 +573,6 @@ func (g *Registry) apply(ctx context.Context, c Change) error {
 		p = &rec
 	}
 	g.snap.Store(cur.withTenant(c.Tenant, p, at))
-	g.changed()
+	g.changed(true)
 	return nil
 }

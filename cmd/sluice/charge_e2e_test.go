@@ -40,6 +40,7 @@ func TestChargeAndResetEndToEnd(t *testing.T) {
 	s := startServer(t, dir, func(c *serveConfig) {
 		c.Tenants.PostgresURL, c.Tenants.AdminTokenFile, c.Tenants.Migrate, c.Tenants.Resync = url, tokFile, true, time.Hour
 	})
+	waitReady(t, s)
 	charge := `{"domain":"api","hits":15,"descriptors":[{"entries":[{"key":"api_key","value":"acme"},{"key":"endpoint","value":"POST /api/v1/orders"}]}]}`
 	for _, tc := range []struct {
 		token string

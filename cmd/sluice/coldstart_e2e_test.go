@@ -51,6 +51,13 @@ func admitted(t *testing.T, base string, n int, entries string) int {
 	return ok
 }
 
+// waitReady waits for /readyz to answer 200 (a server with tenants is not
+// ready before it has loaded tenant data).
+func waitReady(t *testing.T, s *testServer) {
+	t.Helper()
+	waitUntil(t, "ready", 10*time.Second, func() bool { code, _ := get(t, s.base+"/readyz"); return code == 200 })
+}
+
 // readyTenants is the tenant line of /readyz.
 func readyTenants(t *testing.T, base string) (tenantsReady, string) {
 	t.Helper()

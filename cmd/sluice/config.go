@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/tenant"
 )
 
 // serveConfig is everything `sluice serve` can be told. Start from
@@ -186,6 +187,14 @@ type tenantsConfig struct {
 	// at start (see docs/tenants.md): "" means the default,
 	// <user cache dir>/sluice/tenants-<database id>.snapshot; "off" keeps none.
 	Snapshot string
+	// Unloaded is what an instance does until it has loaded tenant data
+	// from anywhere (PostgreSQL, Snapshot, the Redis copy): "refuse" (not
+	// ready, checks refused) or "defaults" (ready, the rule files' limits
+	// for every tenant). tenants.go.
+	Unloaded string
+	// CopyMaxBytes bounds the copy of the tenant snapshot kept in Redis
+	// with --store redis; 0 keeps none. tenants.go.
+	CopyMaxBytes int64
 }
 
 type logConfig struct {
@@ -211,7 +220,7 @@ func defaultServeConfig() serveConfig {
 			Descriptors: service.DefaultMaxDescriptors, Entries: service.DefaultMaxEntries,
 			RequestBytes: defaultMaxRequestBytes, DetailedMetricValues: service.DefaultMaxDetailedMetricValues,
 		},
-		Tenants:         tenantsConfig{Resync: time.Minute},
+		Tenants:         tenantsConfig{Resync: time.Minute, Unloaded: unloadedRefuse, CopyMaxBytes: tenant.DefaultMaxCopyBytes},
 		Envoy:           defaultEnvoyConfig(),
 		Log:             logConfig{Format: "text", Level: "info"},
 		Guard:           defaultGuardConfig(),
@@ -264,6 +273,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Tenants.Migrate, "migrate", c.Tenants.Migrate, "apply the PostgreSQL schema migrations at start (as sluice migrate does)")
 	fs.DurationVar(&c.Tenants.Resync, "tenants-resync", c.Tenants.Resync, "period of the full reload of tenant records (backs up LISTEN/NOTIFY)")
 	fs.StringVar(&c.Tenants.Snapshot, "tenant-snapshot", c.Tenants.Snapshot, "file keeping the last tenant snapshot, used when PostgreSQL is unreachable at start (default: <user cache dir>/sluice/tenants-<database id>.snapshot; off: none)")
+	c.Tenants.flags(fs)
 	fs.StringVar(&c.Tenants.AdminTokenFile, "admin-token-file", c.Tenants.AdminTokenFile, "file of admin API bearer tokens, lines of: <name> <rw|ro|charge> <token> (charge: only POST /v1/charge); none: admin API and POST /v1/charge off")
 	fs.StringVar(&c.Log.Format, "log-format", c.Log.Format, "log format: text or json")
 	fs.StringVar(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn or error")
@@ -427,6 +437,7 @@ func (c serveConfig) Validate() error {
 	if c.Tenants.Migrate && c.Tenants.PostgresURL == "" {
 		bad("--migrate: needs --postgres-url (or SLUICE_POSTGRES_URL)")
 	}
+	c.Tenants.validate(bad)
 	switch c.Log.Format {
 	case "text", "json":
 	default:

@@ -119,6 +119,11 @@ type server struct {
 
 	grpcLn, httpLn, debugLn net.Listener
 	draining                atomic.Bool
+
+	// tenantFile: what became of the snapshot file at start (off, none,
+	// unusable, restored); unloadedRefusals: checks refused (tenants.go).
+	tenantFile       string
+	unloadedRefusals atomic.Uint64
 }
 
 // deps are what newServer takes besides configuration; the zero value is
@@ -252,6 +257,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	gopts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.Limits.RequestBytes), grpc.MaxHeaderListSize(uint32(cfg.Limits.RequestBytes))},
 		cfg.Envoy.grpcOptions()...)
 	gopts = append(gopts, rls.ServerOptions()...)
+	gopts = append(gopts, s.refuseUnloadedGRPC()...)
 	if cfg.Envoy.Tracing.On {
 		tp, err := cfg.Envoy.Tracing.provider(context.Background())
 		if err != nil {
@@ -298,6 +304,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: http: %w", err)
 	}
+	h = s.refuseUnloaded(h)
 	if h, err = s.withAdmin(h, toks, log.With("component", "admin")); err != nil {
 		return nil, err
 	}
@@ -347,7 +354,8 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 // it off (SLUICE_DEBUG_ADDR=off, since an empty variable means unset).
 func debugOn(addr string) bool { return addr != "" && addr != "off" }
 
-// ready is /readyz: not while draining, nor before rules are loaded; with
+// ready is /readyz: not while draining, nor before rules are loaded, nor
+// (--tenants-unloaded refuse) before tenant data is; with
 // --readyz-strict, not while the store does not answer either. By default a
 // down store leaves the instance ready: it still decides, by each limit's
 // failure_mode, and a store outage would otherwise take every instance of
@@ -358,6 +366,9 @@ func (s *server) ready(ctx context.Context) error {
 	}
 	if s.cfg.Rules.Guard.FailReady && s.watcher.LastError() != nil {
 		return errors.New("the last rule reload failed (see /debug/rules); serving the last good rules")
+	}
+	if err := s.tenantsUnready(); err != nil {
+		return err
 	}
 	if s.cfg.Guard.ReadyzStrict {
 		return s.engine.Ready(ctx)

@@ -3,22 +3,70 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	// Calendar quotas name IANA time zones; embed the database so a rule
 	// file does not depend on the host having one (≈ 450 KB).
 	_ "time/tzdata"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
+	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/server/admin"
+	"github.com/sluice-rl/sluice/server/rlqs"
+	"github.com/sluice-rl/sluice/server/rls"
+	"github.com/sluice-rl/sluice/store/compose"
+	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/tenant"
 	"github.com/sluice-rl/sluice/tenant/pg"
 )
+
+// What an instance does until it has loaded tenant data (--tenants-unloaded).
+const (
+	// unloadedRefuse: not ready, and checks are refused (HTTP 503, gRPC
+	// UNAVAILABLE) with the reason.
+	unloadedRefuse = "refuse"
+	// unloadedDefaults: ready, and every tenant gets the rule files'
+	// limits (its tier unknown: free) until data is loaded.
+	unloadedDefaults = "defaults"
+)
+
+// maxTenantCopyBytes: Redis refuses a value over 512 MB (proto-max-bulk-len).
+const maxTenantCopyBytes = 512 << 20
+
+// tenantCopyTTL is the expiry each write of the Redis copy sets: a copy no
+// instance has written for this long (no instance live) goes away.
+const tenantCopyTTL = 30 * 24 * time.Hour
+
+// flags binds the tenant flags kept here (the others are in config.go).
+func (c *tenantsConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Unloaded, "tenants-unloaded", c.Unloaded, "until tenant data is loaded (from PostgreSQL, the snapshot file or the Redis copy): refuse (not ready; checks answered 503 / UNAVAILABLE) or defaults (ready; every tenant gets the rule files' limits)")
+	fs.Int64Var(&c.CopyMaxBytes, "tenant-snapshot-redis-max-bytes", c.CopyMaxBytes, "with --store redis, the largest copy of the tenant snapshot kept in Redis, from which instances started while PostgreSQL is down restore it (0: no copy)")
+}
+
+func (c tenantsConfig) validate(bad func(string, ...any)) {
+	switch c.Unloaded {
+	case unloadedRefuse, unloadedDefaults:
+	default:
+		bad("--tenants-unloaded: %q, want refuse or defaults", c.Unloaded)
+	}
+	if c.CopyMaxBytes < 0 || c.CopyMaxBytes > maxTenantCopyBytes {
+		bad("--tenant-snapshot-redis-max-bytes: %d, want 0 (no copy) to %d", c.CopyMaxBytes, maxTenantCopyBytes)
+	}
+}
 
 // Environment variables holding admin tokens directly (instead of, or
 // besides, --admin-token-file): one read-write and one read-only token.
@@ -75,24 +123,58 @@ func (s *server) openTenants(cfg tenantsConfig, reg prometheus.Registerer, log *
 	if err != nil {
 		tlog.Warn("tenant snapshot file off: no cache directory; give --tenant-snapshot PATH", "err", err)
 	}
-	var lastLog time.Time
-	s.tenants = tenant.NewRegistry(st, tenant.Options{
+	var (
+		logMu             sync.Mutex // OnError is called from several goroutines
+		lastLog, lastCopy time.Time
+	)
+	opts := tenant.Options{
 		Resync: cfg.Resync,
 		File:   file,
 		OnError: func(err error) { // one line per 10s at most while it keeps failing
+			logMu.Lock()
+			defer logMu.Unlock()
+			if errors.Is(err, tenant.ErrCopy) {
+				if time.Since(lastCopy) >= 10*time.Second {
+					lastCopy = time.Now()
+					tlog.Warn("tenant snapshot copy in Redis: failed", "err", err)
+				}
+				return
+			}
 			if time.Since(lastLog) >= 10*time.Second {
 				lastLog = time.Now()
 				tlog.Warn("tenant overrides: PostgreSQL failed; checks keep the last known snapshot", "err", err)
 			}
 		},
-	})
+		OnSource: func(st tenant.Status) {
+			switch st.Source {
+			case tenant.SourceCopy:
+				tlog.Info("tenant snapshot restored from the fleet's copy in Redis; PostgreSQL's data replaces it once loaded",
+					"records", st.Tenants, "read_from_postgres_at", st.DataAt.UTC().Format(time.RFC3339))
+			case tenant.SourceLive:
+				tlog.Info("tenant data loaded from PostgreSQL", "records", st.Tenants)
+			}
+		},
+	}
+	s.tenantFile = "off"
+	if s.cfg.Store.Kind == compose.KindRedis && cfg.CopyMaxBytes > 0 {
+		// The stack is built after this, and its Redis store may still be
+		// connecting: the copy finds it when used.
+		opts.Copy = &redisCopy{store: s.redisStore, name: "tenants:" + st.Identity()}
+		opts.CopyMaxBytes = cfg.CopyMaxBytes
+	}
+	s.tenants = tenant.NewRegistry(st, opts)
 	g := s.tenants
 	if file != "" {
 		// Before serving: until PostgreSQL answers, enforce the tenants last
 		// known rather than the rule files' defaults. A live load replaces it.
 		if err := g.Restore(); err != nil {
+			s.tenantFile = "unusable"
+			if errors.Is(err, os.ErrNotExist) {
+				s.tenantFile = "none"
+			}
 			tlog.Info("tenant snapshot file not used", "file", file, "err", err)
 		} else {
+			s.tenantFile = "restored"
 			st := g.Status()
 			tlog.Info("tenant snapshot file restored; PostgreSQL's data replaces it once loaded", "file", file,
 				"records", st.Tenants, "read_from_postgres_at", st.DataAt.UTC().Format(time.RFC3339))
@@ -110,6 +192,25 @@ func (s *server) openTenants(cfg tenantsConfig, reg prometheus.Registerer, log *
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_tenants_records",
 			Help: "Tenant records in the snapshot checks use."},
 			func() float64 { return float64(g.Status().Tenants) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_tenants_loaded",
+			Help: "1 once tenant data was loaded from anywhere (PostgreSQL, the snapshot file, the Redis copy), else 0: every tenant is on the rule files' limits, and with --tenants-unloaded refuse the instance is not ready."},
+			func() float64 {
+				if g.Loaded() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_tenants_unloaded_refusals_total",
+			Help: "Checks refused because tenant data was never loaded (--tenants-unloaded refuse)."},
+			func() float64 { return float64(s.unloadedRefusals.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_tenants_copy_written_timestamp_seconds",
+			Help: "When this instance last wrote the tenant snapshot's copy to Redis (Unix seconds; 0: never)."},
+			func() float64 {
+				if t := g.Status().CopyWritten; !t.IsZero() {
+					return float64(t.UnixNano()) / 1e9
+				}
+				return 0
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_tenants_last_sync_timestamp_seconds",
 			Help: "When the tenant snapshot was last fully loaded (Unix seconds; 0: never)."},
 			func() float64 {
@@ -138,11 +239,152 @@ func snapshotPath(v, id string) (string, error) {
 	return v, nil
 }
 
+// redisCopy is the tenant snapshot's copy in the Redis store (a
+// tenant.Copy), which may not be connected yet.
+type redisCopy struct {
+	store func() *redis.Store
+	name  string
+	blob  atomic.Pointer[redis.Blob]
+}
+
+func (c *redisCopy) get() (*redis.Blob, error) {
+	if b := c.blob.Load(); b != nil {
+		return b, nil
+	}
+	st := c.store()
+	if st == nil {
+		return nil, errRedisNotConnected
+	}
+	b, err := st.Blob(c.name, tenantCopyTTL)
+	if err != nil {
+		return nil, err
+	}
+	c.blob.Store(b)
+	return b, nil
+}
+
+func (c *redisCopy) Version(ctx context.Context) (int64, error) {
+	b, err := c.get()
+	if err != nil {
+		return 0, err
+	}
+	return b.Version(ctx)
+}
+
+func (c *redisCopy) Put(ctx context.Context, v int64, data []byte) (bool, error) {
+	b, err := c.get()
+	if err != nil {
+		return false, err
+	}
+	return b.Put(ctx, v, data)
+}
+
+func (c *redisCopy) Get(ctx context.Context, maxBytes int64) (int64, []byte, error) {
+	b, err := c.get()
+	if err != nil {
+		return 0, nil, err
+	}
+	return b.Get(ctx, maxBytes)
+}
+
+// redisStore is the stack's Redis store once connected, else nil.
+func (s *server) redisStore() *redis.Store {
+	if st, ok := s.store.(*compose.Stack); ok {
+		return st.Redis()
+	}
+	return nil
+}
+
+// tenantsRefusing reports whether checks are refused now: tenants on,
+// --tenants-unloaded refuse, and no tenant data loaded yet. One atomic
+// load once tenants are loaded.
+func (s *server) tenantsRefusing() bool {
+	return s.tenants != nil && !s.tenants.Loaded() && s.cfg.Tenants.Unloaded == unloadedRefuse
+}
+
+// tenantsUnready is the readiness of tenants: an error saying why while
+// checks are refused, nil otherwise.
+func (s *server) tenantsUnready() error {
+	if !s.tenantsRefusing() {
+		return nil
+	}
+	return errors.New(s.unloadedReason())
+}
+
+// unloadedReason says why no tenant data is in force, naming each place
+// tried (no error text of PostgreSQL's: /readyz is public).
+func (s *server) unloadedReason() string {
+	st := s.tenants.Status()
+	pgState := "not loaded yet"
+	if st.Err != nil {
+		pgState = "unreachable"
+	}
+	copyState := "off"
+	switch {
+	case s.cfg.Store.Kind != compose.KindRedis:
+		copyState = "off (--store memory)"
+	case s.cfg.Tenants.CopyMaxBytes == 0:
+		copyState = "off (--tenant-snapshot-redis-max-bytes 0)"
+	case st.CopyErr != nil:
+		copyState = "not read: " + strings.TrimPrefix(st.CopyErr.Error(), tenant.ErrCopy.Error()+": ")
+	case st.CopyRead == tenant.CopyNone:
+		copyState = "none"
+	default:
+		copyState = "not read yet"
+	}
+	return fmt.Sprintf("tenant data never loaded (PostgreSQL: %s; snapshot file: %s; Redis copy: %s): checks are refused until one is (--tenants-unloaded refuse)",
+		pgState, s.tenantFile, copyState)
+}
+
+// checkPaths are the HTTP endpoints whose answer depends on tenant data.
+var checkPaths = map[string]bool{"/v1/check": true, "/json": true, "/v1/charge": true}
+
+// refuseUnloaded answers the checks of h with 503 and the reason while
+// tenants are refusing; everything else (health, readiness, metrics,
+// admin, /v1/release) passes.
+func (s *server) refuseUnloaded(h http.Handler) http.Handler {
+	if s.tenants == nil || s.cfg.Tenants.Unloaded != unloadedRefuse {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.tenantsRefusing() && r.Method == http.MethodPost && checkPaths[r.URL.Path] {
+			s.unloadedRefusals.Add(1)
+			w.Header().Set("Retry-After", "5")
+			headers.WriteProblem(w, headers.Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable),
+				Status: http.StatusServiceUnavailable, Detail: s.unloadedReason()})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// refuseUnloadedGRPC is the gRPC server option that answers Envoy's rate
+// limit calls (RLS, and RLQS streams as they open) with UNAVAILABLE and the
+// reason while tenants are refusing; Envoy then applies its own failure
+// mode (failure_mode_deny). It is a tap handle, not an interceptor: an
+// interceptor would turn off the RLS server's allocation-free decoding of
+// every call (server/rls, wire.go); a tap handle costs grpc one small
+// allocation per call (its tap.Info) and is run before the call is.
+func (s *server) refuseUnloadedGRPC() []grpc.ServerOption {
+	if s.tenants == nil || s.cfg.Tenants.Unloaded != unloadedRefuse {
+		return nil
+	}
+	rlsPrefix, rlqsPrefix := "/"+rls.ServiceName+"/", "/"+rlqs.ServiceName+"/"
+	return []grpc.ServerOption{grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if s.tenantsRefusing() && (strings.HasPrefix(info.FullMethodName, rlsPrefix) || strings.HasPrefix(info.FullMethodName, rlqsPrefix)) {
+			s.unloadedRefusals.Add(1)
+			return ctx, status.Error(codes.Unavailable, s.unloadedReason())
+		}
+		return ctx, nil
+	})}
+}
+
 // tenantsReady is the tenant line of /readyz, as JSON.
 type tenantsReady struct {
 	// Source: "live" (loaded from PostgreSQL by this process), "snapshot"
-	// (the snapshot file, PostgreSQL not reached yet) or "none" (rule-file
-	// limits apply).
+	// (the snapshot file, PostgreSQL not reached yet), "redis" (the
+	// fleet's copy in Redis, PostgreSQL not reached yet) or "none"
+	// (rule-file limits apply, or checks are refused: --tenants-unloaded).
 	Source string `json:"source"`
 	// Stale: not listening to PostgreSQL now; changes do not arrive.
 	Stale bool `json:"stale"`

@@ -101,7 +101,8 @@ func adminDo(t *testing.T, method, url, token, body string) (int, string) {
 // TestTenantsEndToEnd: sluice migrate, two servers over one PostgreSQL, a
 // quota set through one reaching the other within 10s, the sluice quota
 // commands, tokens refused, PostgreSQL killed (stale, last overrides kept,
-// 503 on writes, a server started meanwhile on rule-file limits) and back.
+// 503 on writes, a server started meanwhile on rule-file limits, opted in)
+// and back.
 func TestTenantsEndToEnd(t *testing.T) {
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
@@ -180,9 +181,14 @@ func TestTenantsEndToEnd(t *testing.T) {
 	if code, body := adminDo(t, "PUT", a.base+"/admin/v1/quotas/acme", e2eRW, `{"tier":"pro"}`); code != 503 {
 		t.Errorf("PUT while down: %d %s, want 503", code, body)
 	}
-	c := startServer(t, dir, edit) // started while PostgreSQL is down
+	// Started while PostgreSQL is down, with no snapshot: opted in to the
+	// rule files' limits (the default refuses: TestNewPodPostgresDown).
+	c := startServer(t, dir, func(c *serveConfig) { edit(c); c.Tenants.Unloaded = unloadedDefaults })
 	if got := ordersLimit(t, c.base, "acme"); got != 20 {
 		t.Errorf("server started while down: limit %d, want the rule file's 20", got)
+	}
+	if code, body := get(t, c.base+"/readyz"); code != 200 {
+		t.Errorf("/readyz of the server started while down with --tenants-unloaded defaults: %d %s, want 200", code, body)
 	}
 	pgs.Start()
 	for _, s := range []*testServer{b, c} {
