@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"unicode/utf8"
 
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/service"
 )
 
 // The hot path of ShouldRateLimit, without the protobuf library's
@@ -76,8 +79,15 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 			}
 			d.release()
 		}
-		// As grpc-go's proto codec would have failed the call.
 		if err := proto.Unmarshal([]byte(w.raw), &w.RateLimitRequest); err != nil {
+			// A domain, key or value that is not UTF-8 is the client's
+			// mistake, named as the service names it (service.Limits);
+			// anything else is refused as grpc-go's proto codec would
+			// have refused it.
+			if field, ok := notUTF8(w.raw); ok {
+				fe := &service.FieldError{Field: field, Reason: service.ReasonNotUTF8}
+				return nil, status.Error(codes.InvalidArgument, fmt.Errorf("%w: %w", ErrInvalidRequest, fe).Error())
+			}
 			return nil, status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 		}
 	}
@@ -255,6 +265,120 @@ func (d *decoder) descriptor(b string) bool {
 	d.descs = append(d.descs, ratelimitv3.RateLimitDescriptor{})
 	d.ends = append(d.ends, len(d.entries))
 	return true
+}
+
+// notUTF8 names the first domain, descriptor entry key or value of b, a
+// RateLimitRequest's wire bytes, that is not valid UTF-8, in the spelling
+// of service.Limits ("descriptors[1].entries[0].value"), and reports
+// whether it found one. It skips every other field, and gives up (false)
+// on bytes that are not a message. It allocates only the name it returns.
+func notUTF8(b string) (string, bool) {
+	desc := 0
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = skipField(b, typ); n < 0 {
+				return "", false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := consumeBytes(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		switch num {
+		case fieldDomain:
+			if !utf8.ValidString(v) {
+				return "domain", true
+			}
+		case fieldDescriptors:
+			if field, ok := notUTF8Descriptor(v, desc); ok {
+				return field, true
+			}
+			desc++
+		}
+	}
+	return "", false
+}
+
+// notUTF8Descriptor is notUTF8 for descriptor i's bytes.
+func notUTF8Descriptor(b string, i int) (string, bool) {
+	entry := 0
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = skipField(b, typ); n < 0 {
+				return "", false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := consumeBytes(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if num != fieldEntries {
+			continue
+		}
+		for len(v) > 0 {
+			num, typ, n := consumeTag(v)
+			if n < 0 {
+				return "", false
+			}
+			v = v[n:]
+			if typ != protowire.BytesType {
+				if n = skipField(v, typ); n < 0 {
+					return "", false
+				}
+				v = v[n:]
+				continue
+			}
+			s, n := consumeBytes(v)
+			if n < 0 {
+				return "", false
+			}
+			v = v[n:]
+			if (num == fieldKey || num == fieldValue) && !utf8.ValidString(s) {
+				name := "key"
+				if num == fieldValue {
+					name = "value"
+				}
+				return fmt.Sprintf("descriptors[%d].entries[%d].%s", i, entry, name), true
+			}
+		}
+		entry++
+	}
+	return "", false
+}
+
+// skipField returns the length of a field's value of wire type typ, not
+// length-delimited, at the front of b, or -1 (groups are not skipped).
+func skipField(b string, typ protowire.Type) int {
+	switch typ {
+	case protowire.VarintType:
+		_, n := consumeVarint(b)
+		return n
+	case protowire.Fixed32Type:
+		if len(b) >= 4 {
+			return 4
+		}
+	case protowire.Fixed64Type:
+		if len(b) >= 8 {
+			return 8
+		}
+	}
+	return -1
 }
 
 // consumeVarint reads a varint from the front of b: its value and length,
