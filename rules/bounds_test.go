@@ -94,7 +94,9 @@ func TestWorstRuleFileMemory(t *testing.T) {
 			return flowFile(n, func(i int) string { return chain(i, MaxDescriptorDepth, false) })
 		}, nil, "", ""},
 		{"many rules", func(n int) string {
-			return flowFile(n, func(i int) string { return fmt.Sprintf("{key: k%d, rate_limit: {unit: second, requests_per_unit: 1}}", i) })
+			return flowFile(n, func(i int) string {
+				return fmt.Sprintf("{key: k%d, rate_limit: {unit: second, requests_per_unit: 1}}", i)
+			})
 		}, nil, "", ""},
 		{"many members", func(n int) string {
 			return flowFile(n, func(i int) string { return fmt.Sprintf("{key: k%d}", i) })
