@@ -34,6 +34,10 @@ const (
 	FileVersion = 1
 )
 
+// minRecordBytes is less than the shortest line a record takes in a
+// snapshot file ({"t":"","tier":""} and its newline are 19 bytes).
+const minRecordBytes = 16
+
 // DefaultMaxFileBytes bounds a snapshot file when the caller gives no
 // bound: 256 MiB, about four million tenants with no overrides.
 const DefaultMaxFileBytes = 256 << 20
@@ -241,8 +245,12 @@ func ReadFile(path string, maxBytes int64) (*Snapshot, error) {
 		return nil, fmt.Errorf("tenant: snapshot file: %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > maxBytes {
-		return nil, fmt.Errorf("%w: %s is %d bytes, the bound is %d", ErrFileTooLarge, path, st.Size(), maxBytes)
+	size := maxBytes
+	if st, err := f.Stat(); err == nil {
+		if st.Size() > maxBytes {
+			return nil, fmt.Errorf("%w: %s is %d bytes, the bound is %d", ErrFileTooLarge, path, st.Size(), maxBytes)
+		}
+		size = st.Size()
 	}
 	sc := bufio.NewScanner(io.LimitReader(f, maxBytes))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20+MaxOverrides*(MaxDescriptorLen+MaxDomainLen+256))
@@ -272,7 +280,13 @@ func ReadFile(path string, maxBytes int64) (*Snapshot, error) {
 	if h.Deny < 0 || h.Deny > MaxDenyEntries {
 		return nil, fmt.Errorf("tenant: snapshot file %s:1: deny: %d entries, want 0 to %d", path, h.Deny, MaxDenyEntries)
 	}
-	b := newBuilder(h.Records, h.At)
+	if h.Records < 0 {
+		return nil, fmt.Errorf("tenant: snapshot file %s:1: records: %d, want 0 or more", path, h.Records)
+	}
+	// Room for the records the header announces, but no more than the
+	// file can hold (a record's line is longer than minRecordBytes): the
+	// header is not trusted to size an allocation.
+	b := newBuilder(int(min(int64(h.Records), size/minRecordBytes)), h.At)
 	var deny []DenyEntry
 	for n := 0; ; n++ {
 		if n > h.Records {
