@@ -69,7 +69,13 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 	if w.isRaw {
 		if interceptor == nil {
 			d := decoders.Get().(*decoder)
+			d.maxDescs, d.maxEntries = decodeBounds(s.opts.Limits)
 			if d.decode(w.raw) {
+				if d.over() {
+					err := d.limitError(s.opts.Limits)
+					d.release()
+					return nil, status.Error(codes.InvalidArgument, err.Error())
+				}
 				resp, err := s.ShouldRateLimit(ctx, &d.msg)
 				d.release()
 				if err != nil {
@@ -147,11 +153,62 @@ type decoder struct {
 	entries  []ratelimitv3.RateLimitDescriptor_Entry
 	entPtrs  []*ratelimitv3.RateLimitDescriptor_Entry
 	ends     []int // ends[i]: end of descriptor i's entries in entries
+	// maxDescs and maxEntries (0: no bound) bound what is kept: past
+	// them descriptors and entries are checked as usual but only counted
+	// (n, overAt, overEntries), so that a message of 256 KiB of empty
+	// descriptors costs no more than one of 64 (it cost 32 MB).
+	maxDescs, maxEntries int
+	n                    int // descriptors seen
+	overAt, overEntries  int // 1 + the first kept descriptor with more than maxEntries, and its count
+}
+
+// decodeBounds returns the decoder's maxDescs and maxEntries for lim.
+func decodeBounds(lim service.Limits) (descs, entries int) {
+	pick := func(v, def int) int {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return pick(lim.MaxDescriptors, service.DefaultMaxDescriptors), pick(lim.MaxEntries, service.DefaultMaxEntries)
+}
+
+// over reports whether the message decoded had more descriptors, or a
+// descriptor more entries, than the decoder kept.
+func (d *decoder) over() bool { return d.n > len(d.descs) || d.overAt > 0 }
+
+// limitError is the error FromProtoLimits returns for the message decoded
+// when over: the same checks in the same order, on the counts seen.
+func (d *decoder) limitError(lim service.Limits) error {
+	wrap := func(err error) error { return fmt.Errorf("%w: %w", ErrInvalidRequest, err) }
+	if d.msg.Domain == "" {
+		return fmt.Errorf("%w: domain: empty", ErrInvalidRequest)
+	}
+	if err := lim.CheckDomain(d.msg.Domain); err != nil {
+		return wrap(err)
+	}
+	if err := lim.CheckCount(d.n); err != nil {
+		return wrap(err)
+	}
+	for i, desc := range d.msg.Descriptors {
+		es, n := desc.Entries, len(desc.Entries)
+		if i+1 == d.overAt {
+			n = d.overEntries // CheckEntries refuses the count before it reads an entry
+		}
+		if err := lim.CheckEntries(i, n, func(j int) (string, string) { return es[j].Key, es[j].Value }); err != nil {
+			return wrap(err)
+		}
+	}
+	return fmt.Errorf("%w: over the limits", ErrInvalidRequest) // not reached: over() means a check fails
 }
 
 // release clears d (so that it holds no request's strings) and pools it.
 func (d *decoder) release() {
 	d.msg.Domain, d.msg.Descriptors, d.msg.HitsAddend = "", nil, 0
+	d.maxDescs, d.maxEntries, d.n, d.overAt, d.overEntries = 0, 0, 0, 0, 0
 	for i := range d.descs {
 		d.descs[i].Entries = nil
 	}
@@ -231,6 +288,10 @@ func (d *decoder) decode(b string) bool {
 
 // descriptor decodes one RateLimitDescriptor holding only entries.
 func (d *decoder) descriptor(b string) bool {
+	i := d.n
+	d.n++
+	keep := d.maxDescs <= 0 || i < d.maxDescs
+	count := 0
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 || num != fieldEntries || typ != protowire.BytesType {
@@ -260,7 +321,16 @@ func (d *decoder) descriptor(b string) bool {
 				value = s
 			}
 		}
-		d.entries = append(d.entries, ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+		if keep && (d.maxEntries <= 0 || count < d.maxEntries) {
+			d.entries = append(d.entries, ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+		}
+		count++
+	}
+	if !keep {
+		return true
+	}
+	if d.maxEntries > 0 && count > d.maxEntries && d.overAt == 0 {
+		d.overAt, d.overEntries = i+1, count
 	}
 	d.descs = append(d.descs, ratelimitv3.RateLimitDescriptor{})
 	d.ends = append(d.ends, len(d.entries))

@@ -143,6 +143,30 @@ func FuzzDecode(f *testing.F) {
 	for _, tc := range wireRequests(f) {
 		f.Add(tc.b)
 	}
+	// Hostile: the most empty descriptors, one descriptor of the most
+	// empty entries, 3 descriptors of 3 entries (over the bounded
+	// decoder's 2 and 2 below), unknown groups nested deep.
+	many := &rlsv3.RateLimitRequest{Domain: "edge"}
+	for range 20_000 {
+		many.Descriptors = append(many.Descriptors, &ratelimitv3.RateLimitDescriptor{})
+	}
+	f.Add(marshal(f, many))
+	wide := &ratelimitv3.RateLimitDescriptor{}
+	for range 20_000 {
+		wide.Entries = append(wide.Entries, &ratelimitv3.RateLimitDescriptor_Entry{})
+	}
+	f.Add(marshal(f, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{wide}}))
+	f.Add(marshal(f, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("a", "1", "b", "2"), desc("a", "1", "b", "2", "c", "3"), desc("a", "1", "b", "2", "c", "3")}}))
+	var nested []byte
+	for range 2000 {
+		nested = protowire.AppendTag(nested, 99, protowire.StartGroupType)
+	}
+	for range 2000 {
+		nested = protowire.AppendTag(nested, 99, protowire.EndGroupType)
+	}
+	f.Add(nested)
+	small := service.Limits{MaxDescriptors: 2, MaxEntries: 2}
 	reused := new(decoder)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d := new(decoder)
@@ -154,6 +178,24 @@ func FuzzDecode(f *testing.F) {
 		}
 		reused.release()
 		reused = decoders.Get().(*decoder)
+		// A bounded decoder agrees where it keeps everything, and where
+		// it does not, refuses as FromProtoLimits refuses the whole.
+		bd := new(decoder)
+		bd.maxDescs, bd.maxEntries = decodeBounds(small)
+		if bd.decode(string(b)) {
+			if !bd.over() {
+				checkDecoded(t, b, bd)
+			} else {
+				var whole rlsv3.RateLimitRequest
+				if err := proto.Unmarshal(b, &whole); err != nil {
+					t.Fatalf("decode(%x) took what proto.Unmarshal refuses: %v", b, err)
+				}
+				_, want := FromProtoLimits(&whole, small)
+				if got := bd.limitError(small); want == nil || got.Error() != want.Error() {
+					t.Fatalf("decode(%x) over the limits: %v, FromProtoLimits: %v", b, got, want)
+				}
+			}
+		}
 		// What notUTF8 names, proto.Unmarshal refuses.
 		if field, ok := notUTF8(string(b)); ok {
 			if err := proto.Unmarshal(b, new(rlsv3.RateLimitRequest)); err == nil {
