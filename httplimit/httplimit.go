@@ -121,7 +121,9 @@ type Config struct {
 	MaxDelay time.Duration
 	// FailClosed answers 503 when the Checker fails; by default the request
 	// goes through, as Envoy does (the engine itself never fails: its
-	// failure modes decide; this is for remote Checkers).
+	// failure modes decide; this is for remote Checkers). A request the
+	// Checker refuses as invalid (service.ErrInvalidRequest: a key over the
+	// engine's Limits, or not valid UTF-8) is answered 400 either way.
 	FailClosed bool
 	// Legacy also sends X-RateLimit-Limit, -Remaining, -Reset and -Used for
 	// the most restrictive policy.
@@ -229,6 +231,7 @@ type scratch struct {
 	d       edge.Decision
 	slots   []slot
 	detail  string // the problem's detail when not the default
+	invalid string // why the Checker refused the request as invalid: a 400
 	policy  []byte
 	buf     []byte
 	leases  []func(context.Context) error
@@ -257,7 +260,7 @@ func (s *scratch) reset() {
 	clear(s.costs)
 	s.d.Reset()
 	s.descs, s.entries, s.slots, s.leases, s.costs = s.descs[:0], s.entries[:0], s.slots[:0], s.leases[:0], s.costs[:0]
-	s.policy, s.buf, s.detail = s.policy[:0], s.buf[:0], ""
+	s.policy, s.buf, s.detail, s.invalid = s.policy[:0], s.buf[:0], "", ""
 	s.resp, s.hits, s.charged = service.Response{}, 0, false
 }
 
@@ -265,6 +268,14 @@ func (s *scratch) reset() {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc := scratchPool.Get().(*scratch)
 	if !h.check(w, r, sc) { // the client went away while a shaping delay was pending
+		sc.reset()
+		scratchPool.Put(sc)
+		return
+	}
+	if sc.invalid != "" {
+		h.releaseAll(r, sc.leases)
+		headers.WriteProblem(w, headers.Problem{Type: "about:blank", Title: http.StatusText(http.StatusBadRequest),
+			Status: http.StatusBadRequest, Detail: "the request cannot be rate limited: " + sc.invalid})
 		sc.reset()
 		scratchPool.Put(sc)
 		return
@@ -360,6 +371,15 @@ func (h *Handler) checkRates(r *http.Request, sc *scratch) {
 	if err == nil && resp.OverallCode == service.CodeOK && h.charger != nil {
 		sc.resp, sc.hits, sc.charged = resp, max(hits, 1), true // Request.Hits 0 means 1
 	}
+	if errors.Is(err, service.ErrInvalidRequest) {
+		// The request's own keys cannot be limited (a header value over
+		// the engine's limits, or not UTF-8): the client's doing, so it is
+		// refused, fail-closed or not; passed through, it would let any
+		// client skip every limit by sending one. Not told to OnError: a
+		// client could flood it.
+		sc.invalid = invalidDetail(err)
+		return
+	}
 	if err != nil {
 		if h.cfg.OnError != nil {
 			h.cfg.OnError(r, fmt.Errorf("httplimit: check: %w", err))
@@ -377,6 +397,20 @@ func (h *Handler) checkRates(r *http.Request, sc *scratch) {
 	if sc.d.Status == http.StatusServiceUnavailable {
 		sc.detail = "the rate limit store is unavailable"
 	}
+}
+
+// invalidDetail is what a 400 says of a request the Checker refused as
+// invalid: the field and what is wrong with it, as the engine names them.
+func invalidDetail(err error) string {
+	var fe *service.FieldError
+	var le *service.LimitError
+	switch {
+	case errors.As(err, &fe):
+		return fe.Error()
+	case errors.As(err, &le):
+		return le.Error()
+	}
+	return err.Error()
 }
 
 // acquire takes the concurrency slots, in order, into sc.slots and

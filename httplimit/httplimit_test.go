@@ -519,3 +519,51 @@ func TestConcurrencyShedChargesNothing(t *testing.T) {
 		t.Errorf("slot after a 429: %+v, %v; want it free (the refused request gave it back)", res, err)
 	}
 }
+
+// TestInvalidKeyRefused: a key the engine refuses as invalid (not UTF-8, or
+// over its limits) is answered 400 naming the field, fail-closed or not:
+// passed through, any client could skip every limit with such a header.
+// Distinct invalid values never reach a counter, so they cannot share one.
+func TestInvalidKeyRefused(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		next := &okHandler{}
+		var reported atomic.Int32
+		h := mustNew(t, next, Config{
+			Checker:     newEngine(t, storetest.NewClock(), nil),
+			Domain:      "web",
+			Descriptors: [][]KeyFunc{{Header("api_key", "X-Api-Key")}},
+			FailClosed:  failClosed,
+			OnError:     func(*http.Request, error) { reported.Add(1) },
+		})
+		for _, tc := range []struct {
+			name, value, detail string
+			want                int
+		}{
+			{"not UTF-8", "k\xff", "descriptors[0].entries[0].value: not valid UTF-8", 400},
+			{"other bytes not UTF-8", "k\xfe", "descriptors[0].entries[0].value: not valid UTF-8", 400},
+			{"lone surrogate", "\xed\xa0\x80", "descriptors[0].entries[0].value: not valid UTF-8", 400},
+			{"over max-value-bytes", strings.Repeat("k", service.DefaultMaxValueBytes+1),
+				"descriptors[0].entries[0].value: 4097 bytes exceeds the limit max-value-bytes=4096", 400},
+			{"valid", "ünïcode", "", 200},
+		} {
+			w := do(h, "198.51.100.1:1", "X-Api-Key", tc.value)
+			if w.Code != tc.want {
+				t.Errorf("fail closed %v, %s: status %d, want %d (body %s)", failClosed, tc.name, w.Code, tc.want, w.Body.String())
+				continue
+			}
+			if tc.want != 400 {
+				continue
+			}
+			p, err := headers.ParseProblem(w.Body.Bytes())
+			if want := "the request cannot be rate limited: " + tc.detail; err != nil || p.Status != 400 || p.Detail != want {
+				t.Errorf("fail closed %v, %s: problem %+v (%v), want status 400 and detail %q", failClosed, tc.name, p, err, want)
+			}
+		}
+		if next.calls != 1 {
+			t.Errorf("fail closed %v: handler called %d times, want 1 (the valid request only)", failClosed, next.calls)
+		}
+		if n := reported.Load(); n != 0 {
+			t.Errorf("fail closed %v: OnError called %d times, want 0 (the client's doing)", failClosed, n)
+		}
+	}
+}

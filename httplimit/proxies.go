@@ -111,28 +111,52 @@ func hostOf(hostport string) string {
 	return strings.Trim(hostport, "[]")
 }
 
+// MaxHops bounds the hops of a forwarding chain ClientIP walks: past it,
+// the walk stops at the last hop reached, as at a hop that is not an
+// address. No deployment puts this many trusted proxies in a row; a chain
+// that long was written by the client.
+const MaxHops = 64
+
 // forEachRight calls f on the comma-separated elements of the field lines,
-// right to left, until f returns false.
+// right to left, until f returns false or MaxHops elements were given. It
+// reads each line once, left to right, remembering only the last MaxHops
+// separators, so a field of thousands of elements costs time in
+// proportion to its length and no memory.
 func forEachRight(lines []string, sep byte, f func(string) bool) {
+	hops := 0
+	var ring [MaxHops]int
 	for i := len(lines) - 1; i >= 0; i-- {
 		s := lines[i]
-		for {
-			j := lastUnquoted(s, sep)
-			if !f(s[j+1:]) {
+		n := unquotedSeps(s, sep, &ring) // separators seen; the last min(n, MaxHops) are in ring
+		end := len(s)
+		for k := n - 1; ; k-- {
+			if hops == MaxHops {
 				return
 			}
-			if j < 0 {
+			hops++
+			start := 0
+			if k >= 0 {
+				if k < n-MaxHops {
+					return // the separator fell out of the ring: past MaxHops anyway
+				}
+				start = ring[k%MaxHops] + 1
+			}
+			if !f(s[start:end]) {
+				return
+			}
+			if k < 0 {
 				break
 			}
-			s = s[:j]
+			end = ring[k%MaxHops]
 		}
 	}
 }
 
-// lastUnquoted returns the index of the last sep outside double quotes, or -1.
-func lastUnquoted(s string, sep byte) int {
+// unquotedSeps records the indexes of the seps of s outside double quotes
+// in ring (the k-th at ring[k%MaxHops]) and returns how many there are.
+func unquotedSeps(s string, sep byte, ring *[MaxHops]int) int {
 	inQuote := false
-	last := -1
+	n := 0
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
 		case '\\':
@@ -143,11 +167,12 @@ func lastUnquoted(s string, sep byte) int {
 			inQuote = !inQuote
 		case sep:
 			if !inQuote {
-				last = i
+				ring[n%MaxHops] = i
+				n++
 			}
 		}
 	}
-	return last
+	return n
 }
 
 // forwardedFor returns the node of the for= parameter of one Forwarded

@@ -1,9 +1,11 @@
 package httplimit
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -165,4 +167,44 @@ func FuzzClientIP(f *testing.F) {
 			t.Fatalf("ClientIP(%q, XFF %q, Forwarded %q) = %q, not an address", remote, xff, fwd, ip)
 		}
 	})
+}
+
+// TestClientIPHugeChain: a forwarding field of tens of thousands of
+// trusted-looking hops (what a client behind a trusted proxy can write, up
+// to net/http's 1 MiB of header) is walked at most MaxHops deep, with no
+// allocation, reading the field once (before: each hop rescanned the
+// field from its start, time in the square of its length).
+func TestClientIPHugeChain(t *testing.T) {
+	tp, err := ParseTrustedProxies("10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hops []string
+	for i := 0; len(hops)*12 < 1<<20; i++ {
+		hops = append(hops, fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255))
+	}
+	n := len(hops)
+	for _, tc := range []struct {
+		name, field string
+		lines       []string
+		want        string
+	}{
+		// The peer is hop 0; MaxHops elements of the field are walked.
+		{"X-Forwarded-For, one line", "X-Forwarded-For", []string{strings.Join(hops, ", ")}, hops[n-MaxHops]},
+		{"X-Forwarded-For, a line a hop", "X-Forwarded-For", hops, hops[n-MaxHops]},
+		{"Forwarded", "Forwarded", []string{"for=" + strings.Join(hops, ", for=")}, hops[n-MaxHops]},
+		{"short chain ends at its leftmost", "X-Forwarded-For", []string{strings.Join(hops[:MaxHops-1], ",")}, hops[0]},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "10.255.255.255:1"
+		r.Header[tc.field] = tc.lines
+		var got string
+		allocs := testing.AllocsPerRun(5, func() { got, _ = tp.ClientIP(r) })
+		if got != tc.want {
+			t.Errorf("%s: ClientIP = %q, want %q", tc.name, got, tc.want)
+		}
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations, want 0", tc.name, allocs)
+		}
+	}
 }

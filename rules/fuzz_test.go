@@ -20,6 +20,17 @@ func FuzzParseRules(f *testing.F) {
 			}
 		}
 	}
+	// Nested input: descriptors at and past MaxDescriptorDepth, aliases
+	// that expand, nested metadata, nested lists.
+	for _, s := range []string{
+		"domain: d\ndescriptors: [" + chain(1, MaxDescriptorDepth, true) + "]\n",
+		"domain: d\ndescriptors: [" + chain(1, MaxDescriptorDepth+1, false) + "]\n",
+		aliasBomb(3, 3),
+		"domain: d\ndescriptors: [{key: k, metadata: {a: {b: {c: [1, [2, [3, {d: e}]]]}}}, rate_limit: {unit: second, requests_per_unit: 1}}]\n",
+		"domain: d\ndescriptors: " + strings.Repeat("[", 64) + strings.Repeat("]", 64) + "\n",
+	} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		snap, err := Parse("fuzz.yaml", data, Options{})
 		if err != nil {

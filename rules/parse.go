@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,28 @@ const unitList = "second, minute, hour, day, week, month, year"
 // maxNodes bounds the YAML nodes one file may expand to, aliases included,
 // so that a file of nested aliases cannot make a load take forever.
 const maxNodes = 200_000
+
+// MaxDescriptorDepth bounds how deep descriptors may nest in a rule file
+// (a descriptor at the top level is at depth 1). Each descriptor holds
+// its path from the top, so without a bound a file's memory would grow
+// with the square of its nesting: a 300 KB file of 4,000 nested
+// descriptors took 1.4 GiB. A request has at most service.Limits'
+// MaxEntries (16) entries by default, so a deeper rule could not match it
+// anyway; envoyproxy/ratelimit's own examples nest three.
+const MaxDescriptorDepth = 32
+
+// MaxFileBytes bounds the size of one rule file, read from a directory or
+// delivered over xDS; MaxDirBytes bounds the rule files of a directory (or
+// of one xDS update) together. A file or set over them is refused with a
+// problem naming it, before it is parsed. The YAML library holds a node
+// of about 200 bytes for every few bytes of a file, so a file costs up to
+// about 70 bytes of memory per byte while it is parsed
+// (TestWorstRuleFileMemory); files are parsed one at a time. 1 MiB holds
+// some 20,000 descriptors; split a larger set over several files.
+const (
+	MaxFileBytes = 1 << 20
+	MaxDirBytes  = 16 << 20
+)
 
 // parser reads one file into a domain tree, collecting problems as it goes.
 type parser struct {
@@ -94,6 +117,10 @@ func (p *parser) add(line int, field, format string, args ...any) {
 // parse reads data as one rule file. It returns nil if the file is unusable
 // as a whole; problems are in p.probs either way.
 func (p *parser) parse(data []byte) (tree *domainTree) {
+	if len(data) > MaxFileBytes {
+		p.add(0, "", "file is %d bytes, more than the limit of %d (rules.MaxFileBytes)", len(data), MaxFileBytes)
+		return nil
+	}
 	defer func() {
 		// yaml.v3 has panicked on hostile input in the past; a rule file
 		// must never take the process down.
@@ -292,7 +319,7 @@ func (p *parser) root(n *yaml.Node) *domainTree {
 		p.add(n.Line, "domain", "required")
 	}
 	if descs != nil {
-		t.top = p.descriptors(descs, "descriptors", nil, t)
+		t.top = p.descriptors(descs, "descriptors", make([]Step, 0, MaxDescriptorDepth+1), t)
 	}
 	return t
 }
@@ -304,6 +331,10 @@ func (p *parser) descriptors(n *yaml.Node, field string, parent []Step, t *domai
 	}
 	if n.Kind != yaml.SequenceNode {
 		p.add(n.Line, field, "want a list of descriptors, got %s", kindName(n))
+		return nil
+	}
+	if len(parent) >= MaxDescriptorDepth {
+		p.add(n.Line, field, "descriptors nested more than %d deep", MaxDescriptorDepth)
 		return nil
 	}
 	var out []*dnode
@@ -398,10 +429,13 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 		p.add(n.Line, join(field, "share_threshold"), "only a value with a * wildcard can share its counter")
 		valid = false
 	}
-	path := append(parent[:len(parent):len(parent)], d.step)
+	// parent shares its array with every path being read (one stack, as
+	// deep as the nesting): a rule keeps a copy of its own, so that
+	// descriptors without a rule cost nothing per level of depth.
+	path := append(parent, d.step)
 	if rl != nil {
 		if r := p.rateLimit(rl, rlField, t); r != nil {
-			r.Path = path
+			r.Path = slices.Clone(path)
 			r.ShadowMode = shadow
 			r.DetailedMetric = detailed
 			r.QuotaMode, r.Metadata = quota, meta

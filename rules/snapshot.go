@@ -3,6 +3,7 @@ package rules
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,12 +174,18 @@ type File struct {
 // ParseFiles compiles rule files held in memory (rules delivered over
 // xDS, for instance) into one Snapshot, with LoadDir's checks: each file
 // holds one domain, a domain may not appear in two files (unless
-// opts.MergeDomains), and an empty set is an error. The returned error, if
+// opts.MergeDomains), an empty set is an error, and so is a file over
+// MaxFileBytes or a set over MaxDirBytes. The returned error, if
 // any, is an Errors listing every problem in every file.
 func ParseFiles(files []File, opts Options) (*Snapshot, error) {
 	var trees []*domainTree
 	var probs Errors
+	total := 0
 	for _, f := range files {
+		if total += len(f.Data); total > MaxDirBytes {
+			probs = append(probs, Problem{File: f.Name, Msg: fmt.Sprintf("the rule files come to more than %d bytes with this one (rules.MaxDirBytes)", MaxDirBytes)})
+			break
+		}
 		p := &parser{file: f.Name, opts: opts}
 		if t := p.parse(f.Data); t != nil {
 			trees = append(trees, t)
@@ -198,7 +205,9 @@ func ParseFiles(files []File, opts Options) (*Snapshot, error) {
 // names starting with "." are skipped, which also skips the "..data" and
 // timestamped directories of a Kubernetes ConfigMap mount while following its
 // file symlinks) and compiles them into one Snapshot. Each file holds one
-// domain; a domain may not appear in two files. The returned error, if any,
+// domain; a domain may not appear in two files. A file over MaxFileBytes,
+// or one that brings the directory's rule files over MaxDirBytes, is a
+// problem naming it, and is not read. The returned error, if any,
 // is an Errors listing every problem in every file (a directory without any
 // rule file is one), or an error saying dir could not be read.
 func LoadDir(dir string, opts Options) (*Snapshot, error) {
@@ -209,6 +218,7 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 	var trees []*domainTree
 	var probs Errors
 	files := 0
+	var total int64
 	for _, e := range ents {
 		name := e.Name()
 		ext := strings.ToLower(filepath.Ext(name))
@@ -224,7 +234,16 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 		if !st.Mode().IsRegular() {
 			continue
 		}
-		data, err := os.ReadFile(path)
+		if st.Size() > MaxFileBytes {
+			files++
+			probs = append(probs, Problem{File: path, Msg: fmt.Sprintf("file is %d bytes, more than the limit of %d (rules.MaxFileBytes)", st.Size(), MaxFileBytes)})
+			continue
+		}
+		if total += st.Size(); total > MaxDirBytes {
+			probs = append(probs, Problem{File: path, Msg: fmt.Sprintf("the rule files of %s come to more than %d bytes with this one (rules.MaxDirBytes)", dir, MaxDirBytes)})
+			break
+		}
+		data, err := readFile(path)
 		if err != nil {
 			probs = append(probs, Problem{File: path, Msg: err.Error()})
 			continue
@@ -245,6 +264,24 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 		trees = mergeTrees(trees, &probs)
 	}
 	return compile(trees, probs)
+}
+
+// readFile reads the file at path, or refuses it when it is longer than
+// MaxFileBytes (it may have grown since it was looked at).
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("file is more than %d bytes, the limit (rules.MaxFileBytes)", MaxFileBytes)
+	}
+	return data, nil
 }
 
 // mergeTrees merges the files that share a domain into the first of them

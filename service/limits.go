@@ -1,12 +1,20 @@
 package service
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // Limits bound what one request may ask of the engine, and what requests
 // together may make it hold in metric labels. Every request is checked
 // against them before any rule is matched; a request over a limit is refused
 // with an error wrapping ErrInvalidRequest (and a *LimitError naming the
 // limit), so it costs no store key, no store call and no metric series.
+// The same checks refuse a domain, key or value that is not valid UTF-8
+// (a *FieldError naming the field), whatever the limits: such bytes cannot
+// be a metric label, and transports that must hold text (JSON, protobuf
+// strings) would otherwise replace them, merging distinct values into one
+// counter.
 //
 // A zero field means its default (DefaultLimits); a negative field means no
 // limit. The zero value is therefore the defaults.
@@ -96,6 +104,24 @@ func (e *LimitError) Error() string {
 // Unwrap returns ErrInvalidRequest.
 func (e *LimitError) Unwrap() error { return ErrInvalidRequest }
 
+// FieldError is a request field the engine refuses whatever the Limits,
+// such as a descriptor value that is not valid UTF-8. It unwraps to
+// ErrInvalidRequest.
+type FieldError struct {
+	// Field is where in the request, e.g. "descriptors[0].entries[1].value".
+	Field string
+	// Reason says what is wrong with it, e.g. "not valid UTF-8".
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Unwrap returns ErrInvalidRequest.
+func (e *FieldError) Unwrap() error { return ErrInvalidRequest }
+
+// ReasonNotUTF8 is FieldError.Reason for a string that is not valid UTF-8.
+const ReasonNotUTF8 = "not valid UTF-8"
+
 // CheckCount checks the counts of a request before it is decoded further:
 // descriptors is how many it has. Transports call it first, so an oversized
 // request is refused before anything is allocated for it.
@@ -107,17 +133,27 @@ func (l Limits) CheckCount(descriptors int) error {
 	return nil
 }
 
-// CheckDomain checks the length of a request's domain.
+// CheckDomain checks the length of a request's domain, and that it is
+// valid UTF-8 (a *FieldError otherwise).
 func (l Limits) CheckDomain(domain string) error {
-	l = l.withDefaults()
+	return l.withDefaults().checkDomain(domain)
+}
+
+// checkDomain is CheckDomain on limits already defaulted.
+func (l Limits) checkDomain(domain string) error {
 	if exceeds(len(domain), l.MaxKeyBytes) {
 		return &LimitError{Field: "domain", Limit: "max-key-bytes", Got: len(domain), Max: l.MaxKeyBytes}
+	}
+	if !utf8.ValidString(domain) {
+		return &FieldError{Field: "domain", Reason: ReasonNotUTF8}
 	}
 	return nil
 }
 
 // CheckEntries checks descriptor i, given its entry count and a function
-// returning entry j's key and value, against the limits. Transports call it
+// returning entry j's key and value, against the limits, and that every key
+// and value is valid UTF-8 (a *FieldError otherwise, e.g.
+// "descriptors[0].entries[1].value: not valid UTF-8"). Transports call it
 // on their own types before converting them.
 func (l Limits) CheckEntries(i, entries int, entry func(j int) (key, value string)) error {
 	return l.withDefaults().checkEntries(i, entries, entry)
@@ -136,16 +172,23 @@ func (l Limits) checkEntries(i, entries int, entry func(j int) (key, value strin
 		if exceeds(len(v), l.MaxValueBytes) {
 			return &LimitError{Field: fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), Limit: "max-value-bytes", Got: len(v), Max: l.MaxValueBytes}
 		}
+		if !utf8.ValidString(k) {
+			return &FieldError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Reason: ReasonNotUTF8}
+		}
+		if !utf8.ValidString(v) {
+			return &FieldError{Field: fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), Reason: ReasonNotUTF8}
+		}
 	}
 	return nil
 }
 
 // Check checks req against the limits and returns the first one exceeded,
-// as a *LimitError, or nil.
+// as a *LimitError, or the first field that is not valid UTF-8, as a
+// *FieldError, or nil.
 func (l Limits) Check(req *Request) error {
 	l = l.withDefaults()
-	if exceeds(len(req.Domain), l.MaxKeyBytes) {
-		return &LimitError{Field: "domain", Limit: "max-key-bytes", Got: len(req.Domain), Max: l.MaxKeyBytes}
+	if err := l.checkDomain(req.Domain); err != nil {
+		return err
 	}
 	if n := len(req.Descriptors); exceeds(n, l.MaxDescriptors) {
 		return &LimitError{Field: "descriptors", Limit: "max-descriptors", Got: n, Max: l.MaxDescriptors}

@@ -72,6 +72,52 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// A domain, key or value that is not valid UTF-8 is refused, naming the
+// field, whatever the limits (even with every limit lifted); each check a
+// transport calls refuses it as Check does.
+func TestNotUTF8Refused(t *testing.T) {
+	for _, lim := range []Limits{{}, {MaxKeyBytes: -1, MaxValueBytes: -1, MaxDescriptors: -1, MaxEntries: -1}} {
+		cfg := DefaultConfig()
+		cfg.Limits = lim
+		h := newHarness(t, testRules, cfg)
+		for _, tc := range []struct {
+			name, field string
+			req         Request
+		}{
+			{"domain", "domain", Request{Domain: "te\xffst", Descriptors: []Descriptor{desc("ip", "1")}}},
+			{"key", "descriptors[0].entries[1].key", req(desc("ip", "1", "\xc0", "v"))},
+			{"value", "descriptors[1].entries[1].value", req(desc("ip", "1"), desc("big", "x", "ip", "a\xffb"))},
+			{"lone surrogate", "descriptors[0].entries[0].value", req(desc("ip", "\xed\xb0\x80"))},
+			{"truncated rune", "descriptors[0].entries[0].value", req(desc("ip", "\xe2\x82"))},
+		} {
+			want := tc.field + ": not valid UTF-8"
+			_, err := h.eng.Check(context.Background(), tc.req)
+			var fe *FieldError
+			if !errors.Is(err, ErrInvalidRequest) || !errors.As(err, &fe) || fe.Error() != want {
+				t.Errorf("limits %+v, %s: Check error = %v, want ErrInvalidRequest and a *FieldError %q", lim, tc.name, err, want)
+			}
+			r := tc.req
+			got := lim.CheckDomain(r.Domain)
+			for i := range r.Descriptors {
+				if got != nil {
+					break
+				}
+				es := r.Descriptors[i].Entries
+				got = lim.CheckEntries(i, len(es), func(j int) (string, string) { return es[j].Key, es[j].Value })
+			}
+			if got == nil || got.Error() != want {
+				t.Errorf("limits %+v, %s: CheckDomain/CheckEntries = %v, want %q", lim, tc.name, got, want)
+			}
+		}
+		if _, err := h.eng.Check(context.Background(), req(desc("ip", "ünïcode ✓"))); err != nil {
+			t.Errorf("limits %+v: valid UTF-8 refused: %v", lim, err)
+		}
+		if keys := h.store.Stats().Keys; keys != 1 {
+			t.Errorf("limits %+v: store holds %d keys, want 1 (refused requests create none)", lim, keys)
+		}
+	}
+}
+
 // The zero Limits are the defaults, and a negative field lifts its limit.
 func TestLimitsDefaultsAndOff(t *testing.T) {
 	big := req(desc("big", strings.Repeat("v", DefaultMaxValueBytes+1)))

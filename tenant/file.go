@@ -34,6 +34,10 @@ const (
 	FileVersion = 1
 )
 
+// minRecordBytes is less than the shortest line a record takes in a
+// snapshot file ({"t":"","tier":""} and its newline are 19 bytes).
+const minRecordBytes = 16
+
 // DefaultMaxFileBytes bounds a snapshot file when the caller gives no
 // bound: 256 MiB, about four million tenants with no overrides.
 const DefaultMaxFileBytes = 256 << 20
@@ -303,9 +307,11 @@ func ReadSnapshot(r io.Reader, name string, maxBytes int64) (*Snapshot, error) {
 	if h.Records < 0 {
 		return nil, fmt.Errorf("tenant: snapshot file %s:1: records: %d, want 0 or more", path, h.Records)
 	}
-	// The header's count sizes the table up to a point: a hostile count
-	// must not allocate; past it, the table grows as records come.
-	b := newBuilder(min(h.Records, maxPresize), h.At)
+	// The header's count sizes the table up to a point, and no further
+	// than the input can hold (a record's line is longer than
+	// minRecordBytes): a hostile count must not allocate; past it, the
+	// table grows as records come.
+	b := newBuilder(min(h.Records, maxPresize, int(min(maxBytes/minRecordBytes, int64(maxPresize)))), h.At)
 	var deny []DenyEntry
 	for n := 0; ; n++ {
 		if n > h.Records {

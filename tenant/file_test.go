@@ -139,6 +139,10 @@ func FuzzReadFile(f *testing.F) {
 	// Nested input, as a hostile copy from Redis may be.
 	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":1,"switches":[]}` + "\n" + strings.Repeat("[", 4096) + "\n"))
 	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":1,"switches":[]}` + "\n" + `{"t":"a","tier":"pro","ovs":[{"domain":{"x":[[[[{}]]]]}}]}` + "\n"))
+	// Nested input and hostile counts.
+	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":-1,"switches":[]}` + "\n"))
+	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":1125899906842624,"switches":[]}` + "\n" + `{"t":"a","tier":"pro","ovs":[[[[[{"domain":[[{}]]}]]]]]}` + "\n"))
+	f.Add([]byte(`{"format":"sluice-tenant-snapshot","version":1,"records":1,"switches":[[[[{"x":{"y":{"z":[]}}}]]]]}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := filepath.Join(t.TempDir(), "f")
 		if err := os.WriteFile(p, data, 0o600); err != nil {

@@ -155,6 +155,12 @@ type engineConfig struct {
 // (BENCHMARKS.md), a quarter of what 1 MiB would.
 const defaultMaxRequestBytes = 256 << 10
 
+// maxHeaderBytes bounds an HTTP request's line and header fields together
+// (http.Server.MaxHeaderBytes; net/http's default is 1 MiB): Envoy's
+// default max_request_headers_kb is 60. A 1 MiB request line cost 8 MB to
+// read and refuse (server/admin TestWorstQueryMemory).
+const maxHeaderBytes = 64 << 10
+
 // limitsConfig bounds requests; see service.Limits.
 type limitsConfig struct {
 	KeyBytes, ValueBytes, Descriptors, Entries int

@@ -313,6 +313,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.http = &http.Server{
 		Handler:           h,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -328,7 +329,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 			return nil, fmt.Errorf("serve: debug: %w", err)
 		}
 		// No write timeout: a CPU profile or trace streams for as long as asked.
-		s.debug = &http.Server{Handler: dh, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		s.debug = &http.Server{Handler: dh, MaxHeaderBytes: maxHeaderBytes, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	}
 

@@ -23,6 +23,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/internal/rlsproto"
 	"github.com/sluice-rl/sluice/service"
@@ -57,8 +59,21 @@ func New(conn grpc.ClientConnInterface, opts Options) *Checker {
 // ErrInvalidRequest: the request cannot be put on the wire.
 var ErrInvalidRequest = rlsproto.ErrInvalidRequest
 
-// Check implements httplimit.Checker.
+// utf8Only are limits that check nothing but UTF-8: the sizes are the
+// server's to check.
+var utf8Only = service.Limits{MaxKeyBytes: -1, MaxValueBytes: -1, MaxDescriptors: -1, MaxEntries: -1}
+
+// Check implements httplimit.Checker. A request the server refuses as
+// invalid (codes.InvalidArgument: a key or value over its limits, say),
+// and one whose domain, key or value is not UTF-8 (which protobuf cannot
+// carry: refused before it is sent, naming the field), return an error
+// wrapping service.ErrInvalidRequest, which the middleware answers 400
+// whether it fails closed or not, as it answers the in-process engine's:
+// otherwise such a key would skip every limit.
 func (c *Checker) Check(ctx context.Context, req service.Request) (service.Response, error) {
+	if err := utf8Only.Check(&req); err != nil {
+		return service.Response{}, fmt.Errorf("remote: %w", err)
+	}
 	in, err := rlsproto.Request(req)
 	if err != nil {
 		return service.Response{}, fmt.Errorf("remote: %w", err)
@@ -66,6 +81,9 @@ func (c *Checker) Check(ctx context.Context, req service.Request) (service.Respo
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	out, err := c.client.ShouldRateLimit(ctx, in)
+	if status.Code(err) == codes.InvalidArgument {
+		return service.Response{}, fmt.Errorf("remote: ShouldRateLimit: %w: %s", service.ErrInvalidRequest, status.Convert(err).Message())
+	}
 	if err != nil {
 		return service.Response{}, fmt.Errorf("remote: ShouldRateLimit: %w", err)
 	}

@@ -2,9 +2,11 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +126,48 @@ func TestServiceDown(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	if w.Code != 200 || reported == nil {
 		t.Errorf("service down, fail open: status %d, reported %v; want 200 and an error reported", w.Code, reported)
+	}
+}
+
+// TestInvalidRequestIs400: a key the server refuses as invalid
+// (InvalidArgument: a value over its max-value-bytes) and a value that is
+// not UTF-8 (refused before it is sent) are service.ErrInvalidRequest, so
+// the middleware answers 400 although it fails open; before, both failed
+// open and the request skipped every limit.
+func TestInvalidRequestIs400(t *testing.T) {
+	conn := serve(t)
+	c := New(conn, Options{Timeout: 5 * time.Second})
+	cases := []struct {
+		name, value, want string
+	}{
+		{"over the server's limit", strings.Repeat("v", service.DefaultMaxValueBytes+1), "max-value-bytes=4096"},
+		{"not UTF-8", "a\xffb", "descriptors[0].entries[0].value: not valid UTF-8"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.Check(context.Background(), service.Request{Domain: "web", Descriptors: []service.Descriptor{{Entries: []rules.Entry{{Key: "remote_address", Value: tc.value}}}}})
+			if !errors.Is(err, service.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check: %v, want service.ErrInvalidRequest naming %q", err, tc.want)
+			}
+			var reported error
+			h, err := httplimit.New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), httplimit.Config{
+				Checker: c, Domain: "web", Descriptors: [][]httplimit.KeyFunc{{httplimit.Header("remote_address", "X-Key")}},
+				OnError: func(_ *http.Request, err error) { reported = err },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header.Set("X-Key", tc.value)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusBadRequest {
+				t.Errorf("middleware, fail open: status %d (reported %v), want 400", w.Code, reported)
+			}
+		})
+	}
+	// A valid key still passes.
+	if _, err := c.Check(context.Background(), service.Request{Domain: "web", Descriptors: []service.Descriptor{{Entries: []rules.Entry{{Key: "remote_address", Value: "198.51.100.9"}}}}}); err != nil {
+		t.Errorf("Check of a valid key: %v, want nil", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -366,6 +366,7 @@ func Compile[A interface {
 		return nil, fmt.Errorf("%d resources, more than %d", len(resources), MaxResources)
 	}
 	files := make([]rules.File, 0, len(resources))
+	total := 0
 	for i, r := range resources {
 		if r.GetTypeUrl() != TypeURL {
 			return nil, fmt.Errorf("resources[%d]: type %q, want %s", i, r.GetTypeUrl(), TypeURL)
@@ -382,78 +383,100 @@ func Compile[A interface {
 		if name == "" {
 			name = fmt.Sprintf("resources[%d]", i)
 		}
+		if total += len(data); total > rules.MaxDirBytes {
+			return nil, fmt.Errorf("resources[%d] (%s): the rule files rendered come to more than %d bytes (rules.MaxDirBytes)", i, name, rules.MaxDirBytes)
+		}
 		files = append(files, rules.File{Name: "xds:" + name, Data: data})
 	}
 	return rules.ParseFiles(files, opts)
 }
 
-// yamlFile, yamlDescriptor and yamlLimit are the rule file format's fields
-// a RateLimitConfig carries.
-type yamlFile struct {
-	Domain      string           `yaml:"domain"`
-	Descriptors []yamlDescriptor `yaml:"descriptors,omitempty"`
-}
-
-type yamlDescriptor struct {
-	Key            string           `yaml:"key"`
-	Value          string           `yaml:"value,omitempty"`
-	RateLimit      *yamlLimit       `yaml:"rate_limit,omitempty"`
-	ShadowMode     bool             `yaml:"shadow_mode,omitempty"`
-	DetailedMetric bool             `yaml:"detailed_metric,omitempty"`
-	Descriptors    []yamlDescriptor `yaml:"descriptors,omitempty"`
-}
-
-type yamlLimit struct {
-	Unit            string        `yaml:"unit,omitempty"`
-	RequestsPerUnit *uint32       `yaml:"requests_per_unit,omitempty"`
-	Unlimited       bool          `yaml:"unlimited,omitempty"`
-	Name            string        `yaml:"name,omitempty"`
-	Replaces        []yamlReplace `yaml:"replaces,omitempty"`
-}
-
-type yamlReplace struct {
-	Name string `yaml:"name"`
-}
-
 // Render returns cfg as the equivalent rule file (the name is not part of
 // it). A unit of UNKNOWN renders as "unknown", which the rules reject,
 // unless the limit is unlimited.
+//
+// It writes the YAML itself, block style with every string double-quoted
+// (strconv.Quote's escapes are YAML's), in one pass: the YAML library's
+// encoder keeps every event of a document until its end, some 25 KB per
+// descriptor. A configuration nested deeper than MaxDepth, or whose
+// rendering would be longer than rules.MaxFileBytes (which rules.ParseFiles
+// refuses), is refused as soon as that is known.
 func Render(cfg *rlconf.RateLimitConfig) ([]byte, error) {
-	ds, err := descriptors(cfg.GetDescriptors(), 1)
-	if err != nil {
-		return nil, err
+	b := append([]byte("domain: "), strconv.Quote(cfg.GetDomain())...)
+	b = append(b, '\n')
+	if len(cfg.GetDescriptors()) == 0 {
+		return b, nil
 	}
-	return yaml.Marshal(yamlFile{Domain: cfg.GetDomain(), Descriptors: ds})
+	b = append(b, "descriptors:\n"...)
+	return appendDescriptors(b, cfg.GetDescriptors(), 1)
 }
 
-func descriptors(in []*rlconf.RateLimitDescriptor, depth int) ([]yamlDescriptor, error) {
-	if len(in) == 0 {
-		return nil, nil
-	}
+// appendDescriptors appends ds, at depth (1: the top), to b.
+func appendDescriptors(b []byte, ds []*rlconf.RateLimitDescriptor, depth int) ([]byte, error) {
 	if depth > MaxDepth {
 		return nil, fmt.Errorf("descriptors nested deeper than %d", MaxDepth)
 	}
-	out := make([]yamlDescriptor, len(in))
-	for i, d := range in {
-		sub, err := descriptors(d.GetDescriptors(), depth+1)
-		if err != nil {
-			return nil, err
+	indent := 2 * (depth - 1)
+	line := func(b []byte, extra int, s string) []byte {
+		for range indent + extra {
+			b = append(b, ' ')
 		}
-		out[i] = yamlDescriptor{Key: d.GetKey(), Value: d.GetValue(), ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric(), Descriptors: sub}
+		return append(b, s...)
+	}
+	for _, d := range ds {
+		b = line(b, 0, "- key: ")
+		b = append(strconv.AppendQuote(b, d.GetKey()), '\n')
+		if d.GetValue() != "" {
+			b = line(b, 2, "value: ")
+			b = append(strconv.AppendQuote(b, d.GetValue()), '\n')
+		}
+		if d.GetShadowMode() {
+			b = line(b, 2, "shadow_mode: true\n")
+		}
+		if d.GetDetailedMetric() {
+			b = line(b, 2, "detailed_metric: true\n")
+		}
 		if rl := d.GetRateLimit(); rl != nil {
-			l := &yamlLimit{Unlimited: rl.GetUnlimited(), Name: rl.GetName()}
+			b = line(b, 2, "rate_limit:\n")
 			if !rl.GetUnlimited() || rl.GetUnit() != rlconf.RateLimitUnit_UNKNOWN {
-				l.Unit = strings.ToLower(rl.GetUnit().String())
+				b = line(b, 4, "unit: ")
+				b = append(strconv.AppendQuote(b, strings.ToLower(rl.GetUnit().String())), '\n')
 			}
-			if !rl.GetUnlimited() {
-				n := rl.GetRequestsPerUnit()
-				l.RequestsPerUnit = &n
+			if rl.GetUnlimited() {
+				b = line(b, 4, "unlimited: true\n")
+			} else {
+				b = line(b, 4, "requests_per_unit: ")
+				b = append(strconv.AppendUint(b, uint64(rl.GetRequestsPerUnit()), 10), '\n')
 			}
-			for _, r := range rl.GetReplaces() {
-				l.Replaces = append(l.Replaces, yamlReplace{Name: r.GetName()})
+			if rl.GetName() != "" {
+				b = line(b, 4, "name: ")
+				b = append(strconv.AppendQuote(b, rl.GetName()), '\n')
 			}
-			out[i].RateLimit = l
+			if len(rl.GetReplaces()) > 0 {
+				b = line(b, 4, "replaces:\n")
+				for _, r := range rl.GetReplaces() {
+					b = line(b, 4, "- name: ")
+					b = append(strconv.AppendQuote(b, r.GetName()), '\n')
+					if len(b) > rules.MaxFileBytes {
+						return nil, errTooLong
+					}
+				}
+			}
+		}
+		if len(b) > rules.MaxFileBytes {
+			return nil, errTooLong
+		}
+		if len(d.GetDescriptors()) > 0 {
+			b = line(b, 2, "descriptors:\n")
+			var err error
+			if b, err = appendDescriptors(b, d.GetDescriptors(), depth+1); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return out, nil
+	return b, nil
 }
+
+// errTooLong refuses a configuration that renders to more than a rule file
+// may hold.
+var errTooLong = fmt.Errorf("renders to more than %d bytes, the limit of one rule file (rules.MaxFileBytes)", rules.MaxFileBytes)

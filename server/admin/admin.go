@@ -136,8 +136,21 @@ func New(opts Options) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s %s", r.Method, r.URL.Path), nil)
 	})
-	return mux, nil
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := len(r.URL.RawQuery); n > MaxQueryBytes {
+			problem(w, http.StatusRequestURITooLong, fmt.Sprintf("query: %d bytes, at most %d", n, MaxQueryBytes), nil)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}), nil
 }
+
+// MaxQueryBytes bounds a request's query string: one longer is answered
+// 414 before it is parsed or its token checked. The longest parameter an
+// endpoint takes is GET /admin/v1/deny's cursor, at most 8 KiB; the
+// others are a few hundred bytes. net/http bounds the request line only by
+// the server's MaxHeaderBytes (1 MiB by default).
+const MaxQueryBytes = 16 << 10
 
 // route is one endpoint: "METHOD /path" and its handler.
 type route struct {

@@ -377,6 +377,12 @@ func TestTokens(t *testing.T) {
 		{"Bearer " + roToken, "reader", ReadOnly, true},
 		{"Bearer " + chargeToken, "billing", ChargeOnly, true},
 		{"Bearer " + rwToken + "x", "", 0, false},
+		{"bearer " + rwToken, "alice", ReadWrite, true}, // RFC 9110 §11.1: the scheme is case-insensitive
+		{"BEARER " + roToken, "reader", ReadOnly, true},
+		{"bEaReR  " + rwToken, "alice", ReadWrite, true},
+		{"Bearer" + rwToken, "", 0, false},
+		{"Bearerx " + rwToken, "", 0, false},
+		{"Bearer ", "", 0, false},
 		{rwToken, "", 0, false},
 		{"", "", 0, false},
 		{"Basic " + base64.StdEncoding.EncodeToString([]byte("anyone:"+roToken)), "reader", ReadOnly, true},
@@ -391,6 +397,50 @@ func TestTokens(t *testing.T) {
 	_, err = ParseTokens([]byte("bob admin supersecretvalue0123456789\ncarol rw short\n"))
 	if err == nil || strings.Contains(err.Error(), "supersecret") || !strings.Contains(err.Error(), "line 1") || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("ParseTokens errors = %v; want lines 1 and 2 named, no token", err)
+	}
+}
+
+// TestBearerSchemeCase: the Bearer scheme's name is case-insensitive (RFC
+// 9110 §11.1) on every guard, the state-changing ones included.
+func TestBearerSchemeCase(t *testing.T) {
+	toks, err := ParseTokens([]byte("alice rw " + rwToken + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h := &handler{opts: Options{Tokens: toks}}
+	reach := func(w http.ResponseWriter, _ *http.Request, _ string) { w.WriteHeader(http.StatusTeapot) }
+	guards := []struct {
+		name string
+		h    http.Handler
+	}{
+		{"admin read", h.auth(false, reach)},
+		{"admin write", h.auth(true, reach)},
+		{"charge", toks.Charge()(ok)},
+		{"dashboard", toks.Read()(ok)},
+	}
+	for _, tc := range []struct {
+		header string
+		want   int
+	}{
+		{"Bearer " + rwToken, http.StatusTeapot},
+		{"bearer " + rwToken, http.StatusTeapot},
+		{"BEARER " + rwToken, http.StatusTeapot},
+		{"BeArEr " + rwToken, http.StatusTeapot},
+		{"bearer wrong-token-wrong-token-wrong", http.StatusUnauthorized},
+		{"bearer", http.StatusUnauthorized},
+		{"bearer" + rwToken, http.StatusUnauthorized},
+	} {
+		for _, g := range guards {
+			req := httptest.NewRequest(http.MethodPost, "/x", strings.NewReader("{}"))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", tc.header)
+			rec := httptest.NewRecorder()
+			g.h.ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Errorf("%s with Authorization %.12q…: status %d, want %d", g.name, tc.header, rec.Code, tc.want)
+			}
+		}
 	}
 }
 

@@ -164,7 +164,7 @@ func (t *Tokens) check(header string) (name string, access Access, ok bool) {
 	if t == nil {
 		return "", 0, false
 	}
-	tok, found := strings.CutPrefix(header, "Bearer ")
+	tok, found := bearerToken(header)
 	if !found {
 		r := http.Request{Header: http.Header{"Authorization": {header}}}
 		_, pass, basic := r.BasicAuth()
@@ -181,6 +181,18 @@ func (t *Tokens) check(header string) (name string, access Access, ok bool) {
 		}
 	}
 	return name, access, ok
+}
+
+// bearerToken returns the credentials of an Authorization header value in
+// the Bearer scheme, and whether it is one. The scheme's name is compared
+// without regard to case (RFC 9110 §11.1: "bearer", "BEARER" and "Bearer"
+// are the same scheme) and may be followed by more than one space.
+func bearerToken(header string) (string, bool) {
+	const scheme = "Bearer"
+	if len(header) <= len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) || header[len(scheme)] != ' ' {
+		return "", false
+	}
+	return strings.TrimLeft(header[len(scheme):], " "), true
 }
 
 // need is what an endpoint asks of a token.

@@ -264,7 +264,7 @@ func (t *Tokens) admit(w http.ResponseWriter, r *http.Request, n need, challenge
 		return "", false
 	}
 	header := r.Header.Get("Authorization")
-	if unsafe && header != "" && !strings.HasPrefix(header, "Bearer ") {
+	if _, bearer := bearerToken(header); unsafe && header != "" && !bearer {
 		g.failed(r, addr, FailBasicWrite)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 		problem(w, http.StatusUnauthorized, "a state-changing request needs Authorization: Bearer <token>; HTTP Basic credentials are accepted for reading only", nil)

@@ -77,9 +77,13 @@ func DecodeReset(body []byte) (rr ResetRequest, req *service.Request, err error)
 		var lim service.Limits
 		overLimit := func(err error) {
 			var le *service.LimitError
-			if errors.As(err, &le) {
+			var fe *service.FieldError
+			switch {
+			case errors.As(err, &le):
 				field := strings.Replace(le.Field, "descriptors[0].entries", "descriptor", 1)
 				bad(field, "%s", strings.TrimPrefix(le.Error(), le.Field+": "))
+			case errors.As(err, &fe):
+				bad(strings.Replace(fe.Field, "descriptors[0].entries", "descriptor", 1), "%s", fe.Reason)
 			}
 		}
 		if rr.Domain == "" {

@@ -87,6 +87,7 @@ type session struct {
 	srv     *Server
 	domain  string
 	buckets map[string]*bucket
+	idBytes int    // at least the bytes of the buckets' ids (see room)
 	seq     uint64 // assignments sent, to make each token bucket distinct
 	snap    *rules.Snapshot
 	orders  *keyOrders
@@ -189,6 +190,9 @@ func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimi
 		if b == nil {
 			if len(ss.buckets) >= ss.srv.opts.MaxBuckets {
 				return nil, status.Errorf(codes.ResourceExhausted, "rlqs: bucket_quota_usages[%d]: the stream already has %d buckets, at most %d", i, len(ss.buckets), ss.srv.opts.MaxBuckets)
+			}
+			if err := ss.room(i, bm); err != nil {
+				return nil, err
 			}
 			// A bucket this stream does not know: the same data plane's
 			// from a stream that ended (parked), or a new one.

@@ -186,7 +186,10 @@ const StreamWorkers = 64
 // proto codec, except that Register's ShouldRateLimit decodes its request
 // and encodes its response by hand when they hold only what Envoy sends
 // (every other service and message goes to the proto codec unchanged).
-// They change nothing a client sees. Register works on a server without
+// They change nothing a client sees but one answer: a request whose
+// domain, descriptor key or value is not UTF-8 is refused with
+// InvalidArgument naming the field, as service.Limits names it, where
+// grpc-go's codec answers Internal. Register works on a server without
 // them too, at the protobuf library's cost. A stats handler of the server
 // sees a ShouldRateLimit request decoded by hand as an empty
 // RateLimitRequest.

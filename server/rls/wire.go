@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"unicode/utf8"
 
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/service"
 )
 
 // The hot path of ShouldRateLimit, without the protobuf library's
@@ -66,7 +69,13 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 	if w.isRaw {
 		if interceptor == nil {
 			d := decoders.Get().(*decoder)
+			d.maxDescs, d.maxEntries = decodeBounds(s.opts.Limits)
 			if d.decode(w.raw) {
+				if d.over() {
+					err := d.limitError(s.opts.Limits)
+					d.release()
+					return nil, status.Error(codes.InvalidArgument, err.Error())
+				}
 				resp, err := s.ShouldRateLimit(ctx, &d.msg)
 				d.release()
 				if err != nil {
@@ -76,8 +85,15 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 			}
 			d.release()
 		}
-		// As grpc-go's proto codec would have failed the call.
 		if err := proto.Unmarshal([]byte(w.raw), &w.RateLimitRequest); err != nil {
+			// A domain, key or value that is not UTF-8 is the client's
+			// mistake, named as the service names it (service.Limits);
+			// anything else is refused as grpc-go's proto codec would
+			// have refused it.
+			if field, ok := notUTF8(w.raw); ok {
+				fe := &service.FieldError{Field: field, Reason: service.ReasonNotUTF8}
+				return nil, status.Error(codes.InvalidArgument, fmt.Errorf("%w: %w", ErrInvalidRequest, fe).Error())
+			}
 			return nil, status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 		}
 	}
@@ -137,11 +153,62 @@ type decoder struct {
 	entries  []ratelimitv3.RateLimitDescriptor_Entry
 	entPtrs  []*ratelimitv3.RateLimitDescriptor_Entry
 	ends     []int // ends[i]: end of descriptor i's entries in entries
+	// maxDescs and maxEntries (0: no bound) bound what is kept: past
+	// them descriptors and entries are checked as usual but only counted
+	// (n, overAt, overEntries), so that a message of 256 KiB of empty
+	// descriptors costs no more than one of 64 (it cost 32 MB).
+	maxDescs, maxEntries int
+	n                    int // descriptors seen
+	overAt, overEntries  int // 1 + the first kept descriptor with more than maxEntries, and its count
+}
+
+// decodeBounds returns the decoder's maxDescs and maxEntries for lim.
+func decodeBounds(lim service.Limits) (descs, entries int) {
+	pick := func(v, def int) int {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return pick(lim.MaxDescriptors, service.DefaultMaxDescriptors), pick(lim.MaxEntries, service.DefaultMaxEntries)
+}
+
+// over reports whether the message decoded had more descriptors, or a
+// descriptor more entries, than the decoder kept.
+func (d *decoder) over() bool { return d.n > len(d.descs) || d.overAt > 0 }
+
+// limitError is the error FromProtoLimits returns for the message decoded
+// when over: the same checks in the same order, on the counts seen.
+func (d *decoder) limitError(lim service.Limits) error {
+	wrap := func(err error) error { return fmt.Errorf("%w: %w", ErrInvalidRequest, err) }
+	if d.msg.Domain == "" {
+		return fmt.Errorf("%w: domain: empty", ErrInvalidRequest)
+	}
+	if err := lim.CheckDomain(d.msg.Domain); err != nil {
+		return wrap(err)
+	}
+	if err := lim.CheckCount(d.n); err != nil {
+		return wrap(err)
+	}
+	for i, desc := range d.msg.Descriptors {
+		es, n := desc.Entries, len(desc.Entries)
+		if i+1 == d.overAt {
+			n = d.overEntries // CheckEntries refuses the count before it reads an entry
+		}
+		if err := lim.CheckEntries(i, n, func(j int) (string, string) { return es[j].Key, es[j].Value }); err != nil {
+			return wrap(err)
+		}
+	}
+	return fmt.Errorf("%w: over the limits", ErrInvalidRequest) // not reached: over() means a check fails
 }
 
 // release clears d (so that it holds no request's strings) and pools it.
 func (d *decoder) release() {
 	d.msg.Domain, d.msg.Descriptors, d.msg.HitsAddend = "", nil, 0
+	d.maxDescs, d.maxEntries, d.n, d.overAt, d.overEntries = 0, 0, 0, 0, 0
 	for i := range d.descs {
 		d.descs[i].Entries = nil
 	}
@@ -221,6 +288,10 @@ func (d *decoder) decode(b string) bool {
 
 // descriptor decodes one RateLimitDescriptor holding only entries.
 func (d *decoder) descriptor(b string) bool {
+	i := d.n
+	d.n++
+	keep := d.maxDescs <= 0 || i < d.maxDescs
+	count := 0
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 || num != fieldEntries || typ != protowire.BytesType {
@@ -250,11 +321,134 @@ func (d *decoder) descriptor(b string) bool {
 				value = s
 			}
 		}
-		d.entries = append(d.entries, ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+		if keep && (d.maxEntries <= 0 || count < d.maxEntries) {
+			d.entries = append(d.entries, ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+		}
+		count++
+	}
+	if !keep {
+		return true
+	}
+	if d.maxEntries > 0 && count > d.maxEntries && d.overAt == 0 {
+		d.overAt, d.overEntries = i+1, count
 	}
 	d.descs = append(d.descs, ratelimitv3.RateLimitDescriptor{})
 	d.ends = append(d.ends, len(d.entries))
 	return true
+}
+
+// notUTF8 names the first domain, descriptor entry key or value of b, a
+// RateLimitRequest's wire bytes, that is not valid UTF-8, in the spelling
+// of service.Limits ("descriptors[1].entries[0].value"), and reports
+// whether it found one. It skips every other field, and gives up (false)
+// on bytes that are not a message. It allocates only the name it returns.
+func notUTF8(b string) (string, bool) {
+	desc := 0
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = skipField(b, typ); n < 0 {
+				return "", false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := consumeBytes(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		switch num {
+		case fieldDomain:
+			if !utf8.ValidString(v) {
+				return "domain", true
+			}
+		case fieldDescriptors:
+			if field, ok := notUTF8Descriptor(v, desc); ok {
+				return field, true
+			}
+			desc++
+		}
+	}
+	return "", false
+}
+
+// notUTF8Descriptor is notUTF8 for descriptor i's bytes.
+func notUTF8Descriptor(b string, i int) (string, bool) {
+	entry := 0
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = skipField(b, typ); n < 0 {
+				return "", false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := consumeBytes(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if num != fieldEntries {
+			continue
+		}
+		for len(v) > 0 {
+			num, typ, n := consumeTag(v)
+			if n < 0 {
+				return "", false
+			}
+			v = v[n:]
+			if typ != protowire.BytesType {
+				if n = skipField(v, typ); n < 0 {
+					return "", false
+				}
+				v = v[n:]
+				continue
+			}
+			s, n := consumeBytes(v)
+			if n < 0 {
+				return "", false
+			}
+			v = v[n:]
+			if (num == fieldKey || num == fieldValue) && !utf8.ValidString(s) {
+				name := "key"
+				if num == fieldValue {
+					name = "value"
+				}
+				return fmt.Sprintf("descriptors[%d].entries[%d].%s", i, entry, name), true
+			}
+		}
+		entry++
+	}
+	return "", false
+}
+
+// skipField returns the length of a field's value of wire type typ, not
+// length-delimited, at the front of b, or -1 (groups are not skipped).
+func skipField(b string, typ protowire.Type) int {
+	switch typ {
+	case protowire.VarintType:
+		_, n := consumeVarint(b)
+		return n
+	case protowire.Fixed32Type:
+		if len(b) >= 4 {
+			return 4
+		}
+	case protowire.Fixed64Type:
+		if len(b) >= 8 {
+			return 8
+		}
+	}
+	return -1
 }
 
 // consumeVarint reads a varint from the front of b: its value and length,

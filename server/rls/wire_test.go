@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
@@ -141,6 +143,30 @@ func FuzzDecode(f *testing.F) {
 	for _, tc := range wireRequests(f) {
 		f.Add(tc.b)
 	}
+	// Hostile: the most empty descriptors, one descriptor of the most
+	// empty entries, 3 descriptors of 3 entries (over the bounded
+	// decoder's 2 and 2 below), unknown groups nested deep.
+	many := &rlsv3.RateLimitRequest{Domain: "edge"}
+	for range 20_000 {
+		many.Descriptors = append(many.Descriptors, &ratelimitv3.RateLimitDescriptor{})
+	}
+	f.Add(marshal(f, many))
+	wide := &ratelimitv3.RateLimitDescriptor{}
+	for range 20_000 {
+		wide.Entries = append(wide.Entries, &ratelimitv3.RateLimitDescriptor_Entry{})
+	}
+	f.Add(marshal(f, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{wide}}))
+	f.Add(marshal(f, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		desc("a", "1", "b", "2"), desc("a", "1", "b", "2", "c", "3"), desc("a", "1", "b", "2", "c", "3")}}))
+	var nested []byte
+	for range 2000 {
+		nested = protowire.AppendTag(nested, 99, protowire.StartGroupType)
+	}
+	for range 2000 {
+		nested = protowire.AppendTag(nested, 99, protowire.EndGroupType)
+	}
+	f.Add(nested)
+	small := service.Limits{MaxDescriptors: 2, MaxEntries: 2}
 	reused := new(decoder)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d := new(decoder)
@@ -152,6 +178,30 @@ func FuzzDecode(f *testing.F) {
 		}
 		reused.release()
 		reused = decoders.Get().(*decoder)
+		// A bounded decoder agrees where it keeps everything, and where
+		// it does not, refuses as FromProtoLimits refuses the whole.
+		bd := new(decoder)
+		bd.maxDescs, bd.maxEntries = decodeBounds(small)
+		if bd.decode(string(b)) {
+			if !bd.over() {
+				checkDecoded(t, b, bd)
+			} else {
+				var whole rlsv3.RateLimitRequest
+				if err := proto.Unmarshal(b, &whole); err != nil {
+					t.Fatalf("decode(%x) took what proto.Unmarshal refuses: %v", b, err)
+				}
+				_, want := FromProtoLimits(&whole, small)
+				if got := bd.limitError(small); want == nil || got.Error() != want.Error() {
+					t.Fatalf("decode(%x) over the limits: %v, FromProtoLimits: %v", b, got, want)
+				}
+			}
+		}
+		// What notUTF8 names, proto.Unmarshal refuses.
+		if field, ok := notUTF8(string(b)); ok {
+			if err := proto.Unmarshal(b, new(rlsv3.RateLimitRequest)); err == nil {
+				t.Fatalf("notUTF8(%x) = %q, but proto.Unmarshal takes it", b, field)
+			}
+		}
 	})
 }
 
@@ -261,6 +311,9 @@ func TestFastPathAnswersAsProtoPath(t *testing.T) {
 			slow := rawClient(t, opts.o)
 			for round := range 3 { // the user limit is 10 a minute: some over
 				for _, tc := range wireRequests(t) {
+					if strings.HasSuffix(tc.name, "not UTF-8") {
+						continue // InvalidArgument with ServerOptions: TestNotUTF8GRPC
+					}
 					for range 4 {
 						got, gerr := fast(tc.b)
 						want, werr := slow(tc.b)
@@ -324,6 +377,72 @@ func rawClient(t *testing.T, opts Options, sopts ...grpc.ServerOption) func([]by
 		var out []byte
 		err := conn.Invoke(context.Background(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &req, &out)
 		return out, err
+	}
+}
+
+// TestNotUTF8GRPC: a domain, key or value that is not UTF-8 is refused
+// with InvalidArgument naming the field as the service's validation names
+// it, with or without an interceptor (refused while decoding, before it),
+// also beside fields only the protobuf library's path takes. Without ServerOptions, grpc-go's codec refuses the bytes
+// itself (Internal), before Sluice sees them.
+func TestNotUTF8GRPC(t *testing.T) {
+	entry := func(k, v string) *ratelimitv3.RateLimitDescriptor_Entry {
+		return &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	// Marshal with valid placeholders, then swap in the bad bytes (of the
+	// same length), since proto.Marshal refuses invalid UTF-8.
+	bad := func(m *rlsv3.RateLimitRequest, placeholder, with string) []byte {
+		b := marshal(t, m)
+		if len(placeholder) != len(with) || bytes.Count(b, []byte(placeholder)) != 1 {
+			t.Fatalf("placeholder %q: must occur once and be as long as %q", placeholder, with)
+		}
+		return bytes.Replace(b, []byte(placeholder), []byte(with), 1)
+	}
+	two := func(v string) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "ai", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry("user", "a")}},
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry("user", "b"), entry("daily", v)}},
+		}}
+	}
+	cases := []struct {
+		name, field string
+		b           []byte
+	}{
+		{"domain", "domain", bad(&rlsv3.RateLimitRequest{Domain: "aXY", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "a")}}, "aXY", "a\xff\xfe")},
+		{"key", "descriptors[0].entries[0].key", bad(&rlsv3.RateLimitRequest{Domain: "ai", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("KEY", "a")}}, "KEY", "K\xc0Y")},
+		{"value", "descriptors[1].entries[1].value", bad(two("VALUE"), "VALUE", "V\xedL\x80E")},
+		{"lone surrogate", "descriptors[1].entries[1].value", bad(two("SUR"), "SUR", "\xed\xb0\x80")},
+		{"value beside is_negative_hits", "descriptors[0].entries[0].value", bad(&rlsv3.RateLimitRequest{Domain: "ai", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry("user", "ZZ")}, IsNegativeHits: true}}}, "ZZ", "\xff\xff")},
+	}
+	var seen int
+	icpt := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		seen++
+		return h(ctx, req)
+	}
+	for _, srv := range []struct {
+		name string
+		opts []grpc.ServerOption
+	}{
+		{"ServerOptions", ServerOptions()},
+		{"ServerOptions and an interceptor", append(ServerOptions(), grpc.UnaryInterceptor(icpt))},
+	} {
+		call := rawClient(t, Options{}, srv.opts...)
+		for _, tc := range cases {
+			_, err := call(tc.b)
+			want := "invalid rate limit request: " + tc.field + ": not valid UTF-8"
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != want {
+				t.Errorf("%s, %s: %v; want InvalidArgument %q", srv.name, tc.name, err, want)
+			}
+		}
+	}
+	if seen != 0 {
+		t.Errorf("the interceptor saw %d calls, want 0 (refused while decoding, as grpc-go refuses what it cannot decode)", seen)
+	}
+	// Without ServerOptions grpc-go's own codec refuses the message.
+	call := rawClient(t, Options{})
+	if _, err := call(cases[2].b); status.Code(err) != codes.Internal {
+		t.Errorf("without ServerOptions: %v, want grpc-go's Internal", err)
 	}
 }
 
