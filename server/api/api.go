@@ -19,8 +19,6 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/headers/edge"
@@ -383,22 +381,6 @@ func (h *handler) charge(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(marshal(EncodeChargeResponse(resp)))
-}
-
-// DecodeEnvoyJSON decodes the body of POST /json, a protojson
-// RateLimitRequest, and converts it as the gRPC server does, with the
-// default service.Limits. Errors name the problem; unknown fields are
-// errors. It never panics.
-func DecodeEnvoyJSON(b []byte) (service.Request, error) {
-	return decodeEnvoyJSON(b, service.Limits{})
-}
-
-func decodeEnvoyJSON(b []byte, lim service.Limits) (service.Request, error) {
-	var pr rlsv3.RateLimitRequest
-	if err := protojson.Unmarshal(b, &pr); err != nil {
-		return service.Request{}, fmt.Errorf("body: %w", err)
-	}
-	return rlsproto.FromProtoLimits(&pr, lim)
 }
 
 // json serves POST /json as envoyproxy/ratelimit does: 200 and the protojson

@@ -13,10 +13,11 @@ import (
 // body a handler passes to a decoder.
 const maxBody = 256 << 10
 
-// TestWorstBodiesAllocation: for every JSON body this package decodes, the
-// worst bodies within the body limit (deep nesting, many and repeated
-// members, long strings, many descriptors, entries and leases) allocate
-// within strictjsontest.Budget, and are refused.
+// TestWorstBodiesAllocation: for every JSON body this package decodes
+// (envoy's /json included), the worst bodies within the body limit (deep
+// nesting, many and repeated members, long strings, many descriptors,
+// entries and leases) allocate within strictjsontest.Budget, and are
+// refused.
 func TestWorstBodiesAllocation(t *testing.T) {
 	entries16 := strings.TrimSuffix(strings.Repeat(`{"key":"k","value":"v"},`, 16), ",")
 	bodies := strictjsontest.Worst(maxBody, "domain",
@@ -32,6 +33,14 @@ func TestWorstBodiesAllocation(t *testing.T) {
 		strictjsontest.Shape{Name: "long unit", Prefix: `{"domain":"d","descriptors":[{"entries":[{"key":"k"}],"limit":{"requests_per_unit":1,"unit":"`, Elem: `u`, Suffix: `"}}]}`},
 		strictjsontest.Shape{Name: "long value", Prefix: `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"`, Elem: `v`, Suffix: `"}]}]}`},
 		strictjsontest.Shape{Name: "long hits", Prefix: `{"domain":"d","hits":1`, Elem: `0`, Suffix: `}`},
+		// envoy's /json: its other spellings, and the strings protojson
+		// quotes whole in its errors.
+		strictjsontest.Shape{Name: "many descriptors, name escaped", Prefix: `{"domain":"d","descr\u0069ptors":[`, Elem: `{}`, Suffix: `]}`},
+		strictjsontest.Shape{Name: "many entries, name escaped", Prefix: `{"domain":"d","descriptors":[{"\u0065ntries":[`, Elem: `{}`, Suffix: `]}]}`},
+		strictjsontest.Shape{Name: "long string for a number", Prefix: `{"domain":"d","hitsAddend":"1`, Elem: `0`, Suffix: `"}`},
+		strictjsontest.Shape{Name: "long string for a wrapped number", Prefix: `{"domain":"d","descriptors":[{"hits_addend":"1`, Elem: `0`, Suffix: `"}]}`},
+		strictjsontest.Shape{Name: "long string for a bool", Prefix: `{"domain":"d","descriptors":[{"isNegativeHits":"t`, Elem: `0`, Suffix: `"}]}`},
+		strictjsontest.Shape{Name: "long string for an enum", Prefix: `{"domain":"d","descriptors":[{"limit":{"requestsPerUnit":1,"unit":"S`, Elem: `0`, Suffix: `"}}]}`},
 	)
 	surfaces := []struct {
 		name   string
@@ -43,6 +52,7 @@ func TestWorstBodiesAllocation(t *testing.T) {
 			return err
 		}},
 		{"POST /v1/charge", func(b []byte) error { _, err := decodeCharge(bytes.NewReader(b), service.Limits{}); return err }},
+		{"POST /json", func(b []byte) error { _, err := decodeEnvoyJSON(b, service.Limits{}); return err }},
 	}
 	for _, s := range surfaces {
 		for _, body := range bodies {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -85,7 +86,9 @@ func FuzzDecodeCheckRequest(f *testing.F) {
 }
 
 // FuzzDecodeEnvoyJSON: any /json body decodes to a valid request or a clear
-// error, never a panic.
+// error, never a panic; and decodeEnvoyJSON agrees with protojson alone
+// (what /json did before its bounds): it refuses only what protojson and
+// the conversion refuse, and decodes the rest to the same request.
 func FuzzDecodeEnvoyJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"1.2.3.4"}]}]}`,
@@ -96,17 +99,37 @@ func FuzzDecodeEnvoyJSON(f *testing.F) {
 		`{"domain":"edge","descriptors":[{"entries":[]}]}`,
 		`{"domain":"edge","descriptors":[{"entries":[{"key":""}]}]}`,
 		`{"domain":""}`, `{"nope":1}`, `[]`, ``, `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"hitsAddend":"18446744073709551615"}]}`,
+		// Bounded before protojson reads them (issue 28): nested past
+		// strictjson.MaxDepth at the top, in a known member and in an
+		// unknown one; more descriptors and entries than the limits, under
+		// escaped names; a long name; strings that are not UTF-8.
+		strings.Repeat("[", 40), strings.Repeat(`{"a":`, 40),
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"k","value":` + strings.Repeat("[", 30) + `}]}]}`,
+		`{"x":` + strings.Repeat(`{"a":[`, 20) + `1` + strings.Repeat("]}", 20) + `}`,
+		`{"domain":"edge","descr\u0069ptors":[` + strings.Repeat(`{},`, service.DefaultMaxDescriptors) + `{}]}`,
+		`{"domain":"edge","descriptors":[{"entries":[` + strings.Repeat(`{"key":"k"},`, service.DefaultMaxEntries) + `{}]}]}`,
+		`{"x":{"descriptors":[` + strings.Repeat(`{},`, service.DefaultMaxDescriptors) + `{}]}}`,
+		`{"` + strings.Repeat("n", 257) + `":1}`,
+		"{\"domain\":\"ed\xffge\",\"descriptors\":[{\"entries\":[{\"key\":\"a\"}]}]}",
+		`{"domain":"edge","descriptors":[{"entries":[{"key":"a","value":"\ud800"}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	e := newEngine(f, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := DecodeEnvoyJSON(body)
+		ref, refErr := protojsonOnly(body, service.Limits{})
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatalf("empty error message for %q", body)
 			}
+			if refErr == nil {
+				t.Fatalf("%q refused (%v), but protojson decodes it to %+v", body, err, ref)
+			}
 			return
+		}
+		if refErr != nil || !reflect.DeepEqual(req, ref) {
+			t.Fatalf("%q decoded to %+v, protojson to %+v, %v", body, req, ref, refErr)
 		}
 		checkDecodedEnvoy(t, e, req, true)
 	})

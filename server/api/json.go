@@ -336,8 +336,10 @@ func convert(domain string, n int, at func(i int) ([]Entry, *LimitOverride), lim
 // echo is s cut to 64 bytes (on a rune boundary), marked "…" when cut: a
 // refused value quoted back in an error, so that a 256 KiB value is not
 // answered with a 256 KiB message.
-func echo(s string) string {
-	n := 64
+func echo(s string) string { return cutTo(s, 64) }
+
+// cutTo is s cut to n bytes (on a rune boundary), marked "…" when cut.
+func cutTo(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
