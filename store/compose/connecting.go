@@ -52,7 +52,7 @@ func connectRedis(opts redis.Options, background bool, watchEvery time.Duration,
 		watch: &watcher{allow: opts.AllowEviction, every: watchEvery, log: log}}
 	rs, err := dial(opts)
 	if err == nil {
-		c.connected(rs)
+		c.connected(rs, true)
 		return c, nil
 	}
 	if !background || errors.Is(err, redis.ErrEvictionPolicy) {
@@ -184,7 +184,7 @@ func (c *connecting) connect() {
 			_ = rs.Close()
 			return
 		}
-		c.connected(rs)
+		c.connected(rs, false)
 		c.mu.Unlock()
 		c.log.Info("Redis connected")
 		return
@@ -192,14 +192,18 @@ func (c *connecting) connect() {
 }
 
 // connected installs rs, logs its warnings and starts watching its nodes'
-// eviction. With a background dial, c.mu is held.
-func (c *connecting) connected(rs *redis.Store) {
+// eviction; first, with readNow, it reads them once (so that Eviction
+// knows them when New returns). With a background dial, c.mu is held.
+func (c *connecting) connected(rs *redis.Store, readNow bool) {
 	c.store.Store(rs)
 	close(c.up)
 	for _, w := range rs.Warnings() {
 		c.log.Warn(w)
 	}
-	go c.watch.run(rs, c.done)
+	if readNow {
+		c.watch.read(context.Background(), rs)
+	}
+	go c.watch.run(rs, c.done, !readNow)
 }
 
 // Close stops dialling and closes the store if it connected.

@@ -69,16 +69,18 @@ type nodeWatch struct {
 	alarmed string // the evicting policy last logged as an error
 }
 
-// run reads the nodes of rs at once, then every w.every until done is
-// closed.
-func (w *watcher) run(rs *redis.Store, done <-chan struct{}) {
+// run reads the nodes of rs every w.every until done is closed (first
+// at once, unless the caller just did).
+func (w *watcher) run(rs *redis.Store, done <-chan struct{}, readNow bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		<-done
 		cancel()
 	}()
-	w.read(ctx, rs)
+	if readNow {
+		w.read(ctx, rs)
+	}
 	t := time.NewTicker(w.every)
 	defer t.Stop()
 	for {
