@@ -111,3 +111,58 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestHybridUnitsHeld: sluice_hybrid_units_held says how many units the
+// instance holds in hybrid allotments, so that placement hybrid's bound
+// (admitted ≤ exact + units held) can be checked from outside: more than
+// zero while allotments are out, with admitted + held within the quota the
+// global store counted; zero once the quota is spent.
+func TestHybridUnitsHeld(t *testing.T) {
+	rd := redistest.Start(t)
+	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/hybrid"), withRedis(rd.URL(), nil))
+	const limit = 40
+	held := func() float64 {
+		t.Helper()
+		_, body := get(t, ts.base+"/metrics")
+		m := regexp.MustCompile(`(?m)^sluice_hybrid_units_held (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("/metrics has no sluice_hybrid_units_held")
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	if h := held(); h != 0 {
+		t.Errorf("sluice_hybrid_units_held = %v before any hit, want 0", h)
+	}
+	hit := func() bool {
+		resp := ts.should(t, &rlsv3.RateLimitRequest{Domain: "placed", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("hybrid", "held")}})
+		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OK
+	}
+	admitted := 0
+	var h float64
+	for range limit / 2 {
+		if hit() {
+			admitted++
+		}
+		if h = held(); h > 0 {
+			break
+		}
+	}
+	if h == 0 {
+		t.Fatalf("sluice_hybrid_units_held = 0 after %d hits of a hybrid limit of %d, want the units of its allotment", admitted, limit)
+	}
+	if admitted+int(h) > limit {
+		t.Errorf("admitted %d + held %v > the limit %d", admitted, h, limit)
+	}
+	t.Logf("after %d admitted: %v units held", admitted, h)
+	for denied := 0; denied < 5; {
+		if hit() {
+			admitted++
+		} else {
+			denied++
+		}
+	}
+	if h := held(); h != 0 || admitted > limit {
+		t.Errorf("quota spent: admitted %d of %d, sluice_hybrid_units_held = %v; want at most %d and 0 held", admitted, limit, h, limit)
+	}
+}

@@ -290,7 +290,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		ResponseHeaders: cfg.Listen.ResponseHeaders,
 		MaxBodyBytes:    int64(cfg.Limits.RequestBytes),
 		Limits:          ecfg.Limits,
-		ReadyNotes:      s.readyNotes,
+		ReadyNotes:      s.allReadyNotes,
 		StoreHealth:     s.engine.Ready,
 		RuleSwitch:      s.ruleSwitch,
 	}

@@ -25,5 +25,6 @@ func redisOptions(cfg redisConfig, now func() time.Time) (redis.Options, error) 
 		ropts.Timeout = cfg.Timeout
 	}
 	ropts.Now = now
+	ropts.AllowEviction = cfg.AllowEviction
 	return ropts, nil
 }

@@ -156,6 +156,19 @@ func Start(t TB) *Server {
 	return s
 }
 
+// StartArgs is Start with extra redis-server arguments after the helper's
+// own, e.g. "--maxmemory-policy", "allkeys-lru" or "--rename-command",
+// "CONFIG", "" (as a managed Redis that refuses CONFIG). Restart keeps them.
+// The helper waits for PING, so PING must stay available.
+func StartArgs(t TB, args ...string) *Server {
+	t.Helper()
+	bin := need(t, "redis-server")
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t, false), extra: args}
+	t.Cleanup(s.stop)
+	s.start()
+	return s
+}
+
 // StartTLS is Start with a TLS port beside the plain one (which the helper
 // uses to see that the server answers): the server presents certFile and
 // keyFile and, with requireClient, demands a client certificate signed by a
@@ -399,10 +412,27 @@ func StartSentinel(t TB, master *Server) *Server {
 // started by StartSentinel.
 func (s *Server) SentinelURL() string { return "redis-sentinel://" + s.Addr() + "/mymaster" }
 
-// Cluster is a three-master Redis Cluster without replicas.
+// Cluster is a three-master Redis Cluster, with replicas when started by
+// StartClusterWith.
 type Cluster struct {
 	// Servers are the masters, in the order given to redis-cli.
 	Servers []*Server
+	// Replicas are the replicas (StartClusterWith), in no particular order.
+	Replicas []*Server
+}
+
+// ClusterOptions configure StartClusterWith. The zero value is
+// StartCluster's cluster.
+type ClusterOptions struct {
+	// Replicas is the number of replicas of each master (0: none).
+	Replicas int
+	// RequireFullCoverage sets cluster-require-full-coverage yes (Redis's
+	// default): while a slot has no master, every node refuses commands.
+	// False sets it to no.
+	RequireFullCoverage bool
+	// NodeTimeout is cluster-node-timeout: how long a master may not
+	// answer before it is failed over. Default 2s.
+	NodeTimeout time.Duration
 }
 
 // StartCluster starts three redis-server processes with cluster mode on
@@ -411,28 +441,50 @@ type Cluster struct {
 // cluster_state:ok, and stops them when the test ends.
 func StartCluster(t TB) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, ClusterOptions{})
+}
+
+// StartClusterWith is StartCluster with three masters and opts.Replicas
+// replicas each; it returns once every node reports cluster_state:ok and
+// every replica is in sync with its master.
+func StartClusterWith(t TB, opts ClusterOptions) *Cluster {
+	t.Helper()
 	bin := need(t, "redis-server")
 	cli := need(t, "redis-cli")
-	c := &Cluster{}
-	for range 3 {
+	coverage := "no"
+	if opts.RequireFullCoverage {
+		coverage = "yes"
+	}
+	timeout := opts.NodeTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	var all []*Server
+	for range 3 * (1 + opts.Replicas) {
 		s := &Server{t: t, bin: bin, dir: t.TempDir(), port: freePort(t, true),
 			// Without full coverage required, the masters left serve their
 			// slots while one is down (as a rate limiter's cluster should be
-			// configured: see the README's failure section).
-			extra: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-				"--cluster-require-full-coverage", "no"}}
+			// configured: see docs/operations.md).
+			extra: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+				"--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10),
+				"--cluster-require-full-coverage", coverage}}
 		t.Cleanup(s.stop)
 		s.start()
-		c.Servers = append(c.Servers, s)
+		all = append(all, s)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	addrs := make([]string, len(all))
+	for i, s := range all {
+		addrs[i] = s.Addr()
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(opts.Replicas), "--cluster-yes")
 	out, err := exec.Command(cli, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(startTimeout)
-	for _, s := range c.Servers {
+	c := &Cluster{}
+	deadline := time.Now().Add(startTimeout + time.Duration(opts.Replicas)*startTimeout)
+	for _, s := range all {
 		for {
 			r, err := s.Do("CLUSTER", "INFO")
 			info, _ := r.(string)
@@ -445,7 +497,43 @@ func StartCluster(t TB) *Cluster {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	for _, s := range all {
+		for {
+			role, synced := s.role()
+			if role == "master" {
+				c.Servers = append(c.Servers, s)
+				break
+			}
+			if role == "slave" && synced {
+				c.Replicas = append(c.Replicas, s)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster node %s: role %q, in sync %v within %v", s.Addr(), role, synced, startTimeout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if len(c.Servers) != 3 {
+		t.Fatalf("redistest: cluster has %d masters, want 3", len(c.Servers))
+	}
 	return c
+}
+
+// role returns the server's ROLE ("master" or "slave") and, for a
+// replica, whether it is connected to its master and in sync.
+func (s *Server) role() (string, bool) {
+	r, err := s.Do("ROLE")
+	a, _ := r.([]any)
+	if err != nil || len(a) == 0 {
+		return "", false
+	}
+	role, _ := a[0].(string)
+	if role == "slave" && len(a) >= 4 {
+		st, _ := a[3].(string)
+		return role, st == "connected"
+	}
+	return role, false
 }
 
 // Addrs returns the masters' host:port addresses.

@@ -7,7 +7,10 @@
 //   - the Redis store (store/redis), or its stand-in while Redis cannot be
 //     reached at start (Config.Background): ops fail with
 //     sluice.ErrStoreUnavailable, so each limit's failure mode applies,
-//     until a background dial succeeds;
+//     until a background dial succeeds; a Redis whose maxmemory-policy
+//     evicts Sluice's keys is refused, even in the background, unless
+//     Redis.AllowEviction; once connected, every node's policy and
+//     evicted_keys are read every Config.MemoryWatch (Stack.Eviction);
 //   - a hybrid store (store/hybrid) over it, for counters placed hybrid;
 //   - the denied-key cache (hybrid.Denied) in front of each of the two,
 //     per Config.Denied (by default on unless Redis is a Cluster),
@@ -89,9 +92,16 @@ type Config struct {
 	// before the Redis store, one before the hybrid store). A nil
 	// Invalidator means the Redis store's.
 	DeniedOptions hybrid.DeniedOptions
-	// Logger receives the Redis store's connection messages. Default:
-	// none.
+	// Logger receives the Redis store's connection messages: its
+	// warnings (redis.Store.Warnings) at each connection, and what
+	// MemoryWatch finds. Default: none.
 	Logger *slog.Logger
+	// MemoryWatch, with KindRedis, is how often every Redis node's
+	// maxmemory-policy and evicted_keys are read once connected (and at
+	// connection): a growth of evicted_keys is logged as a warning, a
+	// policy that evicts Sluice's keys without Redis.AllowEviction as an
+	// error, and Stack.Eviction reports them. Default DefaultMemoryWatch.
+	MemoryWatch time.Duration
 
 	// dial replaces redis.New (tests).
 	dial func(redis.Options) (*redis.Store, error)
@@ -144,6 +154,9 @@ func (c Config) Validate() error {
 	}
 	if h.Idle < 0 {
 		bad("Hybrid.Idle: %v, want ≥ 0 (0: the default)", h.Idle)
+	}
+	if c.MemoryWatch < 0 {
+		bad("MemoryWatch: %v, want ≥ 0 (0: the default)", c.MemoryWatch)
 	}
 	if c.DeniedOptions.MaxKeys < 0 {
 		bad("DeniedOptions.MaxKeys: %d, want ≥ 0 (0: the default)", c.DeniedOptions.MaxKeys)
@@ -207,7 +220,11 @@ func New(c Config) (*Stack, error) {
 	if dial == nil {
 		dial = redis.New
 	}
-	conn, err := connectRedis(c.Redis, c.Background, log, dial)
+	every := c.MemoryWatch
+	if every == 0 {
+		every = DefaultMemoryWatch
+	}
+	conn, err := connectRedis(c.Redis, c.Background, every, log, dial)
 	if err != nil {
 		s.mem.Close()
 		s.fb.Close()
@@ -329,6 +346,26 @@ func (s *Stack) Redis() *redis.Store {
 		return nil
 	}
 	return s.conn.current()
+}
+
+// Eviction reports what the stack last read from the Redis nodes about
+// eviction (Config.MemoryWatch); the zero Eviction with KindMemory and
+// before Redis is connected.
+func (s *Stack) Eviction() Eviction {
+	if s.conn == nil {
+		return Eviction{}
+	}
+	return s.conn.watch.state()
+}
+
+// HybridHeld returns the units of hybrid allotments the stack holds now
+// and the keys holding them (hybrid.Store.Held); zeros without a hybrid
+// store.
+func (s *Stack) HybridHeld() (units int64, keys int) {
+	if s.hyb == nil {
+		return 0, 0
+	}
+	return s.hyb.Held()
 }
 
 // Stats are counters of a stack's layers since New.

@@ -2,6 +2,7 @@ package compose
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -33,6 +34,7 @@ type connecting struct {
 	dial func(redis.Options) (*redis.Store, error)
 
 	store atomic.Pointer[redis.Store] // nil until connected
+	watch *watcher                    // the nodes' eviction, from connection on
 
 	mu     sync.Mutex
 	closed bool
@@ -41,16 +43,19 @@ type connecting struct {
 }
 
 // connectRedis dials opts once; if Redis does not answer and background
-// is set, it returns a store that keeps dialling, else the error.
-func connectRedis(opts redis.Options, background bool, log *slog.Logger, dial func(redis.Options) (*redis.Store, error)) (*connecting, error) {
-	c := &connecting{opts: opts, log: log, dial: dial, done: make(chan struct{}), up: make(chan struct{})}
+// is set, it returns a store that keeps dialling, else the error. A Redis
+// refused for its eviction policy (redis.ErrEvictionPolicy) fails it even
+// with background: that is a configuration to fix, not an outage to wait
+// out. Once connected, the nodes' eviction is read every watchEvery.
+func connectRedis(opts redis.Options, background bool, watchEvery time.Duration, log *slog.Logger, dial func(redis.Options) (*redis.Store, error)) (*connecting, error) {
+	c := &connecting{opts: opts, log: log, dial: dial, done: make(chan struct{}), up: make(chan struct{}),
+		watch: &watcher{allow: opts.AllowEviction, every: watchEvery, log: log}}
 	rs, err := dial(opts)
 	if err == nil {
-		c.store.Store(rs)
-		close(c.up)
+		c.connected(rs, true)
 		return c, nil
 	}
-	if !background {
+	if !background || errors.Is(err, redis.ErrEvictionPolicy) {
 		return nil, fmt.Errorf("compose: redis: %w", err)
 	}
 	log.Warn("Redis unreachable at start; serving with each limit's failure mode until it answers", "err", err)
@@ -151,6 +156,7 @@ func (c *connecting) waitUp(ctx context.Context) error {
 // the store is closed.
 func (c *connecting) connect() {
 	wait := 100 * time.Millisecond
+	var refusedMsg string // the last refusal logged
 	for {
 		select {
 		case <-c.done:
@@ -159,7 +165,16 @@ func (c *connecting) connect() {
 		}
 		rs, err := c.dial(c.opts)
 		if err != nil {
-			c.log.Debug("Redis still unreachable", "err", err, "retry_in", wait)
+			if errors.Is(err, redis.ErrEvictionPolicy) {
+				// Reached, but refused: loud, and dialled again in case
+				// the operator fixes the policy.
+				if msg := err.Error(); msg != refusedMsg {
+					refusedMsg = msg
+					c.log.Error("Redis refused: its eviction policy would make limits admit more than their quota; serving with each limit's failure mode until it is fixed", "err", err)
+				}
+			} else {
+				c.log.Debug("Redis still unreachable", "err", err, "retry_in", wait)
+			}
 			wait = min(2*wait, 5*time.Second)
 			continue
 		}
@@ -169,12 +184,26 @@ func (c *connecting) connect() {
 			_ = rs.Close()
 			return
 		}
-		c.store.Store(rs)
-		close(c.up)
+		c.connected(rs, false)
 		c.mu.Unlock()
 		c.log.Info("Redis connected")
 		return
 	}
+}
+
+// connected installs rs, logs its warnings and starts watching its nodes'
+// eviction; first, with readNow, it reads them once (so that Eviction
+// knows them when New returns). With a background dial, c.mu is held.
+func (c *connecting) connected(rs *redis.Store, readNow bool) {
+	c.store.Store(rs)
+	close(c.up)
+	for _, w := range rs.Warnings() {
+		c.log.Warn(w)
+	}
+	if readNow {
+		c.watch.read(context.Background(), rs)
+	}
+	go c.watch.run(rs, c.done, !readNow)
 }
 
 // Close stops dialling and closes the store if it connected.

@@ -18,7 +18,7 @@ import (
 func TestConnectingStoreInvalidations(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	c, err := connectRedis(redis.Options{URL: srv.URL(), Timeout: time.Second}, true, slog.New(slog.DiscardHandler), redis.New)
+	c, err := connectRedis(redis.Options{URL: srv.URL(), Timeout: time.Second}, true, DefaultMemoryWatch, slog.New(slog.DiscardHandler), redis.New)
 	if err != nil {
 		t.Fatalf("connectRedis with Redis down, in the background: %v", err)
 	}

@@ -350,6 +350,29 @@ func (s *Store) Stats() Stats {
 	}
 }
 
+// Held returns the units this store holds now in allotments that may
+// still be spent (granted, not spent, given back or voided, and before
+// their deadline), summed over keys and limits, and the number of keys
+// holding some: the "units of allotments outstanding" of the bounds in the
+// package documentation, for this instance. It visits every key (the
+// shards one at a time, each under its lock), so it is for a metrics
+// scrape, not for the hot path.
+func (s *Store) Held() (units int64, keys int) {
+	now := s.now()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			if e.held > 0 && now < e.deadline {
+				units += e.held
+				keys++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return units, keys
+}
+
 // keepOf is the reserve of limit l.
 func (s *Store) keepOf(l sluice.Limit) int64 {
 	c := l.Capacity()

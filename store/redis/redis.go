@@ -252,6 +252,14 @@ type Options struct {
 	// outcomes). Calls without such ops are given up at Timeout. Default
 	// DefaultLateReplyWait × Timeout.
 	LateReplyWait time.Duration
+	// AllowEviction accepts a Redis whose maxmemory-policy can evict
+	// Sluice's keys (any policy but noeviction). Without it New refuses such a
+	// Redis with an error wrapping ErrEvictionPolicy: an evicted counter
+	// starts again from zero and its limit admits more than its quota, with
+	// nothing in Redis saying so. With it New succeeds and Warnings says the
+	// risk was accepted; follow Memory's EvictedKeys (store/compose does, and
+	// sluice serve exports it as sluice_redis_evicted_keys_total).
+	AllowEviction bool
 }
 
 // DefaultLateReplyWait is the default Options.LateReplyWait, in multiples
@@ -360,6 +368,9 @@ type Store struct {
 
 	leaseMu sync.Mutex
 	leases  *mrand.ChaCha8
+
+	// warnings are what New found to warn about (evict.go).
+	warnings []string
 }
 
 // ErrClosed is returned by Take after Close.
@@ -373,7 +384,10 @@ var ErrClosed = errors.New("redis: store closed")
 var ErrCrossSlotAction = errors.New("redis: a batch across hash slots may not mix takes with charges, refunds or resets")
 
 // New connects to the Redis named by opts.URL and returns a Store. It fails
-// if the URL or options are invalid or Redis cannot be reached.
+// if the URL or options are invalid or Redis cannot be reached, and, unless
+// opts.AllowEviction is set, with an error wrapping ErrEvictionPolicy if a
+// node's maxmemory-policy can evict Sluice's keys (see Memory for how it is
+// read). What it could not check, or accepted, is in Warnings.
 func New(opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -428,6 +442,13 @@ func New(opts Options) (*Store, error) {
 		addr = copt.InitAddress[0]
 	}
 	if err := s.initNodes(addr); err != nil {
+		client.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*max(opts.Timeout, time.Second))
+	s.warnings, err = s.checkNodes(ctx, opts.AllowEviction)
+	cancel()
+	if err != nil {
 		client.Close()
 		return nil, err
 	}
