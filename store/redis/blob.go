@@ -63,7 +63,7 @@ func (s *Store) Blob(name string, ttl time.Duration) (*Blob, error) {
 	if name == "" || len(name) > 200 || strings.IndexFunc(name, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":-_.", r))
 	}) >= 0 {
-		return nil, fmt.Errorf("redis: blob name %q: want 1 to 200 of a-z A-Z 0-9 : - _ .", name)
+		return nil, fmt.Errorf("redis: blob name %q: want 1 to 200 bytes, each a letter, a digit or one of \":-_.\" (got %d bytes)", name, len(name))
 	}
 	return &Blob{s: s, key: s.prefix + "{sluice:" + name + "}", ttl: ttl}, nil
 }
