@@ -78,6 +78,7 @@ type nativeOp struct {
 	key     string // per-window key of id, set when sent
 	reply   int    // index of its INCRBY or GET in the call's pipeline
 	incr    bool
+	probe   bool // a GET sent for a take its key's last count says is over
 	expSent bool
 }
 
@@ -87,6 +88,7 @@ type nativeGroup struct {
 	script  bool // holds an action: runs scripts/native.lua
 	tries   int
 	retry   bool
+	charge  bool // the last call probed and found room: charge this time
 	batcher *batcher
 }
 
@@ -282,10 +284,18 @@ func (s *Store) takeNative(ctx context.Context, ops []sluice.Op, results []sluic
 			if slotOf(redisKey(s.prefix, sluice.FixedWindow, ops[i].Key)) != slot {
 				// One pipeline may span slots (each command goes to its
 				// node) but native.lua may not.
-				if action, _ := kinds(ops); action >= 0 {
-					return nil, fmt.Errorf("redis: op %q (%v) across slots on the native path: %w", ops[action].Key, ops[action].Action, ErrCrossSlotAction)
+				action, deniable := kinds(ops)
+				if action < 0 {
+					break
 				}
-				break
+				if deniable >= 0 {
+					return nil, fmt.Errorf("redis: op %q (%v) and op %q (take, cost %d): %w",
+						ops[action].Key, ops[action].Action, ops[deniable].Key, ops[deniable].Cost, ErrCrossSlotAction)
+				}
+				// Actions and looks alone, as the script path does: each
+				// slot decides its part (one that fails leaves the others
+				// applied).
+				return nil, s.takeNativeSlots(ctx, ops, results, now)
 			}
 		}
 	}
@@ -301,6 +311,34 @@ func (s *Store) takeNative(ctx context.Context, ops []sluice.Op, results []sluic
 	}
 	r.results(ops, results, !r.denied())
 	return r, nil
+}
+
+// takeNativeSlots decides a batch of actions and looks across slots, one
+// native call per slot.
+func (s *Store) takeNativeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
+	bySlot := map[int][]int{}
+	var order []int
+	for i := range ops {
+		sl := slotOf(redisKey(s.prefix, sluice.FixedWindow, ops[i].Key))
+		if _, ok := bySlot[sl]; !ok {
+			order = append(order, sl)
+		}
+		bySlot[sl] = append(bySlot[sl], i)
+	}
+	for _, sl := range order {
+		idx := bySlot[sl]
+		sub, res := make([]sluice.Op, len(idx)), make([]sluice.Result, len(idx))
+		for k, i := range idx {
+			sub[k] = ops[i]
+		}
+		if _, err := s.takeNative(ctx, sub, res, now); err != nil {
+			return err
+		}
+		for k, i := range idx {
+			results[i] = res[k]
+		}
+	}
+	return nil
 }
 
 // expCache remembers the per-window keys this store has set an expiry on.
@@ -322,6 +360,29 @@ func (c *expCache) add(k string) {
 		c.m = make(map[string]struct{})
 	}
 	c.m[k] = struct{}{}
+	c.mu.Unlock()
+}
+
+// countHints remembers the last count each per-window key was seen to
+// hold (committed charges as this store last read them).
+type countHints struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (c *countHints) get(k string) (int64, bool) {
+	c.mu.Lock()
+	v, ok := c.m[k]
+	c.mu.Unlock()
+	return v, ok
+}
+
+func (c *countHints) set(k string, v int64) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= expCacheMax {
+		c.m = make(map[string]int64)
+	}
+	c.m[k] = v
 	c.mu.Unlock()
 }
 
@@ -446,7 +507,12 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 			o.key = nativeKey(s.prefix, o.name, o.id)
 			o.reply = len(cmds)
 			o.incr = o.cost > 0 && o.cost <= o.q
-			o.expSent = false
+			o.expSent, o.probe = false, false
+			if h, ok := s.hints.get(o.key); o.incr && !r.nat.charge && ok && h+o.cost > o.q {
+				// Last seen full: look first, so that a take that is
+				// denied leaves no transient charge to deny others.
+				o.incr, o.probe = false, true
+			}
 			if !o.incr {
 				cmds = append(cmds, s.client.B().Get().Key(o.key).Build())
 				continue
@@ -523,10 +589,25 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 				if gerr == nil {
 					vals[k], _ = strconv.ParseInt(str, 10, 64)
 				}
-				if o.cost > o.q {
+				if o.cost > o.q || (o.probe && vals[k]+o.cost > o.q) {
 					denied = true
 				}
 			}
+		}
+		probedRoom := false
+		for k := range g.ops {
+			o := &g.ops[k]
+			if o.probe && vals[k]+o.cost <= o.q {
+				probedRoom = true
+			}
+			if o.incr && (denied || vals[k] > o.q) {
+				s.hints.set(o.key, vals[k]-o.cost)
+			} else {
+				s.hints.set(o.key, vals[k])
+			}
+		}
+		if probedRoom && !denied {
+			g.retry, g.charge = true, true // there is room: charge next time
 		}
 		if denied || g.retry {
 			for k := range g.ops {
@@ -537,7 +618,9 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 				}
 			}
 			if g.retry {
-				s.nativeRetries.Add(1)
+				if !g.charge {
+					s.nativeRetries.Add(1)
+				}
 				continue
 			}
 			s.nativeTakenBack.Add(1)
@@ -556,6 +639,8 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 			case o.incr && vals[k] > o.q:
 				reason = int64(sluice.ReasonLimited)
 				state = vals[k] - o.cost
+			case o.probe && vals[k]+o.cost > o.q:
+				reason = int64(sluice.ReasonLimited)
 			case o.incr && denied:
 				state = vals[k] - o.cost
 			}
@@ -588,7 +673,7 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 			close(r.done)
 			continue
 		}
-		if g.tries++; g.tries > nativeRetries {
+		if g.tries++; g.tries > nativeRetries+1 {
 			r.err = fmt.Errorf("redis: native call: the window moved under the estimate of Redis's clock %d times", g.tries)
 			close(r.done)
 			continue

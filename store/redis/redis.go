@@ -348,6 +348,7 @@ type Store struct {
 	natSlots        []atomic.Pointer[batcher]
 	nativeLua       *rueidis.Lua
 	expired         expCache
+	hints           countHints
 	natMargin       int64 // ms a per-window key outlives its window (Redis clock)
 	minTTLms        int64
 	nativeCalls     atomic.Uint64
