@@ -75,6 +75,9 @@ type request struct {
 	err    error
 	done   chan struct{}
 
+	// nat is the native group (native.go), nil on the script path.
+	nat *nativeGroup
+
 	// Backing arrays for a one-op group.
 	key1 [1]string
 	arg1 [3 + opFields]string
@@ -294,7 +297,8 @@ func (r *request) results(ops []sluice.Op, out []sluice.Result, committed bool) 
 // batcher coalesces the groups bound for one batch target into script calls.
 type batcher struct {
 	s        *Store
-	slot     int // cluster slot, -1 for the single node
+	slot     int  // cluster slot, -1 for the single node
+	native   bool // runs native calls (native.go)
 	mu       sync.Mutex
 	queue    []*request
 	queued   int // ops in queue
@@ -358,7 +362,11 @@ func (b *batcher) takeLocked() []*request {
 // run executes batches until the queue is empty.
 func (b *batcher) run(batch []*request) {
 	for {
-		b.s.exec(b.slot, batch)
+		if b.native {
+			b.s.execNative(b.slot, batch)
+		} else {
+			b.s.exec(b.slot, batch)
+		}
 		b.mu.Lock()
 		if len(b.queue) == 0 {
 			b.inflight--

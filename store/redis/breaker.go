@@ -254,6 +254,17 @@ func (c *clockEstimate) deadline(start time.Time, timeout time.Duration) (int64,
 	return start.Add(timeout-timeout/10).UnixMicro() + c.offset - aged, true
 }
 
+// now returns the node's TIME as estimated now (µs), or false when no
+// estimate is known yet.
+func (c *clockEstimate) now() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ok {
+		return 0, false
+	}
+	return time.Now().UnixMicro() + c.offset, true
+}
+
 // newNode returns a node named addr with a closed breaker.
 func newNode(addr string, o BreakerOptions) *node {
 	n := &node{}

@@ -42,6 +42,7 @@ func (s *Store) Keys(ctx context.Context, prefix string, max int) ([]string, boo
 	for _, a := range sluice.Algorithms() {
 		letters.WriteString(algLetter[a])
 	}
+	letters.WriteString(nativeLetter)
 	head := globEscape(s.prefix) + "[" + letters.String() + "]"
 	// A key with no hash tag of its own is stored wrapped in one; a key
 	// with a tag is stored as it is (redisKey).
@@ -112,6 +113,9 @@ func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
 // opKey maps a Redis key back to the op key redisKey made it from; false
 // for a key this store did not write.
 func (s *Store) opKey(rk string) (string, bool) {
+	if base, ok := nativeBase(s.prefix, rk); ok {
+		rk = base // a per-window key of the native path (native.go)
+	}
 	rest, ok := strings.CutPrefix(rk, s.prefix)
 	if !ok || rest == "" {
 		return "", false

@@ -260,6 +260,18 @@ type Options struct {
 	// risk was accepted; follow Memory's EvictedKeys (store/compose does, and
 	// sluice serve exports it as sluice_redis_evicted_keys_total).
 	AllowEviction bool
+	// NativeFixedWindow decides fixed_window ops with native commands
+	// (INCRBY on a per-window integer key, the expiry set once per window
+	// per instance) instead of a script: about a third of what Redis spends
+	// per decision on the script path (BENCHMARKS.md, "Native fixed
+	// windows"). Off by default; see native.go and docs/stores.md for what
+	// it keeps and what it changes: a denied Take's charge is taken back one
+	// round trip later (a concurrent Take may be denied meanwhile, never
+	// admitted over the limit); a batch may not mix fixed_window ops with
+	// other algorithms (ErrNativeMixed); late replies are not refunded; and
+	// its keys are not the script path's, so switching it on or off starts
+	// every fixed window afresh.
+	NativeFixedWindow bool
 }
 
 // DefaultLateReplyWait is the default Options.LateReplyWait, in multiples
@@ -326,23 +338,35 @@ func (o Options) withDefaults() Options {
 // Store is the Redis store. It is safe for concurrent use. Create it with
 // New and Close it when done.
 type Store struct {
-	client      rueidis.Client
-	scripts     [256]atomic.Pointer[rueidis.Lua] // by algMask, composed on first use
-	fast        *rueidis.Lua                     // scripts/fast.lua (batch.go)
-	ones        [256]atomic.Pointer[rueidis.Lua] // scripts/one.lua by algMask (batch.go)
-	cluster     bool
-	prefix      string
-	channel     string // Pub/Sub channel of invalidations (invalidate.go)
-	timeout     time.Duration
-	now         func() time.Time
-	minTTL      string
-	maxBatch    int
-	maxInFlight int
-	closed      atomic.Bool
-	calls       atomic.Uint64
-	groups      atomic.Uint64
-	opsDecided  atomic.Uint64
-	allots      atomic.Uint64 // allotment requests (allot.go)
+	client  rueidis.Client
+	scripts [256]atomic.Pointer[rueidis.Lua] // by algMask, composed on first use
+	fast    *rueidis.Lua                     // scripts/fast.lua (batch.go)
+	ones    [256]atomic.Pointer[rueidis.Lua] // scripts/one.lua by algMask (batch.go)
+	// The native path (native.go).
+	native          bool
+	natOne          batcher
+	natSlots        []atomic.Pointer[batcher]
+	nativeLua       *rueidis.Lua
+	expired         expCache
+	hints           countHints
+	natMargin       int64 // ms a per-window key outlives its window (Redis clock)
+	minTTLms        int64
+	nativeCalls     atomic.Uint64
+	nativeRetries   atomic.Uint64
+	nativeTakenBack atomic.Uint64
+	cluster         bool
+	prefix          string
+	channel         string // Pub/Sub channel of invalidations (invalidate.go)
+	timeout         time.Duration
+	now             func() time.Time
+	minTTL          string
+	maxBatch        int
+	maxInFlight     int
+	closed          atomic.Bool
+	calls           atomic.Uint64
+	groups          atomic.Uint64
+	opsDecided      atomic.Uint64
+	allots          atomic.Uint64 // allotment requests (allot.go)
 	// refundFailures counts refund groups that failed (cross-slot and late).
 	refundFailures atomic.Uint64
 	// Late replies (settleLate): groups found charged, refunded, and calls
@@ -437,6 +461,16 @@ func New(opts Options) (*Store, error) {
 	if s.cluster {
 		s.slots = make([]atomic.Pointer[batcher], numSlots)
 	}
+	if opts.NativeFixedWindow {
+		s.native = true
+		s.natOne = batcher{s: s, slot: -1, native: true}
+		if s.cluster {
+			s.natSlots = make([]atomic.Pointer[batcher], numSlots)
+		}
+		s.nativeLua = rueidis.NewLuaScript(compose("native.lua"))
+		s.minTTLms = opts.MinTTL.Milliseconds()
+		s.natMargin = max(time.Second, 2*opts.Timeout, opts.MinTTL).Milliseconds()
+	}
 	addr := ""
 	if len(copt.InitAddress) > 0 {
 		addr = copt.InitAddress[0]
@@ -496,6 +530,16 @@ type Stats struct {
 	// reached Redis after their deadline (scripts/guard.lua) and did
 	// nothing: nothing was charged, so nothing is refunded.
 	LateExpired uint64
+	// NativeCalls is the number of pipelines the native path sent
+	// (Options.NativeFixedWindow); its script calls (actions) count in
+	// Calls.
+	NativeCalls uint64
+	// NativeRetries is the number of native groups sent again because the
+	// window their keys named was not the one Redis's TIME named.
+	NativeRetries uint64
+	// NativeTakenBack is the number of denied native groups whose charges
+	// were taken back (DECRBY).
+	NativeTakenBack uint64
 	// Subscriptions is the number of times the store's subscription to
 	// invalidations (see Invalidations) was confirmed: 1 after the first
 	// Invalidations or Resets call, and one more after each lost
@@ -509,7 +553,8 @@ func (s *Store) Stats() Stats {
 	return Stats{Calls: s.calls.Load(), Groups: s.groups.Load(), Ops: s.opsDecided.Load(),
 		RefundFailures: s.refundFailures.Load(), LateCharged: s.lateCharged.Load(),
 		LateRefunded: s.lateRefunded.Load(), LateUnknown: s.lateUnknown.Load(),
-		LateExpired: s.lateExpired.Load(), Subscriptions: s.subscriptions.Load()}
+		LateExpired: s.lateExpired.Load(), Subscriptions: s.subscriptions.Load(),
+		NativeCalls: s.nativeCalls.Load(), NativeRetries: s.nativeRetries.Load(), NativeTakenBack: s.nativeTakenBack.Load()}
 }
 
 // Cluster reports whether the store talks to a Redis Cluster.
@@ -613,6 +658,20 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
+	if s.native {
+		switch nat, mixed := s.nativeGroupOf(ops); {
+		case mixed:
+			return s.takeMixed(ctx, ops, results, now)
+		case nat:
+			_, err := s.takeNative(ctx, ops, results, now)
+			return err
+		}
+	}
+	return s.takeScript(ctx, ops, results, now)
+}
+
+// takeScript decides ops on the script path.
+func (s *Store) takeScript(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
 
 	if !s.cluster {
 		if n := s.nodes.single; n.open() {

@@ -1,0 +1,759 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
+)
+
+// The native path for fixed windows (Options.NativeFixedWindow).
+//
+// Each (key, window) is its own integer key, prefix + "w" + the key's
+// tagged name + ":" + the window index (nativeKey), in the same hash slot
+// as the script's key. A group of fixed-window Takes is decided with native
+// commands, pipelined with the batching the store does for scripts: per
+// call one TIME (with the Redis clock), then per op INCRBY cost (a Take of
+// 0 < cost ≤ quota) or GET (a look, or a cost above the quota), and
+// PEXPIREAT (PEXPIRE with a test clock) on a key the instance has not
+// expired in this window yet. No script runs.
+//
+// All-or-nothing: a group with an op over its quota is denied and what its
+// INCRBYs charged is taken back by DECRBY (with the expiry again, so that a
+// DECRBY can never leave a key without one) before the Take returns. While
+// that charge stands (one round trip) a concurrent Take may see it and be
+// denied near the limit; it is never admitted over the limit, since an
+// INCRBY that admits returns a count that includes every charge standing,
+// the denied ones' too (TestNativeContention counts both).
+//
+// Time: the window index is chosen before the call is sent, from the
+// node's Redis clock as the store estimates it (offset from each call's
+// TIME). The call's TIME, read in the same pipeline just before the
+// charges, says which window Redis is in; a group whose key names another
+// window (at a window's edge, by the estimate's error) is taken back like a
+// denied one and sent again (up to nativeRetries times), so that every
+// decision counts in the window Redis's TIME names when the call runs, as
+// the script's does. With Options.Now the given time names the window.
+//
+// A group with a Charge, Refund or Reset on such a key runs scripts/native.lua
+// (atomic, as exact as the script path, and announcing refunds and resets
+// as driver.lua does). A group that mixes fixed-window ops with other
+// algorithms is refused with ErrNativeMixed: their states live in keys of
+// two kinds that no one atomic step holds. Late replies (UndoIfUnknown)
+// are not settled on this path: a call that times out leaves its charge,
+// if it ran, until its window ends.
+
+// ErrNativeMixed is returned by Take, with Options.NativeFixedWindow, for a
+// batch that mixes fixed-window ops with ops of other algorithms. Send them
+// in Takes of their own. Nothing was applied.
+var ErrNativeMixed = errors.New("redis: with native fixed windows, a batch may not mix fixed_window ops with other algorithms")
+
+// nativeRetries bounds how often a group is sent again because its window
+// was not the one Redis's TIME named.
+const nativeRetries = 3
+
+// nativeLetter marks a per-window key (algLetter's letters name the
+// script's keys).
+const nativeLetter = "w"
+
+// expCacheMax bounds the keys the store remembers having expired; past it
+// the memory is cleared (their next charge sends the expiry again).
+const expCacheMax = 1 << 16
+
+// nativeOp is one op of a native group.
+type nativeOp struct {
+	name    string // the script's key (prefix + "f" + tagged key), announced
+	q, w    int64
+	cost    int64
+	kind    byte // 't' take, '+' charge, '-' refund, 'x' reset
+	id      int64
+	key     string // per-window key of id, set when sent
+	reply   int    // index of its INCRBY or GET in the call's pipeline
+	incr    bool
+	probe   bool // a GET sent for a take its key's last count says is over
+	expSent bool
+}
+
+// nativeGroup is the native part of a request.
+type nativeGroup struct {
+	ops     []nativeOp
+	script  bool // holds an action: runs scripts/native.lua
+	tries   int
+	retry   bool
+	charge  bool // the last call probed and found room: charge this time
+	batcher *batcher
+}
+
+// nativeKey returns the per-window key of a script key name (redisKey's)
+// and window index.
+func nativeKey(prefix, name string, id int64) string {
+	return prefix + nativeLetter + name[len(prefix)+1:] + ":" + strconv.FormatInt(id, 10)
+}
+
+// nativeBase maps a per-window key back to the script key name it was made
+// from, or false.
+func nativeBase(prefix, rk string) (string, bool) {
+	rest, ok := strings.CutPrefix(rk, prefix+nativeLetter)
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 {
+		return "", false
+	}
+	if _, err := strconv.ParseInt(rest[i+1:], 10, 64); err != nil {
+		return "", false
+	}
+	return prefix + algLetter[sluice.FixedWindow] + rest[:i], true
+}
+
+// nativeGroupOf reports whether ops (with Options.NativeFixedWindow) are
+// all fixed_window ops, for the native path, or mix them with ops of other
+// algorithms.
+func (s *Store) nativeGroupOf(ops []sluice.Op) (nat, mixed bool) {
+	fw, other := false, false
+	for i := range ops {
+		if ops[i].Limit.Algorithm == sluice.FixedWindow {
+			fw = true
+		} else {
+			other = true
+		}
+	}
+	return fw && !other, fw && other
+}
+
+// takeMixed decides a batch of fixed_window ops and ops of other
+// algorithms, with Options.NativeFixedWindow: the fixed windows first on
+// the native path, then, if they were admitted, the others on the script
+// path; if those are denied (or fail), the native charges are taken back
+// (DECRBY), so that the batch stays all-or-nothing, with the same
+// transient as a denied native group. If the fixed windows are denied, the
+// other ops are sent as looks. A batch holding a Charge, Refund, Reset or
+// release is refused with ErrNativeMixed: an action applied on one path
+// cannot be taken back when the other denies.
+func (s *Store) takeMixed(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
+	if action, _ := kinds(ops); action >= 0 {
+		return fmt.Errorf("redis: op %q (%v) in a batch of fixed_window and %v ops: %w",
+			ops[action].Key, ops[action].Action, ops[action].Limit.Algorithm, ErrNativeMixed)
+	}
+	var fw, other []int
+	for i := range ops {
+		if ops[i].Release {
+			return fmt.Errorf("redis: release of %q in a batch of fixed_window and other ops: %w", ops[i].Key, ErrNativeMixed)
+		}
+		if ops[i].Limit.Algorithm == sluice.FixedWindow {
+			fw = append(fw, i)
+		} else {
+			other = append(other, i)
+		}
+	}
+	sub := func(idx []int) ([]sluice.Op, []sluice.Result) {
+		o := make([]sluice.Op, len(idx))
+		for k, i := range idx {
+			o[k] = ops[i]
+		}
+		return o, make([]sluice.Result, len(idx))
+	}
+	nops, nres := sub(fw)
+	r, err := s.takeNative(ctx, nops, nres, now)
+	if err != nil {
+		return err
+	}
+	oops, ores := sub(other)
+	if r.denied() {
+		for k := range oops {
+			oops[k].Cost, oops[k].UndoIfUnknown = 0, false // looks
+		}
+	}
+	err = s.takeScript(ctx, oops, ores, now)
+	allowed := err == nil
+	for k := range ores {
+		allowed = allowed && ores[k].Allowed
+	}
+	if !r.denied() && !allowed {
+		if berr := s.takeBack(r); berr != nil && err == nil {
+			err = fmt.Errorf("redis: taking back the fixed windows' charges after the other ops were denied (charges may remain): %w", berr)
+		}
+		for k := range nres {
+			if o := &r.nat.ops[k]; o.incr {
+				v := o.q - nres[k].Remaining // the count after the charge
+				nres[k].Remaining = o.q - (v - o.cost)
+				if v-o.cost <= 0 {
+					nres[k].ResetAfter = 0
+				}
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for k, i := range fw {
+		results[i] = nres[k]
+	}
+	for k, i := range other {
+		results[i] = ores[k]
+	}
+	return nil
+}
+
+// takeBack takes back what the native group r, admitted, charged.
+func (s *Store) takeBack(r *request) error {
+	var cmds []rueidis.Completed
+	for k := range r.nat.ops {
+		if o := &r.nat.ops[k]; o.incr {
+			cmds = append(cmds, s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
+				s.expire(o.key, o.id, o.w, r.nowOut))
+		}
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	s.nativeTakenBack.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	for _, res := range s.client.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			s.refundFailures.Add(1)
+			return err
+		}
+	}
+	return nil
+}
+
+// newNativeRequest builds the native group of ops (all fixed_window).
+func (s *Store) newNativeRequest(ops []sluice.Op, now string) *request {
+	r := &request{mode: modeDecide, now: now, done: make(chan struct{})}
+	g := &nativeGroup{ops: make([]nativeOp, len(ops))}
+	r.nat = g
+	if len(ops) == 1 {
+		r.keys = r.key1[:]
+	} else {
+		r.keys = make([]string, len(ops))
+	}
+	for i := range ops {
+		op := &ops[i]
+		p := op.Limit.Params()
+		r.keys[i] = redisKey(s.prefix, sluice.FixedWindow, op.Key)
+		o := nativeOp{name: r.keys[i], q: p.Quota, w: p.Window, cost: op.Cost, kind: 't'}
+		switch op.Action {
+		case sluice.Charge:
+			o.kind = '+'
+		case sluice.Refund:
+			o.kind = '-'
+		case sluice.Reset:
+			o.kind = 'x'
+		}
+		g.script = g.script || o.kind != 't'
+		g.ops[i] = o
+	}
+	return r
+}
+
+// nativeBatcher returns the batcher of native calls for slot (-1: the
+// single node).
+func (s *Store) nativeBatcher(slot int) *batcher {
+	if slot < 0 {
+		return &s.natOne
+	}
+	p := &s.natSlots[slot]
+	if b := p.Load(); b != nil {
+		return b
+	}
+	b := &batcher{s: s, slot: slot, native: true}
+	if p.CompareAndSwap(nil, b) {
+		return b
+	}
+	return p.Load()
+}
+
+// takeNative decides ops (all fixed_window) on the native path, and
+// returns their group.
+func (s *Store) takeNative(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) (*request, error) {
+	slot := -1
+	if s.cluster {
+		slot = slotOf(redisKey(s.prefix, sluice.FixedWindow, ops[0].Key))
+		for i := 1; i < len(ops); i++ {
+			if slotOf(redisKey(s.prefix, sluice.FixedWindow, ops[i].Key)) != slot {
+				// One pipeline may span slots (each command goes to its
+				// node) but native.lua may not.
+				action, deniable := kinds(ops)
+				if action < 0 {
+					break
+				}
+				if deniable >= 0 {
+					return nil, fmt.Errorf("redis: op %q (%v) and op %q (take, cost %d): %w",
+						ops[action].Key, ops[action].Action, ops[deniable].Key, ops[deniable].Cost, ErrCrossSlotAction)
+				}
+				// Actions and looks alone, as the script path does: each
+				// slot decides its part (one that fails leaves the others
+				// applied).
+				return nil, s.takeNativeSlots(ctx, ops, results, now)
+			}
+		}
+	}
+	n := s.nodeFor(slot)
+	if n.open() {
+		return nil, n.unavailable()
+	}
+	r := s.newNativeRequest(ops, now)
+	b := s.nativeBatcher(slot)
+	r.nat.batcher = b
+	if err := s.do(ctx, b, r); err != nil {
+		return nil, err
+	}
+	r.results(ops, results, !r.denied())
+	return r, nil
+}
+
+// takeNativeSlots decides a batch of actions and looks across slots, one
+// native call per slot.
+func (s *Store) takeNativeSlots(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
+	bySlot := map[int][]int{}
+	var order []int
+	for i := range ops {
+		sl := slotOf(redisKey(s.prefix, sluice.FixedWindow, ops[i].Key))
+		if _, ok := bySlot[sl]; !ok {
+			order = append(order, sl)
+		}
+		bySlot[sl] = append(bySlot[sl], i)
+	}
+	for _, sl := range order {
+		idx := bySlot[sl]
+		sub, res := make([]sluice.Op, len(idx)), make([]sluice.Result, len(idx))
+		for k, i := range idx {
+			sub[k] = ops[i]
+		}
+		if _, err := s.takeNative(ctx, sub, res, now); err != nil {
+			return err
+		}
+		for k, i := range idx {
+			results[i] = res[k]
+		}
+	}
+	return nil
+}
+
+// expCache remembers the per-window keys this store has set an expiry on.
+type expCache struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (c *expCache) has(k string) bool {
+	c.mu.Lock()
+	_, ok := c.m[k]
+	c.mu.Unlock()
+	return ok
+}
+
+func (c *expCache) add(k string) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= expCacheMax {
+		c.m = make(map[string]struct{})
+	}
+	c.m[k] = struct{}{}
+	c.mu.Unlock()
+}
+
+// countHints remembers the last count each per-window key was seen to
+// hold (committed charges as this store last read them).
+type countHints struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (c *countHints) get(k string) (int64, bool) {
+	c.mu.Lock()
+	v, ok := c.m[k]
+	c.mu.Unlock()
+	return v, ok
+}
+
+func (c *countHints) set(k string, v int64) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= expCacheMax {
+		c.m = make(map[string]int64)
+	}
+	c.m[k] = v
+	c.mu.Unlock()
+}
+
+// expire returns the command that gives key (of window id, width w µs) its
+// expiry: with the Redis clock at the window's end plus the margin, with a
+// test clock (now given) when the window ends, at least MinTTL.
+func (s *Store) expire(key string, id, w, now int64) rueidis.Completed {
+	if s.now == nil {
+		at := ((id+1)*w+999)/1000 + s.natMargin
+		return s.client.B().Pexpireat().Key(key).MillisecondsTimestamp(at).Build()
+	}
+	ms := max(((id+1)*w-now+999)/1000, s.minTTLms)
+	return s.client.B().Pexpire().Key(key).Milliseconds(ms).Build()
+}
+
+// redisNow returns the node's Redis time as estimated (µs), first asking
+// Redis when there is no estimate yet.
+func (s *Store) redisNow(n *node) (int64, error) {
+	if t, ok := n.clock.now(); ok {
+		return t, nil
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	t, err := parseTime(s.client.Do(ctx, s.client.B().Time().Build()))
+	if err != nil {
+		return 0, err
+	}
+	n.clock.sample(t, start, time.Since(start))
+	t, _ = n.clock.now()
+	return t, nil
+}
+
+// parseTime reads a TIME reply as µs.
+func parseTime(res rueidis.RedisResult) (int64, error) {
+	arr, err := res.ToArray()
+	if err != nil {
+		return 0, fmt.Errorf("TIME: %w", err)
+	}
+	if len(arr) != 2 {
+		return 0, fmt.Errorf("TIME: %d values, want 2", len(arr))
+	}
+	var v [2]int64
+	for i := range v {
+		str, err := arr[i].ToString()
+		if err != nil {
+			return 0, fmt.Errorf("TIME: %w", err)
+		}
+		if v[i], err = strconv.ParseInt(str, 10, 64); err != nil {
+			return 0, fmt.Errorf("TIME: %w", err)
+		}
+	}
+	return v[0]*1_000_000 + v[1], nil
+}
+
+// execNative runs one native call for batch (see the file comment) and
+// completes its requests, or sends again those whose window was not
+// Redis's.
+func (s *Store) execNative(slot int, batch []*request) {
+	live := batch[:0]
+	for _, r := range batch {
+		if r.nat.tries > 0 || r.state.CompareAndSwap(reqQueued, reqSent) {
+			live = append(live, r)
+		}
+	}
+	batch = live
+	if len(batch) == 0 {
+		return
+	}
+	n := s.nodeFor(slot)
+	var plain []*request
+	for _, r := range batch {
+		if r.nat.script {
+			s.execNativeScript(n, r)
+		} else {
+			plain = append(plain, r)
+		}
+	}
+	if len(plain) > 0 {
+		s.execNativePipeline(n, plain)
+	}
+}
+
+// fail completes rs with err.
+func fail(rs []*request, err error) {
+	for _, r := range rs {
+		r.err = err
+		close(r.done)
+	}
+}
+
+// execNativePipeline decides groups of native Takes in one pipeline.
+func (s *Store) execNativePipeline(n *node, batch []*request) {
+	report, err := n.allow()
+	if err != nil {
+		fail(batch, err)
+		return
+	}
+	var est int64
+	if s.now == nil {
+		if est, err = s.redisNow(n); err != nil {
+			outcome := classify(err, s.closed.Load())
+			report(outcome, err)
+			fail(batch, s.callError(fmt.Sprintf("redis: TIME to %s", n.name()), err, outcome, s.closed.Load()))
+			return
+		}
+	}
+	cmds := make([]rueidis.Completed, 0, 2+2*len(batch))
+	if s.now == nil {
+		cmds = append(cmds, s.client.B().Time().Build())
+	}
+	nops := 0
+	for _, r := range batch {
+		now := est
+		if s.now != nil {
+			now, _ = strconv.ParseInt(r.now, 10, 64)
+		}
+		for k := range r.nat.ops {
+			o := &r.nat.ops[k]
+			nops++
+			o.id = algorithm.FloorDiv(now, o.w)
+			o.key = nativeKey(s.prefix, o.name, o.id)
+			o.reply = len(cmds)
+			o.incr = o.cost > 0 && o.cost <= o.q
+			o.expSent, o.probe = false, false
+			if h, ok := s.hints.get(o.key); o.incr && !r.nat.charge && ok && h+o.cost > o.q {
+				// Last seen full: look first, so that a take that is
+				// denied leaves no transient charge to deny others.
+				o.incr, o.probe = false, true
+			}
+			if !o.incr {
+				cmds = append(cmds, s.client.B().Get().Key(o.key).Build())
+				continue
+			}
+			cmds = append(cmds, s.client.B().Incrby().Key(o.key).Increment(o.cost).Build())
+			if !s.expired.has(o.key) {
+				o.expSent = true
+				cmds = append(cmds, s.expire(o.key, o.id, o.w, now))
+			}
+		}
+	}
+	s.nativeCalls.Add(1)
+	s.groups.Add(uint64(len(batch)))
+	s.opsDecided.Add(uint64(nops))
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	resps := s.client.DoMulti(ctx, cmds...)
+	cancel()
+	took := time.Since(start)
+	for _, res := range resps {
+		if err = res.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			break
+		}
+		err = nil
+	}
+	var redisTime int64
+	if err == nil && s.now == nil {
+		if redisTime, err = parseTime(resps[0]); err == nil {
+			n.clock.sample(redisTime, start, took)
+		}
+	}
+	closed := s.closed.Load()
+	outcome := classify(err, closed)
+	report(outcome, err)
+	if s.callHook != nil {
+		s.callHook(took, outcome)
+	}
+	if err != nil {
+		fail(batch, s.callError(fmt.Sprintf("redis: native call (%d groups, %d ops) to %s", len(batch), nops, n.name()), err, outcome, closed))
+		return
+	}
+	var follow []rueidis.Completed
+	for _, r := range batch {
+		now := redisTime
+		if s.now != nil {
+			now, _ = strconv.ParseInt(r.now, 10, 64)
+		}
+		r.nowOut = now
+		g := r.nat
+		g.retry = false
+		denied := false
+		vals := make([]int64, len(g.ops))
+		for k := range g.ops {
+			o := &g.ops[k]
+			if algorithm.FloorDiv(now, o.w) != o.id {
+				g.retry = true
+			}
+			if o.incr {
+				vals[k], _ = resps[o.reply].AsInt64()
+				if vals[k] > o.q {
+					denied = true
+				}
+				if o.expSent {
+					if ok, _ := resps[o.reply+1].AsInt64(); ok == 1 {
+						s.expired.add(o.key)
+					}
+				} else if vals[k] == o.cost {
+					// The key was made (or was 0) since this store expired
+					// it: expire it again.
+					follow = append(follow, s.expire(o.key, o.id, o.w, now))
+				}
+			} else {
+				str, gerr := resps[o.reply].ToString()
+				if gerr == nil {
+					vals[k], _ = strconv.ParseInt(str, 10, 64)
+				}
+				if o.cost > o.q || (o.probe && vals[k]+o.cost > o.q) {
+					denied = true
+				}
+			}
+		}
+		probedRoom := false
+		for k := range g.ops {
+			o := &g.ops[k]
+			if o.probe && vals[k]+o.cost <= o.q {
+				probedRoom = true
+			}
+			if o.incr && (denied || vals[k] > o.q) {
+				s.hints.set(o.key, vals[k]-o.cost)
+			} else {
+				s.hints.set(o.key, vals[k])
+			}
+		}
+		if probedRoom && !denied {
+			g.retry, g.charge = true, true // there is room: charge next time
+		}
+		if denied || g.retry {
+			for k := range g.ops {
+				if o := &g.ops[k]; o.incr {
+					follow = append(follow,
+						s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
+						s.expire(o.key, o.id, o.w, now))
+				}
+			}
+			if g.retry {
+				if !g.charge {
+					s.nativeRetries.Add(1)
+				}
+				continue
+			}
+			s.nativeTakenBack.Add(1)
+		}
+		if len(g.ops) == 1 {
+			r.res = r.res1[:]
+		} else {
+			r.res = make([]int64, 5*len(g.ops))
+		}
+		for k := range g.ops {
+			o := &g.ops[k]
+			state, reason := vals[k], int64(sluice.ReasonAllowed)
+			switch {
+			case o.cost > o.q:
+				reason = int64(sluice.ReasonCostTooHigh)
+			case o.incr && vals[k] > o.q:
+				reason = int64(sluice.ReasonLimited)
+				state = vals[k] - o.cost
+			case o.probe && vals[k]+o.cost > o.q:
+				reason = int64(sluice.ReasonLimited)
+			case o.incr && denied:
+				state = vals[k] - o.cost
+			}
+			stop := (o.id+1)*o.w - now
+			v := r.res[5*k : 5*k+5]
+			v[0], v[1], v[2], v[3], v[4] = reason, max(o.q-state, 0), 0, 0, 0
+			if state > 0 {
+				v[2] = stop
+			}
+			if reason == int64(sluice.ReasonLimited) {
+				v[3] = stop
+			}
+		}
+	}
+	if len(follow) > 0 {
+		// Sent whatever the callers do: a charge taken back late is better
+		// than one kept.
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		for _, res := range s.client.DoMulti(ctx, follow...) {
+			if ferr := res.Error(); ferr != nil {
+				s.refundFailures.Add(1)
+				break
+			}
+		}
+		cancel()
+	}
+	for _, r := range batch {
+		g := r.nat
+		if !g.retry {
+			close(r.done)
+			continue
+		}
+		if g.tries++; g.tries > nativeRetries+1 {
+			r.err = fmt.Errorf("redis: native call: the window moved under the estimate of Redis's clock %d times", g.tries)
+			close(r.done)
+			continue
+		}
+		g.batcher.submit(r)
+	}
+}
+
+// execNativeScript decides a native group with an action by
+// scripts/native.lua.
+func (s *Store) execNativeScript(n *node, r *request) {
+	report, err := n.allow()
+	if err != nil {
+		fail([]*request{r}, err)
+		return
+	}
+	g := r.nat
+	var now int64
+	if s.now != nil {
+		now, _ = strconv.ParseInt(r.now, 10, 64)
+	} else if now, err = s.redisNow(n); err != nil {
+		outcome := classify(err, s.closed.Load())
+		report(outcome, err)
+		fail([]*request{r}, s.callError(fmt.Sprintf("redis: TIME to %s", n.name()), err, outcome, s.closed.Load()))
+		return
+	}
+	keys := make([]string, len(g.ops))
+	args := make([]string, 0, 4+6*len(g.ops))
+	args = append(args, r.now, s.minTTL, strconv.FormatInt(s.natMargin, 10), s.channel)
+	for k := range g.ops {
+		o := &g.ops[k]
+		o.id = algorithm.FloorDiv(now, o.w)
+		o.key = nativeKey(s.prefix, o.name, o.id)
+		keys[k] = o.key
+		args = append(args, string(o.kind), strconv.FormatInt(o.cost, 10), strconv.FormatInt(o.q, 10),
+			strconv.FormatInt(o.w, 10), strconv.FormatInt(o.id, 10), o.name)
+	}
+	s.calls.Add(1)
+	s.groups.Add(1)
+	s.opsDecided.Add(uint64(len(g.ops)))
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	vals, err := s.nativeLua.Exec(ctx, s.client, keys, args).AsIntSlice()
+	cancel()
+	took := time.Since(start)
+	if err == nil && len(vals) != 1+4*len(g.ops) && !(len(vals) == 2 && vals[0] == -1) {
+		err = &replyError{fmt.Errorf("native.lua: %d values for %d ops", len(vals), len(g.ops))}
+	}
+	closed := s.closed.Load()
+	outcome := classify(err, closed)
+	report(outcome, err)
+	if s.callHook != nil {
+		s.callHook(took, outcome)
+	}
+	if err != nil {
+		fail([]*request{r}, s.callError(fmt.Sprintf("redis: native script call (%d ops) to %s", len(g.ops), n.name()), err, outcome, closed))
+		return
+	}
+	if s.now == nil {
+		n.clock.sample(vals[boolInt(vals[0] == -1)], start, took)
+	}
+	if vals[0] == -1 {
+		s.nativeRetries.Add(1)
+		if g.tries++; g.tries > nativeRetries {
+			r.err = fmt.Errorf("redis: native script call: the window moved under the estimate of Redis's clock %d times", g.tries)
+			close(r.done)
+			return
+		}
+		g.batcher.submit(r)
+		return
+	}
+	r.nowOut = vals[0]
+	if len(g.ops) == 1 {
+		r.res = r.res1[:]
+	} else {
+		r.res = make([]int64, 5*len(g.ops))
+	}
+	for k := range g.ops {
+		copy(r.res[5*k:5*k+4], vals[1+4*k:5+4*k])
+		r.res[5*k+4] = 0
+	}
+	close(r.done)
+}

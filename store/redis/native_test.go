@@ -1,0 +1,344 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+// newNativeStore is newTestStore with Options.NativeFixedWindow.
+func newNativeStore(t testing.TB, url string, c *storetest.Clock) *Store {
+	t.Helper()
+	opts := Options{URL: url, Prefix: fmt.Sprintf("t%x:", rand.Uint64()), Timeout: 2 * time.Second, NativeFixedWindow: true}
+	if c != nil {
+		opts.Now = c.Now
+	}
+	s, err := New(opts)
+	if err != nil {
+		t.Fatalf("New(%q) = %v", url, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// nativeSkips are the parts of the conformance suite the native path does
+// not honour, and why.
+var nativeSkips = map[string]string{
+	"Steps/fixed_window":         "a clock that goes back reopens the earlier window's key (TestNativeClockBack states the result)",
+	"Steps/fixed_window/actions": "a refund at an instant of an earlier window gives back into that window's key (TestNativeClockBack)",
+	"ActionBatch":                "a batch mixing fixed_window takes with other algorithms' actions is refused (ErrNativeMixed; TestNativeMixed)",
+}
+
+func TestNativeConformanceSingle(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.RunWith(t, func(t *testing.T, c *storetest.Clock) sluice.Store {
+		return newNativeStore(t, srv.URL(), c)
+	}, storetest.Options{Skip: nativeSkips})
+}
+
+func TestNativeConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	storetest.RunWith(t, func(t *testing.T, c *storetest.Clock) sluice.Store {
+		return newNativeStore(t, cl.URL(), c)
+	}, storetest.Options{Skip: nativeSkips})
+}
+
+// TestNativeClockBack states what the native path answers where the
+// conformance suite's clock goes back (the parts nativeSkips skips): the
+// earlier window's key answers. It admits no more than its quota in that
+// window, and with the Redis clock the window is TIME's.
+func TestNativeClockBack(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock()
+	s := newNativeStore(t, srv.URL(), clock)
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Second}
+	sec := time.Second
+	steps := []struct {
+		at     time.Duration
+		cost   int64
+		action sluice.Action
+		want   sluice.Result
+	}{
+		{0, 3, sluice.Take, sluice.Result{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: sec}},
+		{sec, 1, sluice.Take, sluice.Result{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: sec}},
+		// Back into window 0: its key, full, answers (memory answers
+		// window 1's state: remaining 2).
+		{999999 * time.Microsecond, 3, sluice.Take, sluice.Result{Reason: sluice.ReasonLimited, Limit: 3, Remaining: 0, ResetAfter: time.Microsecond, RetryAfter: time.Microsecond}},
+		// A refund at an instant of window 0 gives back into window 0's key.
+		{900 * time.Millisecond, 2, sluice.Refund, sluice.Result{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 100 * time.Millisecond}},
+		// Window 1 is untouched by it.
+		{sec, 0, sluice.Take, sluice.Result{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: sec}},
+	}
+	for i, st := range steps {
+		clock.Set(storetest.Epoch.Add(st.at))
+		res := make([]sluice.Result, 1)
+		err := s.Take(context.Background(), []sluice.Op{{Key: "back", Limit: l, Cost: st.cost, Action: st.action}}, res)
+		if err != nil {
+			t.Fatalf("step %d: %v", i+1, err)
+		}
+		if res[0] != st.want {
+			t.Errorf("step %d: got %+v, want %+v", i+1, res[0], st.want)
+		}
+	}
+}
+
+// TestNativeMixed: a batch of fixed windows and other algorithms is
+// all-or-nothing across the two paths, and one with an action is refused.
+func TestNativeMixed(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newNativeStore(t, srv.URL(), storetest.NewClock())
+	fw := sluice.Op{Key: "mix:f", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Minute}, Cost: 1}
+	gc := sluice.Op{Key: "mix:g", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 1, Window: time.Minute}, Cost: 1}
+	take := func(ops ...sluice.Op) []sluice.Result {
+		t.Helper()
+		res := make([]sluice.Result, len(ops))
+		if err := s.Take(context.Background(), ops, res); err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+		return res
+	}
+	if r := take(fw, gc); !r[0].Allowed || !r[1].Allowed || r[0].Remaining != 4 {
+		t.Fatalf("first batch: got %+v, want both allowed, fixed window remaining 4", r)
+	}
+	// gcra now denies: the fixed window's charge is taken back.
+	if r := take(fw, gc); r[0].Allowed != true || r[1].Allowed || r[0].Remaining != 4 {
+		t.Fatalf("second batch: got %+v, want the window's uncharged state (allowed, remaining 4) and gcra denied", r)
+	}
+	look := fw
+	look.Cost = 0
+	if r := take(look); r[0].Remaining != 4 {
+		t.Errorf("after the denied batch: remaining %d, want 4 (nothing charged)", r[0].Remaining)
+	}
+	refund := gc
+	refund.Action = sluice.Refund
+	err := s.Take(context.Background(), []sluice.Op{fw, refund}, make([]sluice.Result, 2))
+	if !errors.Is(err, ErrNativeMixed) {
+		t.Errorf("batch with a refund: got %v, want ErrNativeMixed", err)
+	}
+	if r := take(look); r[0].Remaining != 4 {
+		t.Errorf("after the refused batch: remaining %d, want 4", r[0].Remaining)
+	}
+}
+
+// TestNativeWindowRetry: a group whose keys name another window than
+// Redis's TIME (an estimate off at the edge, forced here) is taken back
+// and sent again; the wrong window keeps nothing.
+func TestNativeWindowRetry(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newNativeStore(t, srv.URL(), nil)
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Hour}
+	op := sluice.Op{Key: "retry", Limit: l, Cost: 3}
+	res := make([]sluice.Result, 1)
+	if err := s.Take(context.Background(), []sluice.Op{op}, res); err != nil || !res[0].Allowed {
+		t.Fatalf("first take: %+v, %v", res[0], err)
+	}
+	n := s.nodeFor(-1)
+	n.clock.mu.Lock()
+	n.clock.offset -= 2 * time.Hour.Microseconds() // two windows behind
+	n.clock.mu.Unlock()
+	if err := s.Take(context.Background(), []sluice.Op{op}, res); err != nil {
+		t.Fatalf("take with a wrong estimate: %v", err)
+	}
+	if !res[0].Allowed || res[0].Remaining != 4 {
+		t.Errorf("take with a wrong estimate: got %+v, want allowed, remaining 4", res[0])
+	}
+	if got := s.Stats().NativeRetries; got < 1 {
+		t.Errorf("NativeRetries = %d, want ≥ 1", got)
+	}
+	now, err := parseTime(s.client.Do(context.Background(), s.client.B().Time().Build()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := now/l.Window.Microseconds() - 2
+	wrong := nativeKey(s.prefix, redisKey(s.prefix, sluice.FixedWindow, "retry"), id)
+	v, err := s.client.Do(context.Background(), s.client.B().Get().Key(wrong).Build()).ToString()
+	if err == nil && v != "0" {
+		t.Errorf("the wrong window's key %s holds %q, want 0 or none", wrong, v)
+	}
+	ttl, err := s.client.Do(context.Background(), s.client.B().Pttl().Key(wrong).Build()).AsInt64()
+	if err != nil || ttl == -1 {
+		t.Errorf("the wrong window's key has PTTL %d (%v), want an expiry or none", ttl, err)
+	}
+}
+
+// TestNativeContention: many goroutines take from one shared limit, each
+// batch with a per-goroutine key too, on the Redis clock. Admissions never
+// exceed the quota; the shared key ends holding exactly what was admitted
+// and each goroutine's key what its batches were admitted (a denied batch
+// charges nothing in the end). Spurious denials (denied while the admitted
+// count left room: a transient charge of a batch that was then denied) are
+// counted and logged.
+func TestNativeContention(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newNativeStore(t, srv.URL(), nil)
+	const (
+		quota      = 500
+		goroutines = 64
+		perG       = 40
+	)
+	shared := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: quota, Window: 24 * time.Hour}
+	own := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1 << 40, Window: 24 * time.Hour}
+	day := func() int64 { return time.Now().UTC().Unix() / 86400 }
+	startDay := day()
+	var (
+		mu       sync.Mutex
+		admitted int64
+		perOwn   = make([]int64, goroutines)
+		denied   int
+	)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perG {
+				cost := int64(1 + (g+i)%3)
+				ops := []sluice.Op{
+					{Key: fmt.Sprintf("own%d", g), Limit: own, Cost: cost},
+					{Key: "shared", Limit: shared, Cost: cost},
+				}
+				res := make([]sluice.Result, 2)
+				if err := s.Take(context.Background(), ops, res); err != nil {
+					t.Errorf("Take: %v", err)
+					return
+				}
+				mu.Lock()
+				if res[1].Allowed {
+					admitted += cost
+					perOwn[g] += cost
+				} else {
+					denied++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if day() != startDay {
+		t.Skip("the run crossed a UTC day (the window's edge); counts span two windows")
+	}
+	if admitted > quota {
+		t.Fatalf("admitted %d units, want ≤ quota %d", admitted, quota)
+	}
+	look := func(key string, l sluice.Limit) int64 {
+		res := make([]sluice.Result, 1)
+		if err := s.Take(context.Background(), []sluice.Op{{Key: key, Limit: l}}, res); err != nil {
+			t.Fatalf("look: %v", err)
+		}
+		return l.Quota - res[0].Remaining
+	}
+	if got := look("shared", shared); got != admitted {
+		t.Errorf("shared key holds %d, want %d admitted (a denied batch must charge nothing)", got, admitted)
+	}
+	for g := range goroutines {
+		if got := look(fmt.Sprintf("own%d", g), own); got != perOwn[g] {
+			t.Errorf("own%d holds %d, want %d", g, got, perOwn[g])
+		}
+	}
+	t.Logf("%d attempts, %d denied, %d units admitted of %d; take-backs %d, pipelines %d",
+		goroutines*perG, denied, admitted, quota, s.Stats().NativeTakenBack, s.Stats().NativeCalls)
+}
+
+// TestNativeSpuriousDenials counts the denials the take-back causes: a
+// shared limit is filled to quota − fits; then 60 goroutines hammer it with
+// takes that must be denied (cost fits + 1) while 4 goroutines send fits
+// takes of cost 1, every one of which fits what was admitted. A fit denied
+// is a spurious denial (it met a transient charge of a denied take); the
+// figure is logged, and the counts of admissions are exact: never over the
+// quota, the key holds exactly what was admitted.
+func TestNativeSpuriousDenials(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newNativeStore(t, srv.URL(), nil)
+	const (
+		quota   = 1000
+		fits    = 100
+		hammers = 60
+	)
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: quota, Window: 24 * time.Hour}
+	day := func() int64 { return time.Now().UTC().Unix() / 86400 }
+	startDay := day()
+	take := func(cost int64) (bool, error) {
+		res := make([]sluice.Result, 1)
+		err := s.Take(context.Background(), []sluice.Op{{Key: "spur", Limit: l, Cost: cost}}, res)
+		return res[0].Allowed, err
+	}
+	if ok, err := take(quota - fits); !ok || err != nil {
+		t.Fatalf("prefill: allowed %v, %v", ok, err)
+	}
+	stop := make(chan struct{})
+	var hw, fw sync.WaitGroup
+	var mu sync.Mutex
+	hammered, hammerAdmitted := 0, 0
+	for range hammers {
+		hw.Add(1)
+		go func() {
+			defer hw.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ok, err := take(fits + 1)
+				if err != nil {
+					t.Errorf("hammer: %v", err)
+					return
+				}
+				mu.Lock()
+				hammered++
+				if ok {
+					hammerAdmitted++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // let the hammers run
+	fitAdmitted, fitDenied := 0, 0
+	for range 4 {
+		fw.Add(1)
+		go func() {
+			defer fw.Done()
+			for range fits / 4 {
+				ok, err := take(1)
+				if err != nil {
+					t.Errorf("fit: %v", err)
+					return
+				}
+				mu.Lock()
+				if ok {
+					fitAdmitted++
+				} else {
+					fitDenied++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	fw.Wait()
+	close(stop)
+	hw.Wait()
+	if day() != startDay {
+		t.Skip("the run crossed a UTC day (the window's edge)")
+	}
+	if hammerAdmitted != 0 {
+		t.Errorf("%d takes of cost %d admitted over the quota, want 0", hammerAdmitted, fits+1)
+	}
+	res := make([]sluice.Result, 1)
+	if err := s.Take(context.Background(), []sluice.Op{{Key: "spur", Limit: l}}, res); err != nil {
+		t.Fatal(err)
+	}
+	if held, want := quota-res[0].Remaining, int64(quota-fits+fitAdmitted); held != want {
+		t.Errorf("key holds %d, want %d (prefill + admitted fits)", held, want)
+	}
+	t.Logf("spurious denials: %d of %d takes that fit (%.1f%%), under %d denied takes of cost %d from %d goroutines",
+		fitDenied, fits, 100*float64(fitDenied)/fits, hammered, fits+1, hammers)
+}
