@@ -495,4 +495,3 @@ func TestDocsCommands(t *testing.T) {
 	}
 	t.Logf("documented commands: %d run, %d marked not run, %d in all", ran, marked, len(all))
 }
-
