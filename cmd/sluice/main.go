@@ -17,6 +17,11 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
+// revision is the VCS revision stamped with -ldflags "-X main.revision=…"
+// (scripts/release.sh does), for builds that record none themselves
+// (-trimpath -buildvcs=false, a build outside the checkout).
+var revision = ""
+
 // env is how commands read the environment; tests pass a map's lookup.
 type env = func(string) string
 
@@ -126,6 +131,9 @@ func versionLine(info func() (*debug.BuildInfo, bool)) string {
 				dirty = "+dirty"
 			}
 		}
+	}
+	if rev == "" {
+		rev = revision
 	}
 	line := "sluice " + v + " (" + bi.GoVersion
 	if rev != "" {

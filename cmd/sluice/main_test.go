@@ -49,11 +49,17 @@ func TestVersionLine(t *testing.T) {
 			return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true
 		}, "sluice dev (go1.26.8)"},
 		{"dev", func() (*debug.BuildInfo, bool) { return nil, false }, "sluice dev"},
+		{"1.2.3+r", func() (*debug.BuildInfo, bool) {
+			return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true
+		}, "sluice 1.2.3 (go1.26.8, revision 0123abc)"}, // -buildvcs=false, revision stamped by scripts/release.sh
 	} {
-		old := version
+		old, oldRev := version, revision
 		version = tc.stamped
+		if v, ok := strings.CutSuffix(tc.stamped, "+r"); ok {
+			version, revision = v, "0123abc"
+		}
 		got := versionLine(tc.info)
-		version = old
+		version, revision = old, oldRev
 		if got != tc.want {
 			t.Errorf("versionLine (stamped %q) = %q, want %q", tc.stamped, got, tc.want)
 		}
