@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -62,6 +63,28 @@ func TestVersionLine(t *testing.T) {
 		version, revision = old, oldRev
 		if got != tc.want {
 			t.Errorf("versionLine (stamped %q) = %q, want %q", tc.stamped, got, tc.want)
+		}
+	}
+}
+
+// TestUnknownCommandSuggests: a mistyped command gets a suggestion, not the
+// whole usage.
+func TestUnknownCommandSuggests(t *testing.T) {
+	for _, tc := range []struct{ arg, want string }{
+		{"chek", "Did you mean this?\n\tcheck"},
+		{"serv", "\tserve"},
+		{"zzzzzzzz", ""},
+	} {
+		var errOut bytes.Buffer
+		err := run(context.Background(), []string{tc.arg}, func(string) string { return "" }, io.Discard, &errOut)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("sluice %s: error %v, want a usage error", tc.arg, err)
+		}
+		if tc.want != "" && !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("sluice %s printed %q, want it to contain %q", tc.arg, errOut.String(), tc.want)
+		}
+		if strings.Contains(errOut.String(), "Usage: sluice <command>") {
+			t.Errorf("sluice %s printed the whole usage: %q", tc.arg, errOut.String())
 		}
 	}
 }
