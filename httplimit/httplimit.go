@@ -1,5 +1,9 @@
-// Package httplimit puts Sluice in front of HTTP handlers: a net/http
-// middleware (New) and a reverse-proxy gateway (NewGateway) that ask the
+// Package httplimit puts Sluice in front of HTTP handlers.
+//
+// Limit is the simple case: one sluice.Limiter and a key function (IPKey,
+// HeaderKey, your own), no rule file and no engine.
+//
+// New is the engine's middleware, and NewGateway a reverse-proxy gateway, that ask the
 // decision engine about every request, answer 429 with Retry-After and a
 // problem+json body when a limit refuses it, 503 when shedding load, and send
 // the RateLimit and RateLimit-Policy fields on every response.

@@ -1,22 +1,28 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rl/sluice/server/api"
 )
 
 func init() {
-	register("check", "ask a running server: sluice check --domain D key=value [key=value…]", runCheck)
+	register("check", "ask a running server: sluice check --domain D key=value [key=value…] [-d k=v,k2=v2]…", runCheck)
 }
 
 // checkArgs are the parsed arguments of `sluice check`.
@@ -27,7 +33,25 @@ type checkArgs struct {
 	hitsSet bool
 	timeout time.Duration
 	entries []*ratelimitv3.RateLimitDescriptor_Entry
-	tls     clientTLSConfig
+	// descs are the --descriptor flags, each a descriptor of its own;
+	// the key=value arguments (entries) make one more, first.
+	descs  [][]*ratelimitv3.RateLimitDescriptor_Entry
+	url    string // --url: ask the HTTP API (reasons, degraded modes) instead of gRPC
+	output string
+	tls    clientTLSConfig
+}
+
+// parseDescriptor parses "k=v,k2=v2" into entries.
+func parseDescriptor(s string) ([]*ratelimitv3.RateLimitDescriptor_Entry, error) {
+	var out []*ratelimitv3.RateLimitDescriptor_Entry
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: want key=value[,key=value…] with non-empty keys", s)
+		}
+		out = append(out, &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return out, nil
 }
 
 // parseCheckArgs parses flags and key=value entries in any order (flags may
@@ -46,15 +70,30 @@ func parseCheckArgs(args []string, getenv env, stderr io.Writer) (checkArgs, err
 		return nil
 	})
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for the answer")
+	descFlag := func(s string) error {
+		d, err := parseDescriptor(s)
+		if err != nil {
+			return err
+		}
+		c.descs = append(c.descs, d)
+		return nil
+	}
+	fs.Func("descriptor", "a descriptor k=v[,k2=v2…] (repeatable: several descriptors in one request, as Envoy sends)", descFlag)
+	fs.Func("d", "short for --descriptor", descFlag)
+	fs.StringVar(&c.url, "url", "", "ask the HTTP API at this base URL (http://127.0.0.1:8080) instead of gRPC: the answer then names each status's reason and degraded mode (env SLUICE_CHECK_URL)")
+	fs.StringVar(&c.output, "output", "table", "table or json (json: the server's answer as it came, or the gRPC response as JSON)")
 	c.tls.flags(fs, "", "the server")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice check [--addr host:port] --domain D [--hits N] key=value [key=value…]")
-		fmt.Fprintln(stderr, "\nSends one RateLimitRequest with one descriptor made of the key=value entries, in order,")
-		fmt.Fprintln(stderr, "and prints the decision. Exit status 0 whatever the decision; 1 if the server could not be asked.")
+		fmt.Fprintln(stderr, "Usage: sluice check [--addr host:port | --url http://host:port] --domain D [--hits N] [key=value…] [-d k=v,k2=v2]… [--output table|json]")
+		fmt.Fprintln(stderr, "\nSends one request: the key=value arguments, in order, make its first descriptor, and each")
+		fmt.Fprintln(stderr, "--descriptor (-d) one more. Prints the decision of each descriptor: code, limit, remaining,")
+		fmt.Fprintln(stderr, "and why it was refused (reason) and how a failing store was handled (degraded) — those two")
+		fmt.Fprintln(stderr, "travel only over the HTTP API: give --url (or SLUICE_CHECK_URL) to see them.")
+		fmt.Fprintln(stderr, "Exit status 0 whatever the decision; 1 if the server could not be asked.")
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	addrSet := false
+	addrSet, urlSet := false, false
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -62,7 +101,10 @@ func parseCheckArgs(args []string, getenv env, stderr io.Writer) (checkArgs, err
 			}
 			return c, fmt.Errorf("%w: %w", errUsage, err)
 		}
-		fs.Visit(func(f *flag.Flag) { addrSet = addrSet || f.Name == "addr" })
+		fs.Visit(func(f *flag.Flag) {
+			addrSet = addrSet || f.Name == "addr"
+			urlSet = urlSet || f.Name == "url"
+		})
 		if fs.NArg() == 0 {
 			break
 		}
@@ -79,11 +121,20 @@ func parseCheckArgs(args []string, getenv env, stderr io.Writer) (checkArgs, err
 			c.addr = a
 		}
 	}
+	if !urlSet && !addrSet {
+		c.url = getenv("SLUICE_CHECK_URL")
+	}
 	if c.domain == "" {
 		return c, fmt.Errorf("check: --domain is required: %w", errUsage)
 	}
-	if len(c.entries) == 0 {
-		return c, fmt.Errorf("check: give at least one key=value entry: %w", errUsage)
+	if len(c.entries) > 0 {
+		c.descs = append([][]*ratelimitv3.RateLimitDescriptor_Entry{c.entries}, c.descs...)
+	}
+	if len(c.descs) == 0 {
+		return c, fmt.Errorf("check: give at least one key=value entry or --descriptor: %w", errUsage)
+	}
+	if err := checkOutput("check", c.output); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -96,6 +147,9 @@ func runCheck(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	if c.url != "" {
+		return checkHTTP(ctx, c, stdout)
+	}
 	creds, err := c.tls.credentials()
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
@@ -105,20 +159,29 @@ func runCheck(ctx context.Context, args []string, getenv env, stdout, stderr io.
 		return fmt.Errorf("check: %s: %w", c.addr, err)
 	}
 	defer conn.Close()
-	req := &rlsv3.RateLimitRequest{
-		Domain:      c.domain,
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: c.entries}},
-	}
-	if c.hitsSet {
-		// hits_addend 0 on the request means 1; the descriptor's own
-		// hits_addend can say 0.
-		req.Descriptors[0].HitsAddend = wrapperspb.UInt64(c.hits)
+	req := &rlsv3.RateLimitRequest{Domain: c.domain}
+	for _, d := range c.descs {
+		rd := &ratelimitv3.RateLimitDescriptor{Entries: d}
+		if c.hitsSet {
+			// hits_addend 0 on the request means 1; the descriptor's own
+			// hits_addend can say 0.
+			rd.HitsAddend = wrapperspb.UInt64(c.hits)
+		}
+		req.Descriptors = append(req.Descriptors, rd)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
 	if err != nil {
 		return fmt.Errorf("check: %s: %w", c.addr, err)
+	}
+	if c.output == "json" {
+		b, err := protojson.Marshal(resp)
+		if err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
 	}
 	printDecision(stdout, resp)
 	return nil
@@ -156,5 +219,104 @@ func printDecision(w io.Writer, resp *rlsv3.RateLimitResponse) {
 	}
 	for _, h := range resp.GetResponseHeadersToAdd() {
 		fmt.Fprintf(w, "  %s: %s\n", h.GetKey(), h.GetValue())
+	}
+}
+
+// checkHTTP asks POST /v1/check of the HTTP API at c.url and prints its
+// answer: as it came (--output json), or one line per descriptor with the
+// reason of a refusal and the degraded mode of a failing store.
+func checkHTTP(ctx context.Context, c checkArgs, stdout io.Writer) error {
+	req := api.CheckRequest{Domain: c.domain}
+	if c.hitsSet {
+		req.Hits = &c.hits
+	}
+	for _, d := range c.descs {
+		var es []api.Entry
+		for _, e := range d {
+			es = append(es, api.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		req.Descriptors = append(req.Descriptors, api.CheckDescriptor{Entries: es})
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	u := strings.TrimSuffix(c.url, "/") + "/v1/check"
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("check: --url %q: %w", c.url, err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	tlsConf, err := c.tls.config()
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	client := http.DefaultClient
+	if tlsConf != nil {
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}}
+	}
+	resp, err := client.Do(hr)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminAnswer))
+	if err != nil {
+		return fmt.Errorf("check: %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("check: %s: %s: %s", u, resp.Status, bytes.TrimSpace(answer))
+	}
+	if c.output == "json" {
+		_, err := stdout.Write(answer)
+		return err
+	}
+	var cr api.CheckResponse
+	if err := json.Unmarshal(answer, &cr); err != nil {
+		return fmt.Errorf("check: the answer is not what this version expects: %w", err)
+	}
+	printCheckResponse(stdout, &cr)
+	return nil
+}
+
+// printCheckResponse prints the HTTP API's answer as printDecision prints
+// the gRPC one, with each status's reason and degraded mode.
+func printCheckResponse(w io.Writer, cr *api.CheckResponse) {
+	fmt.Fprint(w, cr.Code)
+	if cr.Reason != "" {
+		fmt.Fprintf(w, "  reason %s", cr.Reason)
+	}
+	fmt.Fprintln(w)
+	for i, s := range cr.Statuses {
+		fmt.Fprintf(w, "  descriptor %d: %s", i, s.Code)
+		switch {
+		case s.Limit != nil:
+			if s.Rule != "" {
+				fmt.Fprintf(w, "  rule %s", s.Rule)
+			}
+			fmt.Fprintf(w, "  limit %d per %s", s.Limit.RequestsPerUnit, s.Limit.Unit)
+			if s.Degraded != "failed_open" && s.Degraded != "failed_closed" {
+				fmt.Fprintf(w, "  remaining %d  reset in %v", s.Remaining, time.Duration(s.ResetAfterMs)*time.Millisecond)
+			}
+			if s.RetryAfterMs > 0 {
+				fmt.Fprintf(w, "  retry in %v", time.Duration(s.RetryAfterMs)*time.Millisecond)
+			}
+		case s.Unlimited:
+			fmt.Fprint(w, "  unlimited")
+		case s.Reason == "":
+			fmt.Fprint(w, "  no rule matched")
+		}
+		if s.Reason != "" {
+			fmt.Fprintf(w, "  reason %s", s.Reason)
+		}
+		if s.Degraded != "" {
+			fmt.Fprintf(w, "  degraded %s", s.Degraded)
+		}
+		if s.Shadowed {
+			fmt.Fprint(w, "  shadowed (would deny)")
+		}
+		fmt.Fprintln(w)
 	}
 }

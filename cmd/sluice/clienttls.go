@@ -37,8 +37,18 @@ func (c *clientTLSConfig) flags(fs *flag.FlagSet, prefix, doesWhat string) {
 // credentials returns the gRPC transport credentials: TLS when any TLS
 // flag is set, else plaintext.
 func (c clientTLSConfig) credentials() (grpc.DialOption, error) {
+	cfg, err := c.config()
+	if err != nil || cfg == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials()), err
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
+}
+
+// config returns the TLS configuration the flags ask for, nil when no TLS
+// flag is set.
+func (c clientTLSConfig) config() (*tls.Config, error) {
 	if !c.On && c.CA == "" && c.Cert == "" && c.Key == "" && c.ServerName == "" {
-		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
+		return nil, nil
 	}
 	flagName := func(s string) string { return "--" + c.prefix + s }
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
@@ -63,5 +73,5 @@ func (c clientTLSConfig) credentials() (grpc.DialOption, error) {
 		}
 		cfg.Certificates = []tls.Certificate{kp}
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
+	return cfg, nil
 }

@@ -7,15 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"syscall"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
+
+// revision is the VCS revision stamped with -ldflags "-X main.revision=…"
+// (scripts/release.sh does), for builds that record none themselves
+// (-trimpath -buildvcs=false, a build outside the checkout).
+var revision = ""
 
 // env is how commands read the environment; tests pass a map's lookup.
 type env = func(string) string
@@ -77,7 +84,12 @@ func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Write
 	}
 	c, ok := commands[name]
 	if !ok {
-		usage(stderr)
+		// As gh and kubectl do: a suggestion, not the whole usage.
+		msg := fmt.Sprintf("unknown command %q for sluice", name)
+		if s := closest(name, slices.Sorted(maps.Keys(commands))); s != "" {
+			msg += fmt.Sprintf("\n\nDid you mean this?\n\t%s", s)
+		}
+		fmt.Fprintf(stderr, "%s\n\nRun 'sluice help' for the commands.\n", msg)
 		return fmt.Errorf("unknown command %q: %w", name, errUsage)
 	}
 	return c.run(ctx, rest, getenv, stdout, stderr)
@@ -127,6 +139,9 @@ func versionLine(info func() (*debug.BuildInfo, bool)) string {
 			}
 		}
 	}
+	if rev == "" {
+		rev = revision
+	}
 	line := "sluice " + v + " (" + bi.GoVersion
 	if rev != "" {
 		line += ", revision " + rev + dirty
@@ -135,4 +150,37 @@ func versionLine(info func() (*debug.BuildInfo, bool)) string {
 		}
 	}
 	return line + ")"
+}
+
+// closest returns the candidate within edit distance 2 of s (the nearest,
+// the first of equals), or "".
+func closest(s string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

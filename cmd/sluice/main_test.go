@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -49,13 +50,41 @@ func TestVersionLine(t *testing.T) {
 			return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true
 		}, "sluice dev (go1.26.8)"},
 		{"dev", func() (*debug.BuildInfo, bool) { return nil, false }, "sluice dev"},
+		{"1.2.3+r", func() (*debug.BuildInfo, bool) {
+			return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}, true
+		}, "sluice 1.2.3 (go1.26.8, revision 0123abc)"}, // -buildvcs=false, revision stamped by scripts/release.sh
 	} {
-		old := version
+		old, oldRev := version, revision
 		version = tc.stamped
+		if v, ok := strings.CutSuffix(tc.stamped, "+r"); ok {
+			version, revision = v, "0123abc"
+		}
 		got := versionLine(tc.info)
-		version = old
+		version, revision = old, oldRev
 		if got != tc.want {
 			t.Errorf("versionLine (stamped %q) = %q, want %q", tc.stamped, got, tc.want)
+		}
+	}
+}
+
+// TestUnknownCommandSuggests: a mistyped command gets a suggestion, not the
+// whole usage.
+func TestUnknownCommandSuggests(t *testing.T) {
+	for _, tc := range []struct{ arg, want string }{
+		{"chek", "Did you mean this?\n\tcheck"},
+		{"serv", "\tserve"},
+		{"zzzzzzzz", ""},
+	} {
+		var errOut bytes.Buffer
+		err := run(context.Background(), []string{tc.arg}, func(string) string { return "" }, io.Discard, &errOut)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("sluice %s: error %v, want a usage error", tc.arg, err)
+		}
+		if tc.want != "" && !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("sluice %s printed %q, want it to contain %q", tc.arg, errOut.String(), tc.want)
+		}
+		if strings.Contains(errOut.String(), "Usage: sluice <command>") {
+			t.Errorf("sluice %s printed the whole usage: %q", tc.arg, errOut.String())
 		}
 	}
 }

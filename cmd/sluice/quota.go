@@ -55,15 +55,19 @@ func (q *quotaOverrides) Set(s string) error {
 		return fmt.Errorf("%q: want DESCRIPTOR=N/UNIT, such as 'endpoint:POST /api/v1/orders=500/minute'", s)
 	}
 	desc, lim := s[:i], s[i+1:]
-	n, per, ok := strings.Cut(lim, "/")
+	// N alone (no unit nor window) keeps the rule's period: a calendar
+	// rule's calendar.
+	n, per, hasPer := strings.Cut(lim, "/")
 	rpu, err := strconv.ParseInt(n, 10, 64)
-	if !ok || err != nil || rpu < 0 {
-		return fmt.Errorf("%q: want N/UNIT after the last '=', such as 500/minute or 10/90s", s)
+	if err != nil || rpu < 0 || (hasPer && per == "") {
+		return fmt.Errorf("%q: want N/UNIT (or N alone: the rule's own period) after the last '=', such as 500/minute, 10/90s or 50000", s)
 	}
 	o := admin.OverrideJSON{Domain: q.domain, Descriptor: desc, RequestsPerUnit: rpu}
-	if _, err := time.ParseDuration(per); err == nil {
+	switch _, err := time.ParseDuration(per); {
+	case !hasPer: // neither unit nor window
+	case err == nil:
 		o.Window = per
-	} else {
+	default:
 		o.Unit = per
 	}
 	q.list = append(q.list, o)

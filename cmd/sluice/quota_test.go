@@ -19,12 +19,13 @@ func TestQuotaDomainFlags(t *testing.T) {
 		return ovs, fs.Parse(args)
 	}
 	ovs, err := parse("--domain", "api", "--override", "=7/minute", "--override", "endpoint:POST /a=b=5/90s",
-		"--domain", "billing", "--override", "=5000/month")
+		"--domain", "billing", "--override", "=5000/month", "--override", "=50000")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []struct{ domain, desc, unit, window string }{
 		{"api", "", "minute", ""}, {"api", "endpoint:POST /a=b", "", "90s"}, {"billing", "", "month", ""},
+		{"billing", "", "", ""}, // N alone: the rule's own period (a calendar stays a calendar)
 	}
 	if len(ovs.list) != len(want) {
 		t.Fatalf("got %d overrides, want %d", len(ovs.list), len(want))
@@ -37,6 +38,11 @@ func TestQuotaDomainFlags(t *testing.T) {
 	}
 	if _, err := parse("--override", "=7/minute"); err == nil || !strings.Contains(err.Error(), "--domain") {
 		t.Errorf("an override before any --domain: %v, want an error naming --domain", err)
+	}
+	for _, bad := range []string{"=7/", "=x", "=-1/minute"} {
+		if _, err := parse("--domain", "api", "--override", bad); err == nil {
+			t.Errorf("--override %q was accepted", bad)
+		}
 	}
 	if _, err := parse("--domain", ""); err == nil {
 		t.Error("an empty --domain was accepted")

@@ -1,0 +1,90 @@
+package sluice_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// goBlocks returns the ```go blocks of the Markdown file f, each with the
+// line it starts on.
+func goBlocks(t *testing.T, f string) (blocks []string, lines []int) {
+	t.Helper()
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cur []string
+	in := false
+	for i, l := range strings.Split(string(b), "\n") {
+		switch {
+		case !in && strings.TrimSpace(l) == "```go":
+			in, cur = true, nil
+			lines = append(lines, i+2)
+		case in && strings.TrimSpace(l) == "```":
+			in = false
+			blocks = append(blocks, strings.Join(cur, "\n")+"\n")
+		case in:
+			cur = append(cur, l)
+		}
+	}
+	return blocks, lines
+}
+
+// TestLibraryGuideCompiles: every Go block of docs/library.md is a whole
+// program that builds against this module, so the guide cannot
+// drift from the API. The blocks are laid into the module through
+// `go build -overlay`, so nothing is written to the tree.
+func TestLibraryGuideCompiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds programs with the go command")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	const doc = "docs/library.md"
+	blocks, lines := goBlocks(t, doc)
+	if len(blocks) < 5 {
+		t.Fatalf("%s has %d Go blocks, want at least 5 (memory, Redis, compose, Wait, middleware)", doc, len(blocks))
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	replace := map[string]string{}
+	var pkgs []string
+	for i, src := range blocks {
+		if !strings.HasPrefix(src, "package main\n") {
+			t.Errorf("%s:%d: a Go block must be a whole program (package main), so that it can be copied and built", doc, lines[i])
+			continue
+		}
+		real := filepath.Join(tmp, "block"+itoa(i)+".go")
+		if err := os.WriteFile(real, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join("internal", "docblocks", "library", "b"+itoa(i))
+		replace[filepath.Join(root, dir, "main.go")] = real
+		pkgs = append(pkgs, "./"+filepath.ToSlash(dir))
+	}
+	overlay, err := json.Marshal(map[string]any{"Replace": replace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov := filepath.Join(tmp, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// go vet does not read overlays; build type-checks every block.
+	cmd := exec.Command(goBin, append([]string{"build", "-overlay", ov}, pkgs...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("go build of the Go blocks of %s (block N starts on line %v[N]): %v\n%s", doc, lines, err, out)
+	}
+}
+
+func itoa(i int) string { return string(rune('0'+i/10)) + string(rune('0'+i%10)) }
