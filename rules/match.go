@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"bytes"
 	"math"
 	"slices"
 	"strings"
@@ -38,13 +37,21 @@ const noMatch = math.MaxInt32
 // tree (label holds the suffix's bytes from the last one back).
 type wnode struct {
 	label string
-	first []byte   // first[i] == kids[i].label[0]
-	kids  []*wnode // in no particular order; first indexes them
-	// Prefix tree: the suffixes of the patterns whose prefix ends here.
+	first []byte   // sorted; first[i] == kids[i].label[0]
+	kids  []*wnode // in the order of first
+	// tab, when the first bytes of the labels are close together (digits,
+	// letters), indexes the children by first byte - base.
+	tab  []*wnode
+	base byte
+	// best is the first pattern in file order that ends here without
+	// more to check: in the prefix tree, a pattern "P*" (nothing after its
+	// one '*'); in the suffix tree, a pattern "P*S" without middles.
+	best int32
+	// sfx (prefix tree) holds the suffixes of the other patterns whose
+	// prefix ends here.
 	sfx *wnode
-	// Suffix tree: the first pattern without middles whose suffix ends
-	// here, and the patterns with middles, in file order.
-	best  int32
+	// multi (suffix tree) holds the patterns with middles whose suffix
+	// ends here, in file order.
 	multi []wmulti
 }
 
@@ -70,31 +77,54 @@ func newWildSet(nodes []*mnode) *wildSet {
 			}
 		}
 		p := w.root.insert(prefix)
-		if p.sfx == nil {
-			p.sfx = &wnode{best: noMatch}
-		}
-		s := p.sfx.insert(reverse(suffix))
-		switch {
-		case mids == nil:
-			if s.best == noMatch {
-				s.best = int32(i)
+		s := p
+		if suffix != "" || mids != nil {
+			if p.sfx == nil {
+				p.sfx = &wnode{best: noMatch}
 			}
-		default:
+			s = p.sfx.insert(reverse(suffix))
+		}
+		if mids == nil {
+			s.best = min(s.best, int32(i))
+		} else {
 			s.multi = append(s.multi, wmulti{order: int32(i), mids: mids})
 		}
 	}
+	w.root.freeze()
 	return w
+}
+
+// freeze indexes the children of n and of every node below it by first
+// byte, where a table of the span of their first bytes costs at most four
+// pointers a child (and 16 in all for a node with few).
+func (n *wnode) freeze() {
+	if len(n.first) > 1 {
+		span := int(n.first[len(n.first)-1]) - int(n.first[0]) + 1
+		if span <= max(16, 4*len(n.first)) {
+			n.base = n.first[0]
+			n.tab = make([]*wnode, span)
+			for i, b := range n.first {
+				n.tab[b-n.base] = n.kids[i]
+			}
+		}
+	}
+	for _, c := range n.kids {
+		c.freeze()
+	}
+	if n.sfx != nil {
+		n.sfx.freeze()
+	}
 }
 
 // insert adds key below n, splitting a label where key leaves it, and
 // returns the node where key ends.
 func (n *wnode) insert(key string) *wnode {
 	for key != "" {
-		i := bytes.IndexByte(n.first, key[0])
-		if i < 0 {
+		i, found := slices.BinarySearch(n.first, key[0])
+		if !found {
 			c := &wnode{label: key, best: noMatch}
-			n.first = append(n.first, key[0])
-			n.kids = append(n.kids, c)
+			n.first = slices.Insert(n.first, i, key[0])
+			n.kids = slices.Insert(n.kids, i, c)
 			return c
 		}
 		c := n.kids[i]
@@ -113,6 +143,30 @@ func (n *wnode) insert(key string) *wnode {
 	return n
 }
 
+// child returns the child whose label starts with b, or nil.
+func (n *wnode) child(b byte) *wnode {
+	if n.tab != nil {
+		if i := int(b) - int(n.base); uint(i) < uint(len(n.tab)) {
+			return n.tab[i]
+		}
+		return nil
+	}
+	f := n.first
+	lo, hi := 0, len(f)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if f[m] < b {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(f) && f[lo] == b {
+		return n.kids[lo]
+	}
+	return nil
+}
+
 func reverse(s string) string {
 	b := []byte(s)
 	slices.Reverse(b)
@@ -125,18 +179,22 @@ func (w *wildSet) match(v string) *mnode {
 	best := int32(noMatch)
 	n, d := &w.root, 0
 	for {
+		best = min(best, n.best)
 		if n.sfx != nil {
 			best = n.sfx.matchSuffix(v, d, best)
 		}
 		if d == len(v) {
 			break
 		}
-		i := bytes.IndexByte(n.first, v[d])
-		if i < 0 {
-			break
+		var c *wnode
+		if n.tab != nil { // child's table path, here to save the call
+			if i := int(v[d]) - int(n.base); uint(i) < uint(len(n.tab)) {
+				c = n.tab[i]
+			}
+		} else {
+			c = n.child(v[d])
 		}
-		c := n.kids[i]
-		if !strings.HasPrefix(v[d:], c.label) {
+		if c == nil || !hasLabelAt(v, d, c.label) {
 			break
 		}
 		n, d = c, d+len(c.label)
@@ -147,15 +205,30 @@ func (w *wildSet) match(v string) *mnode {
 	return w.pats[best]
 }
 
+// hasLabelAt reports whether v holds label at d, given that its first byte
+// is there: short labels are compared here, without the call.
+func hasLabelAt(v string, d int, label string) bool {
+	if len(label) > len(v)-d {
+		return false
+	}
+	if len(label) > 8 {
+		return v[d+1:d+len(label)] == label[1:]
+	}
+	for j := 1; j < len(label); j++ {
+		if label[j] != v[d+j] {
+			return false
+		}
+	}
+	return true
+}
+
 // matchSuffix walks the suffix tree s back from v's end, not past lo (where
 // the prefix ended), and returns the lower of best and the order of the
 // first pattern whose suffix and middles v has.
 func (s *wnode) matchSuffix(v string, lo int, best int32) int32 {
 	n, e := s, len(v)
 	for {
-		if n.best < best {
-			best = n.best
-		}
+		best = min(best, n.best)
 		for _, m := range n.multi {
 			if m.order >= best {
 				break
@@ -168,15 +241,11 @@ func (s *wnode) matchSuffix(v string, lo int, best int32) int32 {
 		if e == lo {
 			return best
 		}
-		i := bytes.IndexByte(n.first, v[e-1])
-		if i < 0 {
+		c := n.child(v[e-1])
+		if c == nil || len(c.label) > e-lo {
 			return best
 		}
-		c := n.kids[i]
-		if len(c.label) > e-lo {
-			return best
-		}
-		for j := 0; j < len(c.label); j++ {
+		for j := 1; j < len(c.label); j++ {
 			if c.label[j] != v[e-1-j] {
 				return best
 			}
