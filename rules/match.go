@@ -17,8 +17,10 @@ import (
 // radix tree of those patterns' suffixes, walked from the value's last
 // byte. A pattern without middles (envoyproxy/ratelimit's "foo*", and
 // "*.example.com", "a*z") matches exactly when both walks reach its nodes
-// without the prefix and suffix overlapping, so each suffix node keeps only
-// the first such pattern in file order. Patterns with middles (two or more
+// without the prefix and suffix overlapping, so a node keeps only the first
+// such pattern in file order that ends there (a pattern with an empty
+// suffix, "foo*", at its prefix node, with no suffix tree to walk).
+// Patterns with middles (two or more
 // '*' around a literal) are kept, in file order, at the suffix node that
 // ends their suffix and are checked one by one there: only those sharing
 // both the prefix and the suffix of the value are looked at.
