@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/batch"
 )
 
 // Options configure a Store. The zero value is usable: every field has a
@@ -73,7 +74,18 @@ type Store struct {
 	*store
 }
 
-var _ sluice.KeyLister = (*Store)(nil)
+var (
+	_ sluice.KeyLister = (*Store)(nil)
+	_ batch.Decider    = (*Store)(nil)
+)
+
+// Decide implements batch.Decider: batch.Run over Take in mode
+// batch.Atomic, since a batch mixing Takes with Charges and Refunds is
+// all-or-nothing here (one call unless a Shadow or Quota op is denied, or
+// the batch is denied with Settle ops or a penalty to start).
+func (s *Store) Decide(ctx context.Context, b *batch.Batch) error {
+	return batch.Run(ctx, s, b, batch.Atomic)
+}
 
 type store struct {
 	shards    []shard
