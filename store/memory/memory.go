@@ -242,6 +242,29 @@ func (s *store) Take(_ context.Context, ops []sluice.Op, results []sluice.Result
 	return s.takeBatch(ops, results, now)
 }
 
+// TakeOne is Take of the one op o, with o and its Result passed by value:
+// sluice.Limiter calls it through an interface without allocating (slices
+// passed through an interface escape to the heap).
+func (st *Store) TakeOne(_ context.Context, o sluice.Op) (sluice.Result, error) {
+	s := st.store // a method of Store itself: no wrapper copies o once more
+	var r sluice.Result
+	if o.Cost < 0 || o.Cost > sluice.MaxExact || o.Release || o.Action != sluice.Take {
+		if err := o.Check(); err != nil {
+			return r, fmt.Errorf("memory: %w", err)
+		}
+	}
+	now := s.clock()
+	h := s.hash(o.Key)
+	sh := &s.shards[s.shardOf(h)]
+	sh.mu.Lock()
+	err := s.apply(sh, &o, h, now, nil, &r)
+	sh.mu.Unlock()
+	if err != nil {
+		return sluice.Result{}, fmt.Errorf("memory: %w", err)
+	}
+	return r, nil
+}
+
 // takeBatch applies several ops atomically: it locks every shard involved in
 // index order (so batches cannot deadlock), applies the ops in order, and if
 // any is denied undoes every charge and reports the allowed ones as looks.
