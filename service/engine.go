@@ -178,7 +178,7 @@ func (e *Engine) Ready(ctx context.Context) error {
 // error only for an invalid request, wrapping ErrInvalidRequest.
 func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	start := time.Now()
-	if err := validate(&req, e.cfg.Limits); err != nil {
+	if err := validate(&req, e.cfg.RequestBounds); err != nil {
 		return Response{}, err
 	}
 	if resp, ok := e.denied(&req); ok {
@@ -213,7 +213,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 }
 
 // validate checks a request's shape and size (lim, see limits.go).
-func validate(req *Request, lim Limits) error {
+func validate(req *Request, lim RequestBounds) error {
 	if req.Domain == "" {
 		return fmt.Errorf("service: %w: empty domain", ErrInvalidRequest)
 	}
