@@ -228,16 +228,27 @@ type clockEstimate struct {
 // sample records that a call sent at start and answered after d read
 // redisNow (µs): the read happened within [start, start+d], so the offset
 // is known to within d/2. A sample replaces the estimate when it is at
-// least as tight as the old one, aged by 100 µs per second (clock drift).
+// least as tight as the old one, aged by 100 µs per second (clock drift),
+// or when the two cannot both be right (their error intervals do not
+// overlap: a clock stepped, or the node changed): a tight estimate proven
+// wrong must not outlive the proof.
 func (c *clockEstimate) sample(redisNow int64, start time.Time, d time.Duration) {
 	errUs := d.Microseconds()/2 + 1
 	mid := start.Add(d / 2).UnixMicro()
+	offset := redisNow - mid
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.ok && errUs > c.errUs+time.Since(c.at).Milliseconds()/10 {
-		return
+	if c.ok {
+		aged := c.errUs + time.Since(c.at).Milliseconds()/10
+		apart := offset - c.offset
+		if apart < 0 {
+			apart = -apart
+		}
+		if errUs > aged && apart <= aged+errUs {
+			return
+		}
 	}
-	c.ok, c.offset, c.errUs, c.at = true, redisNow-mid, errUs, time.Now()
+	c.ok, c.offset, c.errUs, c.at = true, offset, errUs, time.Now()
 }
 
 // deadline returns the latest node TIME (µs) at which a call sent at start
