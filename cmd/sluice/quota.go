@@ -95,6 +95,12 @@ const maxAdminAnswer = 16 << 20
 // the body of a 2xx answer and its status; other answers become errors
 // carrying the problem's detail. what names the command in errors.
 func (c *adminClient) do(ctx context.Context, getenv env, what, method, path string, body []byte) ([]byte, int, error) {
+	return c.send(ctx, getenv, what, method, admin.Prefix+path, body)
+}
+
+// send is do for any path of the server's HTTP listener (/debug/rules,
+// which takes the admin tokens too).
+func (c *adminClient) send(ctx context.Context, getenv env, what, method, path string, body []byte) ([]byte, int, error) {
 	token := getenv(envAdminToken)
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
@@ -108,7 +114,7 @@ func (c *adminClient) do(ctx context.Context, getenv env, what, method, path str
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.base, "/")+admin.Prefix+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.base, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: --admin-url: %w", what, err)
 	}
