@@ -160,7 +160,7 @@ func printTop(w io.Writer, top dashboard.TopResponse) error {
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "  denied\tchecked\t\tkey")
+		fmt.Fprintln(tw, "  DENIED\tCHECKED\t\tKEY")
 		for _, o := range r.TopDenied {
 			fmt.Fprintf(tw, "  %d\t%d\t\t%s\n", o.Denials, o.Checks, o.Key)
 		}
@@ -209,7 +209,7 @@ func runUsage(ctx context.Context, args []string, getenv env, stdout, stderr io.
 func printUsage(w io.Writer, u admin.UsageJSON, now time.Time) error {
 	fmt.Fprintf(w, "tenant %s\n", u.Tenant)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "domain\trule\tdescriptor\tlimit\tused\tremaining\treset in\t")
+	fmt.Fprintln(tw, "DOMAIN\tRULE\tDESCRIPTOR\tLIMIT\tUSED\tREMAINING\tRESET IN\t")
 	for _, l := range u.Limits {
 		per := l.Unit
 		if per == "" {
