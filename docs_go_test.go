@@ -39,6 +39,21 @@ func goBlocks(t *testing.T, f string) (blocks []string, lines []int) {
 // drift from the API. The blocks are laid into the module through
 // `go build -overlay`, so nothing is written to the tree.
 func TestLibraryGuideCompiles(t *testing.T) {
+	buildGoBlocks(t, "docs/library.md", "library", 5, "memory, Redis, compose, Wait, middleware")
+}
+
+// TestHTTPGuideCompiles: every Go block of docs/http.md (the middleware,
+// costs known after the response, the client) is a whole program that
+// builds.
+func TestHTTPGuideCompiles(t *testing.T) {
+	buildGoBlocks(t, "docs/http.md", "http", 3, "the middleware, reported costs, the client")
+}
+
+// buildGoBlocks builds every Go block of doc, each a whole program, through
+// `go build -overlay` under internal/docblocks/name (nothing is written to
+// the tree); doc must have at least min blocks (want says which).
+func buildGoBlocks(t *testing.T, doc, name string, min int, want string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds programs with the go command")
 	}
@@ -46,10 +61,9 @@ func TestLibraryGuideCompiles(t *testing.T) {
 	if err != nil {
 		t.Skip("no go command on PATH")
 	}
-	const doc = "docs/library.md"
 	blocks, lines := goBlocks(t, doc)
-	if len(blocks) < 5 {
-		t.Fatalf("%s has %d Go blocks, want at least 5 (memory, Redis, compose, Wait, middleware)", doc, len(blocks))
+	if len(blocks) < min {
+		t.Fatalf("%s has %d Go blocks, want at least %d (%s)", doc, len(blocks), min, want)
 	}
 	root, err := os.Getwd()
 	if err != nil {
@@ -67,7 +81,7 @@ func TestLibraryGuideCompiles(t *testing.T) {
 		if err := os.WriteFile(real, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		dir := filepath.Join("internal", "docblocks", "library", "b"+itoa(i))
+		dir := filepath.Join("internal", "docblocks", name, "b"+itoa(i))
 		replace[filepath.Join(root, dir, "main.go")] = real
 		pkgs = append(pkgs, "./"+filepath.ToSlash(dir))
 	}

@@ -95,11 +95,8 @@ func parseCheckArgs(args []string, getenv env, stderr io.Writer) (checkArgs, err
 	}
 	addrSet, urlSet := false, false
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return c, err
-			}
-			return c, fmt.Errorf("%w: %w", errUsage, err)
+		if err := parseArgs(fs, args); err != nil {
+			return c, err
 		}
 		fs.Visit(func(f *flag.Flag) {
 			addrSet = addrSet || f.Name == "addr"

@@ -329,11 +329,8 @@ func parseOptions(fs *flag.FlagSet, args []string, getenv env) (done bool, err e
 }
 
 func parseFlags(fs *flag.FlagSet, args []string, getenv env) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+	if err := parseArgs(fs, args); err != nil {
+		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

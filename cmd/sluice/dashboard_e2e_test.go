@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -165,5 +167,81 @@ func TestDeployFilesNameRealMetrics(t *testing.T) {
 			}
 			t.Errorf("%s uses %s, which sluice serve does not export", f, name)
 		}
+	}
+}
+
+// cancelAfter is stdout for a watching command: it cancels the command's
+// context once n refreshes (lines containing mark) were written.
+type cancelAfter struct {
+	bytes.Buffer
+	mark   string
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Write(p []byte) (int, error) {
+	n, err := c.Buffer.Write(p)
+	if strings.Count(c.String(), c.mark) >= c.n {
+		c.cancel()
+	}
+	return n, err
+}
+
+// TestTopWatch: sluice top --watch against a real server prints the top
+// list again every --interval until its context ends (an interrupt: exit
+// status 0), each refresh whole and, not on a terminal, without clearing
+// the screen; with --output json each refresh is one JSON document.
+func TestTopWatch(t *testing.T) {
+	tokFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokFile, []byte("viewer ro "+dashRO+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), func(c *serveConfig) { c.Tenants.AdminTokenFile = tokFile })
+	getenv := func(k string) string {
+		if k == envAdminToken {
+			return dashRO
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		name, output, mark string
+	}{
+		{"table", "table", "instance(s)"},
+		{"json", "json", `"window"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const refreshes = 3
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := &cancelAfter{mark: tc.mark, n: refreshes, cancel: cancel}
+			var errOut bytes.Buffer
+			err := run(ctx, []string{"top", "--admin-url", a.base, "--watch", "--interval", "10ms", "--output", tc.output}, getenv, out, &errOut)
+			if err != nil {
+				t.Fatalf("sluice top --watch: %v, want nil once interrupted\n%s", err, errOut.String())
+			}
+			if got := strings.Count(out.String(), tc.mark); got != refreshes {
+				t.Errorf("sluice top --watch printed %d refreshes, want %d:\n%s", got, refreshes, out.String())
+			}
+			if strings.Contains(out.String(), clearScreen) {
+				t.Errorf("sluice top --watch cleared the screen of a non-terminal:\n%q", out.String())
+			}
+			if errOut.Len() > 0 {
+				t.Errorf("sluice top --watch wrote to stderr: %s", errOut.String())
+			}
+			if tc.output == "json" {
+				dec := json.NewDecoder(strings.NewReader(out.String()))
+				for i := range refreshes {
+					var top dashboard.TopResponse
+					if err := dec.Decode(&top); err != nil || top.Window == "" {
+						t.Errorf("refresh %d is not a top answer: %v", i, err)
+					}
+				}
+			} else if got := regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d \(every 10ms\)$`).FindAllString(out.String(), -1); len(got) != refreshes {
+				t.Errorf("sluice top --watch printed %d time lines, want %d:\n%s", len(got), refreshes, out.String())
+			}
+		})
+	}
+	if err := run(context.Background(), []string{"top", "--admin-url", a.base, "--watch", "--interval", "0s"}, getenv, io.Discard, io.Discard); !errors.Is(err, errUsage) {
+		t.Errorf("sluice top --watch --interval 0s: %v, want a usage error", err)
 	}
 }

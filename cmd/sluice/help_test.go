@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -68,5 +71,48 @@ func TestHelpShowsEveryFlag(t *testing.T) {
 			}
 			t.Logf("checked %d FlagSet(s); actions %v", checked, seen)
 		})
+	}
+}
+
+// TestServeFlagTable: docs/service.md's table of serve's flags and serve's
+// FlagSet agree both ways: every flag has a row, and every flag a row names
+// exists.
+func TestServeFlagTable(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "docs/service.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const head = "| flag | default | meaning |\n|---|---|---|\n"
+	doc := string(data)
+	i := strings.Index(doc, head)
+	if i < 0 {
+		t.Fatalf("docs/service.md has no table headed %q", head)
+	}
+	table, _, _ := strings.Cut(doc[i+len(head):], "\n\n")
+	inTable := map[string]bool{}
+	name := regexp.MustCompile("`--([a-z0-9-]+)")
+	for _, row := range strings.Split(table, "\n") {
+		first, _, _ := strings.Cut(strings.TrimPrefix(row, "| "), " | ")
+		for _, m := range name.FindAllStringSubmatch(first, -1) {
+			inTable[m[1]] = true
+		}
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg := defaultServeConfig()
+	cfg.flags(fs)
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		n++
+		if !inTable[f.Name] {
+			t.Errorf("docs/service.md's table of serve's flags has no row for --%s (%s)", f.Name, f.Usage)
+		}
+	})
+	for fl := range inTable {
+		if fs.Lookup(fl) == nil {
+			t.Errorf("docs/service.md's table of serve's flags names --%s, which sluice serve does not have", fl)
+		}
+	}
+	if len(inTable) != n {
+		t.Errorf("the table names %d flags, serve has %d", len(inTable), n)
 	}
 }

@@ -88,3 +88,34 @@ func TestUnknownCommandSuggests(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownFlagSuggests: a mistyped flag gets one line naming it, the
+// nearest flag of the command and where every flag is listed; not the
+// command's usage (serve's is over 140 lines).
+func TestUnknownFlagSuggests(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // the whole message
+	}{
+		{[]string{"serve", "--stroe", "memory"}, "serve: unknown flag --stroe (did you mean --store?); run 'sluice serve --help' for every flag"},
+		{[]string{"serve", "-stroe=memory"}, "serve: unknown flag --stroe (did you mean --store?); run 'sluice serve --help' for every flag"},
+		{[]string{"check", "--adr", "x:1"}, "check: unknown flag --adr (did you mean --addr?); run 'sluice check --help' for every flag"},
+		{[]string{"switch", "set", "--stat", "on"}, "switch set: unknown flag --stat (did you mean --state?); run 'sluice switch set --help' for every flag"},
+		{[]string{"validate", "--merge-domain", "x"}, "validate: unknown flag --merge-domain (did you mean --merge-domains?); run 'sluice validate --help' for every flag"},
+		{[]string{"top", "--zzzzzzzz"}, "top: unknown flag --zzzzzzzz; run 'sluice top --help' for every flag"},
+		{[]string{"serve", "--grpc-addr"}, "serve: --grpc-addr needs a value; run 'sluice serve --help' for every flag"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tc.args, func(string) string { return "" }, &stdout, &stderr)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("sluice %q: error %v, want a usage error", tc.args, err)
+			continue
+		}
+		if err.Error() != tc.want {
+			t.Errorf("sluice %q: error\n%q, want\n%q", tc.args, err.Error(), tc.want)
+		}
+		if stderr.Len() > 0 || stdout.Len() > 0 {
+			t.Errorf("sluice %q printed %q on stderr and %q on stdout, want nothing but the error (main prints it)", tc.args, stderr.String(), stdout.String())
+		}
+	}
+}

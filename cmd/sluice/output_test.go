@@ -3,11 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/server/admin"
 )
 
 // adminAnswers serves fixed admin API answers by method and path (with the
@@ -128,5 +137,70 @@ func TestOperatorOutput(t *testing.T) {
 				t.Errorf("--output yaml sent %v, want nothing sent", (*asked)[before:])
 			}
 		})
+	}
+}
+
+// TestTableHeadersUpperCase: every table the commands print has an
+// upper-case header, as kubectl's and gh's do. It reads the package's
+// sources: each constant line written with tabs (a tabwriter's header row)
+// must be upper case; then prints top's and usage's tables, the two that
+// were lower case, and looks at their header rows.
+func TestTableHeadersUpperCase(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := 0
+	for _, path := range pkgs {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) != 2 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || (sel.Sel.Name != "Fprintln" && sel.Sel.Name != "Fprint") {
+				return true
+			}
+			lit, ok := call.Args[1].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil || !strings.Contains(s, "\t") {
+				return true
+			}
+			headers++
+			if s != strings.ToUpper(s) {
+				t.Errorf("%s: table header %q is not upper case, want %q", fset.Position(lit.Pos()), s, strings.ToUpper(s))
+			}
+			return true
+		})
+	}
+	if headers < 9 {
+		t.Errorf("found %d table headers in the sources, want at least 9 (audit, deny, diff, quota ×3, switch, top, usage): has the way tables are printed changed?", headers)
+	}
+
+	var top, usage bytes.Buffer
+	if err := printAnswer(&top, "top", "table", []byte(topAnswer), printTop); err != nil {
+		t.Fatal(err)
+	}
+	if err := printAnswer(&usage, "usage", "table", []byte(usageAnswer), func(w io.Writer, u admin.UsageJSON) error { return printUsage(w, u, time.Now()) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, out, header string }{
+		{"top", top.String(), `(?m)^\s+DENIED\s+CHECKED\s+KEY$`},
+		{"usage", usage.String(), `(?m)^DOMAIN\s+RULE\s+DESCRIPTOR\s+LIMIT\s+USED\s+REMAINING\s+RESET IN\s*$`},
+	} {
+		if !regexp.MustCompile(tc.header).MatchString(tc.out) {
+			t.Errorf("sluice %s printed:\n%s\nwant the header row %q", tc.name, tc.out, tc.header)
+		}
 	}
 }

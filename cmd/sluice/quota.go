@@ -77,15 +77,61 @@ func (q *quotaOverrides) Set(s string) error {
 // adminClient calls a server's admin API for the operator commands (quota,
 // top, usage).
 type adminClient struct {
-	base, tokenFile string
-	timeout         time.Duration
+	base, tokenFile, tokenName string
+	timeout                    time.Duration
 }
 
-// flags registers --admin-url, --token-file and --timeout.
+// flags registers --admin-url, --token-file, --token-name and --timeout.
 func (c *adminClient) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.base, "admin-url", "http://127.0.0.1:8080", "base URL of the server's HTTP listener (env SLUICE_ADMIN_URL)")
-	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token (default: SLUICE_ADMIN_TOKEN)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token, alone or as the server's --admin-token-file lines '<name> <rw|ro|charge> <token>' (default: SLUICE_ADMIN_TOKEN)")
+	fs.StringVar(&c.tokenName, "token-name", "", "with a --token-file of several '<name> <access> <token>' lines: the name of the one to send")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the answer")
+}
+
+// tokenFileFormat is what fileToken accepts, for its errors.
+const tokenFileFormat = "want a file holding the token alone, or the server's --admin-token-file lines '<name> <rw|ro|charge> <token>'"
+
+// fileToken returns the token of a --token-file: the file's one word (blank
+// lines and # comments aside), or, in the server's --admin-token-file
+// format, the token of the line named name, or of the only line when name is
+// "". Errors never quote the file: it holds secrets.
+func fileToken(data []byte, name string) (string, error) {
+	var lines [][]string
+	for i, l := range strings.Split(string(data), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) != 1 && len(f) != 3 {
+			return "", fmt.Errorf("line %d has %d fields: %s", i+1, len(f), tokenFileFormat)
+		}
+		lines = append(lines, f)
+	}
+	switch {
+	case len(lines) == 0:
+		return "", fmt.Errorf("no token in it: %s", tokenFileFormat)
+	case len(lines) == 1 && len(lines[0]) == 1:
+		if name != "" {
+			return "", fmt.Errorf("--token-name %q: the file holds a bare token, with no name", name)
+		}
+		return lines[0][0], nil
+	}
+	var names []string
+	for _, f := range lines {
+		if len(f) != 3 {
+			return "", fmt.Errorf("a bare token among named lines: %s", tokenFileFormat)
+		}
+		if f[0] == name || (name == "" && len(lines) == 1) {
+			return f[2], nil
+		}
+		names = append(names, f[0])
+	}
+	if name != "" {
+		return "", fmt.Errorf("--token-name %q: no such line (the file names %s)", name, strings.Join(names, ", "))
+	}
+	return "", fmt.Errorf("it holds %d tokens (%s): give --token-name NAME to choose one", len(lines), strings.Join(names, ", "))
 }
 
 // maxAdminAnswer bounds an admin API answer read by the commands.
@@ -95,20 +141,28 @@ const maxAdminAnswer = 16 << 20
 // the body of a 2xx answer and its status; other answers become errors
 // carrying the problem's detail. what names the command in errors.
 func (c *adminClient) do(ctx context.Context, getenv env, what, method, path string, body []byte) ([]byte, int, error) {
+	return c.send(ctx, getenv, what, method, admin.Prefix+path, body)
+}
+
+// send is do for any path of the server's HTTP listener (/debug/rules,
+// which takes the admin tokens too).
+func (c *adminClient) send(ctx context.Context, getenv env, what, method, path string, body []byte) ([]byte, int, error) {
 	token := getenv(envAdminToken)
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
 		if err != nil {
 			return nil, 0, fmt.Errorf("%s: --token-file: %w", what, err)
 		}
-		token = strings.TrimSpace(string(b))
+		if token, err = fileToken(b, c.tokenName); err != nil {
+			return nil, 0, fmt.Errorf("%s: --token-file %s: %w", what, c.tokenFile, err)
+		}
 	}
 	if token == "" {
 		return nil, 0, fmt.Errorf("%s: no token: set %s or --token-file: %w", what, envAdminToken, errUsage)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.base, "/")+admin.Prefix+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.base, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: --admin-url: %w", what, err)
 	}

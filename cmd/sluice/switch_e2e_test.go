@@ -84,7 +84,8 @@ func TestSwitchLevels(t *testing.T) {
 	// stays off (off is stronger than shadow).
 	out, err = sluiceCmd(t, cmd, "switch", "set", "--global", "--state", "shadow", "--output", "json")
 	var set admin.SwitchJSON
-	if err != nil || json.Unmarshal([]byte(out), &set) != nil || set.Scope != "global" || set.State != "shadow" {
+	// stdout is the answer; the note on stderr follows it here.
+	if err != nil || json.NewDecoder(strings.NewReader(out)).Decode(&set) != nil || set.Scope != "global" || set.State != "shadow" || !strings.Contains(out, "in force on this instance") {
 		t.Fatalf("sluice switch set --global: %v\n%s", err, out)
 	}
 	took = waitUntil(t, "server b shadows feed", 10*time.Second, func() bool { return hits("feed", 1) == 1 })
@@ -155,5 +156,67 @@ func TestSwitchLevels(t *testing.T) {
 		if rows[0].Actor != "ops" || rows[0].Action != "switch" {
 			t.Errorf("audit row of %s = %+v, want actor ops, action switch", c.subject, rows[0])
 		}
+	}
+}
+
+// TestSwitchSetInForce: sluice switch set and clear return once the change
+// is in force on the instance that took it. Put-then-check rounds on that
+// instance, a check sent the moment the command returns, see the new state
+// every time (the old command returned on the database's commit, and the
+// old state answered 4 of 12 rounds).
+func TestSwitchSetInForce(t *testing.T) {
+	pgs := pgtest.Start(t)
+	url := pgs.NewDatabase(t)
+	if out, err := sluiceCmd(t, map[string]string{"SLUICE_POSTGRES_URL": url}, "migrate"); err != nil {
+		t.Fatalf("sluice migrate: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "pay.yaml"), []byte("domain: pay\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tokFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokFile, []byte("ops rw "+e2eRW+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startServer(t, dir, func(c *serveConfig) {
+		c.Tenants.PostgresURL, c.Tenants.AdminTokenFile, c.Tenants.Resync = url, tokFile, time.Hour
+	})
+	waitUntil(t, "tenants live", 10*time.Second, func() bool {
+		_, body := get(t, a.base+"/readyz")
+		return strings.Contains(body, `tenants: {"source":"live","stale":false`)
+	})
+	allowed := func() bool {
+		resp := a.should(t, &rlsv3.RateLimitRequest{Domain: "pay", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("k", "v")}})
+		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OK
+	}
+	allowed() // the hour's one hit: from now on only a switch lets a check through
+	if allowed() {
+		t.Fatal("the second hit of a 1/hour rule was allowed, want it over the limit")
+	}
+	cmd := map[string]string{"SLUICE_ADMIN_TOKEN": e2eRW, "SLUICE_ADMIN_URL": a.base}
+	const rounds = 12
+	stale := 0
+	for i := range rounds {
+		args, want := []string{"switch", "set", "--domain", "pay", "--state", "off"}, true
+		if i%2 == 1 {
+			args, want = []string{"switch", "clear", "--domain", "pay"}, false
+		}
+		out, err := sluiceCmd(t, cmd, args...)
+		if err != nil {
+			t.Fatalf("round %d: sluice %v: %v\n%s", i, args, err, out)
+		}
+		if !strings.Contains(out, "in force on this instance; other instances follow") {
+			t.Errorf("round %d: sluice %v printed %q, want it to say the change is in force on this instance", i, args, out)
+		}
+		if got := allowed(); got != want {
+			stale++
+			t.Errorf("round %d: after sluice %v a check was allowed=%v, want %v (the old state answered)", i, args, got, want)
+		}
+	}
+	t.Logf("%d of %d put-then-check rounds answered by the old state", stale, rounds)
+
+	// A --wait too short for the instance to follow says so and fails.
+	if out, err := sluiceCmd(t, cmd, "switch", "set", "--domain", "pay", "--state", "shadow", "--wait", "1ns"); err == nil || !strings.Contains(err.Error(), "not yet in force") {
+		t.Errorf("sluice switch set --wait 1ns: %v\n%s, want an error saying it is not yet in force", err, out)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -50,10 +52,15 @@ func runTop(ctx context.Context, args []string, getenv env, stdout, stderr io.Wr
 	window := fs.Duration("window", 5*time.Minute, "how far back (up to 15m)")
 	output := outputFlag(fs)
 	asJSON := fs.Bool("json", false, "the same as --output json (kept for older scripts)")
+	watch := fs.Bool("watch", false, "print again every --interval until interrupted (the screen is cleared first on a terminal)")
+	interval := fs.Duration("interval", 2*time.Second, "with --watch: time between two refreshes (the server publishes its counts every 2s)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice top [--domain D] [--rule R] [--n 10] [--window 5m] [--output table|json]")
+		fmt.Fprintln(stderr, "Usage: sluice top [--domain D] [--rule R] [--n 10] [--window 5m] [--output table|json] [--watch [--interval 2s]]")
 		fmt.Fprintln(stderr, "\nPrints, per rule, the keys most often denied, with their checks and the error bound of the")
 		fmt.Fprintln(stderr, "estimates (fleet-wide when the server runs on Redis). Needs an admin token (read-only is enough).")
+		fmt.Fprintln(stderr, "--watch prints again every --interval until interrupted (Ctrl-C: exit status 0); on a terminal")
+		fmt.Fprintln(stderr, "it clears the screen first, elsewhere it appends. A failed refresh is reported and the next one")
+		fmt.Fprintln(stderr, "tried.")
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
@@ -69,6 +76,9 @@ func runTop(ctx context.Context, args []string, getenv env, stdout, stderr io.Wr
 	if err := checkOutput("top", *output); err != nil {
 		return err
 	}
+	if *watch && *interval <= 0 {
+		return fmt.Errorf("top: --interval %s: want more than 0: %w", *interval, errUsage)
+	}
 	q := url.Values{"n": {strconv.Itoa(*n)}, "window": {window.String()}}
 	if *domain != "" {
 		q.Set("domain", *domain)
@@ -76,11 +86,63 @@ func runTop(ctx context.Context, args []string, getenv env, stdout, stderr io.Wr
 	if *rule != "" {
 		q.Set("rule", *rule)
 	}
-	out, _, err := ac.do(ctx, getenv, "top", http.MethodGet, "top?"+q.Encode(), nil)
-	if err != nil {
-		return err
+	once := func(w io.Writer) error {
+		out, _, err := ac.do(ctx, getenv, "top", http.MethodGet, "top?"+q.Encode(), nil)
+		if err != nil {
+			return err
+		}
+		return printAnswer(w, "top", *output, out, printTop)
 	}
-	return printAnswer(stdout, "top", *output, out, printTop)
+	if !*watch {
+		return once(stdout)
+	}
+	return watchLoop(ctx, *interval, isTerminal(stdout), *output == "table", stdout, stderr, once)
+}
+
+// clearScreen moves the cursor home and clears a terminal (ANSI).
+const clearScreen = "\x1b[H\x1b[2J"
+
+// watchLoop calls once every interval until ctx ends (an interrupt: not an
+// error). Each refresh is printed whole: on a terminal (clear) after
+// clearing the screen, elsewhere after a blank line, and with stamp under
+// a line giving the time; a refresh that fails is reported on stderr and
+// the next one tried.
+func watchLoop(ctx context.Context, interval time.Duration, clear, stamp bool, stdout, stderr io.Writer, once func(io.Writer) error) error {
+	for i := 0; ; i++ {
+		var buf bytes.Buffer // printed whole: no half-drawn screen
+		err := once(&buf)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case clear:
+			fmt.Fprint(stdout, clearScreen)
+		case i > 0 && stamp:
+			fmt.Fprintln(stdout)
+		}
+		if stamp {
+			fmt.Fprintf(stdout, "%s (every %s)\n", time.Now().Format(time.TimeOnly), interval)
+		}
+		_, _ = stdout.Write(buf.Bytes())
+		if err != nil {
+			fmt.Fprintln(stderr, "sluice:", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // printTop prints a top answer as one table per rule.
@@ -98,7 +160,7 @@ func printTop(w io.Writer, top dashboard.TopResponse) error {
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "  denied\tchecked\t\tkey")
+		fmt.Fprintln(tw, "  DENIED\tCHECKED\t\tKEY")
 		for _, o := range r.TopDenied {
 			fmt.Fprintf(tw, "  %d\t%d\t\t%s\n", o.Denials, o.Checks, o.Key)
 		}
@@ -147,7 +209,7 @@ func runUsage(ctx context.Context, args []string, getenv env, stdout, stderr io.
 func printUsage(w io.Writer, u admin.UsageJSON, now time.Time) error {
 	fmt.Fprintf(w, "tenant %s\n", u.Tenant)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "domain\trule\tdescriptor\tlimit\tused\tremaining\treset in\t")
+	fmt.Fprintln(tw, "DOMAIN\tRULE\tDESCRIPTOR\tLIMIT\tUSED\tREMAINING\tRESET IN\t")
 	for _, l := range u.Limits {
 		per := l.Unit
 		if per == "" {

@@ -35,11 +35,11 @@ func runValidate(_ context.Context, args []string, getenv env, stdout, stderr io
 		fmt.Fprintln(stderr, "\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return fmt.Errorf("validate: %w: %w", errUsage, err)
+		return err
 	}
 	algSet, mergeSet := false, false
 	fs.Visit(func(f *flag.Flag) {

@@ -121,6 +121,10 @@ func ParseTokens(data []byte) (*Tokens, error) {
 			continue
 		}
 		f := strings.Fields(s)
+		if len(f) == 1 {
+			errs = append(errs, fmt.Errorf("line %d: a bare token (the format of the client's --token-file): want <name> <rw|ro|charge> <token>", line))
+			continue
+		}
 		if len(f) != 3 {
 			errs = append(errs, fmt.Errorf("line %d: want <name> <rw|ro|charge> <token>, got %d fields", line, len(f)))
 			continue
