@@ -91,6 +91,7 @@ func TestAllot(t *testing.T) {
 // context's error, and its call still counts. Restarted or resumed, Allot
 // works again.
 func TestAllotBreaker(t *testing.T) {
+	t.Parallel() // its own server(s); it mostly waits out timeouts and pauses
 	srv := redistest.Start(t)
 	// The timeout leaves a caller that gives up (below) a second to do so
 	// before the store's own timeout could end its call. The breaker stays
@@ -345,6 +346,7 @@ func TestAllotManyOneCall(t *testing.T) {
 // other goroutines, fail (timeout, then breaker open) and none succeeds.
 // After SIGCONT they succeed again.
 func TestAllotOneMasterStopped(t *testing.T) {
+	t.Parallel() // its own server(s); it mostly waits out timeouts and pauses
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster; skipped with -short")
 	}

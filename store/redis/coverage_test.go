@@ -19,13 +19,16 @@ import (
 // too (CLUSTERDOWN), so every limit goes to its failure mode for the
 // failover's length; with no they answer throughout, and only the failed
 // master's keys fail. The durations are logged, not asserted (a loaded
-// host stretches them).
+// host stretches them). The two clusters are separate processes on
+// separate ports and the test mostly waits for the failover, so the two
+// settings run side by side.
 func TestClusterFailoverCoverage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two six-node Redis Clusters and fails a master over in each; skipped with -short")
 	}
 	for _, yes := range []bool{true, false} {
 		t.Run("require-full-coverage="+strconv.FormatBool(yes), func(t *testing.T) {
+			t.Parallel()
 			c := redistest.StartClusterWith(t, redistest.ClusterOptions{Replicas: 1, RequireFullCoverage: yes, NodeTimeout: time.Second})
 			s, err := New(Options{URL: c.URL(), Timeout: 500 * time.Millisecond, Prefix: "cov:"})
 			if err != nil {

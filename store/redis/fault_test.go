@@ -16,6 +16,7 @@ import (
 // never hangs, and once it is back Takes succeed again without a new store.
 // A caller's context that ends first wins over the store timeout.
 func TestFaults(t *testing.T) {
+	t.Parallel() // its own server(s); it mostly waits out timeouts and pauses
 	srv := redistest.Start(t)
 	// Long enough that a healthy call on a loaded machine answers in time
 	// (50ms did not, under -race beside other work).

@@ -14,23 +14,19 @@ import (
 // proxy holds Redis's replies longer than the store's timeout): the Takes
 // fail with ErrStoreTimeout at the usual time, and the charges of ops with
 // UndoIfUnknown are refunded once the late reply tells they were made,
-// while those of other ops stay.
+// while those of other ops stay. Each case has its own proxy and store
+// (their reply delay and Stats are per case) on one server, with keys of
+// its own, and mostly waits for its late reply: the cases run side by side.
 func TestLateReplyRefund(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
 	// Long enough that only the held calls time out on a loaded machine.
 	const timeout = 500 * time.Millisecond
-	st, err := New(Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	// Looks go straight to Redis, not behind the replies the proxy holds.
 	direct, err := New(Options{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer direct.Close()
+	t.Cleanup(func() { direct.Close() })
 	ctx := context.Background()
 
 	window := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Hour}
@@ -42,12 +38,6 @@ func TestLateReplyRefund(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 5 { // calls that teach the store the node's clock
-		if err := st.Take(ctx, []sluice.Op{{Key: "warm", Limit: window, Cost: 1}}, make([]sluice.Result, 1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	tests := []struct {
 		name string
 		ops  []sluice.Op
@@ -72,6 +62,18 @@ func TestLateReplyRefund(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			proxy := redistest.StartProxy(t, srv.Addr())
+			st, err := New(Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for range 5 { // calls that teach the store the node's clock
+				if err := st.Take(ctx, []sluice.Op{{Key: "warm:" + tt.name, Limit: window, Cost: 1}}, make([]sluice.Result, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
 			warmScripts(t, st, tt.ops)
 			looks := make([]sluice.Op, len(tt.ops))
 			for i, op := range tt.ops {
@@ -136,6 +138,7 @@ func TestLateReplyRefund(t *testing.T) {
 // TestLateReplyNever: a call whose reply does not come within
 // LateReplyWait either stays unknown, and its charge stays.
 func TestLateReplyNever(t *testing.T) {
+	t.Parallel() // its own server(s); it mostly waits out timeouts and pauses
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	const timeout = 500 * time.Millisecond // only the held call times out on a loaded machine
@@ -169,6 +172,7 @@ func TestLateReplyNever(t *testing.T) {
 // timeout. It is settled by its own late reply (LateRefunded), not counted
 // as failed at the timeout, and the key is whole again.
 func TestLateRefundSlow(t *testing.T) {
+	t.Parallel() // its own server(s); it mostly waits out timeouts and pauses
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	const timeout = 500 * time.Millisecond

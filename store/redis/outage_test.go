@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,7 +154,33 @@ func TestClusterOneMasterStopped(t *testing.T) {
 	}()
 	phase.Store(phaseStopped)
 	opened := waitState("open", time.Minute)
-	time.Sleep(4 * time.Second) // past cluster-node-timeout: the others mark it failed
+	// Stopped past cluster-node-timeout, until the other masters mark it
+	// failed (the phase this test is about), not a fixed wait.
+	markedFailed := func() bool {
+		for _, other := range c.Servers[1:] {
+			v, err := other.Do("CLUSTER", "NODES")
+			nodes, _ := v.(string)
+			if err != nil {
+				return false
+			}
+			failed := false
+			for line := range strings.SplitSeq(nodes, "\n") {
+				if f := strings.Fields(line); len(f) > 2 && strings.HasPrefix(f[1], victim+"@") {
+					failed = slices.Contains(strings.Split(f[2], ","), "fail")
+				}
+			}
+			if !failed {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(time.Minute); !markedFailed(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("the other masters have not marked %s failed a minute after SIGSTOP", victim)
+			break
+		}
+	}
 	c.Servers[0].Resume()
 	paused = false
 	phase.Store(phaseResumed)
