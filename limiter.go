@@ -12,8 +12,13 @@ import (
 // Redis) can enforce one limit together.
 //
 // A Limiter is safe for concurrent use. Create one with NewLimiter.
+//
+// A store with a method TakeOne(ctx, Op) (Result, error) that is Take of
+// that one op (store/memory's) is called through it: AllowN then does not
+// allocate.
 type Limiter struct {
 	store Store
+	one   oneTaker // store, when it has TakeOne; else nil
 	limit Limit
 	now   func() time.Time // for Wait's deadline arithmetic; tests replace it
 	sleep func(ctx context.Context, d time.Duration) error
@@ -27,7 +32,14 @@ func NewLimiter(store Store, limit Limit) (*Limiter, error) {
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("sluice: NewLimiter: %w", err)
 	}
-	return &Limiter{store: store, limit: limit, now: time.Now, sleep: sleepCtx}, nil
+	one, _ := store.(oneTaker)
+	return &Limiter{store: store, one: one, limit: limit, now: time.Now, sleep: sleepCtx}, nil
+}
+
+// oneTaker is a Store that takes one op by value: its op and result do not
+// escape to the heap as Take's slices do.
+type oneTaker interface {
+	TakeOne(ctx context.Context, op Op) (Result, error)
 }
 
 // Limit returns the limit the Limiter applies.
@@ -42,6 +54,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // Result. It does not wait. For a LeakyBucket limit, an allowed Result may
 // carry a Delay the caller should wait before proceeding (WaitN does so).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	if l.one != nil {
+		return l.one.TakeOne(ctx, Op{Key: key, Limit: l.limit, Cost: n})
+	}
 	ops := [1]Op{{Key: key, Limit: l.limit, Cost: n}}
 	var res [1]Result
 	if err := l.store.Take(ctx, ops[:], res[:]); err != nil {

@@ -98,6 +98,14 @@ func TestWorstRuleFileMemory(t *testing.T) {
 				return fmt.Sprintf("{key: k%d, rate_limit: {unit: second, requests_per_unit: 1}}", i)
 			})
 		}, nil, "", ""},
+		{"many wildcard rules", func(n int) string {
+			return flowFile(n, func(i int) string {
+				return fmt.Sprintf("{key: k, value: \"%x*%x\", rate_limit: {unit: second, requests_per_unit: 1}}", i*7919, i)
+			})
+		}, nil, "", ""},
+		{"long wildcard value", func(n int) string {
+			return "domain: d\ndescriptors: [{key: k, value: \"" + strings.Repeat("v", n/2-64) + "*" + strings.Repeat("w", n/2-64) + "\", rate_limit: {unit: second, requests_per_unit: 1}}]\n"
+		}, nil, "", ""},
 		{"many members", func(n int) string {
 			return flowFile(n, func(i int) string { return fmt.Sprintf("{key: k%d}", i) })
 		}, nil, "", "YAML nodes"},

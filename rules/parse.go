@@ -48,7 +48,7 @@ const maxNodes = 200_000
 // (a descriptor at the top level is at depth 1). Each descriptor holds
 // its path from the top, so without a bound a file's memory would grow
 // with the square of its nesting: a 300 KB file of 4,000 nested
-// descriptors took 1.4 GiB. A request has at most service.Limits'
+// descriptors took 1.4 GiB. A request has at most service.RequestBounds'
 // MaxEntries (16) entries by default, so a deeper rule could not match it
 // anyway; envoyproxy/ratelimit's own examples nest three.
 const MaxDescriptorDepth = 32

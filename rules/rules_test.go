@@ -237,39 +237,6 @@ func TestMatchDoesNotAllocate(t *testing.T) {
 	}
 }
 
-func TestGlobMatch(t *testing.T) {
-	tests := []struct {
-		pattern, s string
-		want       bool
-	}{
-		{"*", "", true},
-		{"*", "anything", true},
-		{"a*", "a", true},
-		{"a*", "abc", true},
-		{"a*", "ba", false},
-		{"*c", "abc", true},
-		{"*c", "abd", false},
-		{"a*c", "ac", true},
-		{"a*c", "abbbc", true},
-		{"a*c", "abbbd", false},
-		{"/api/*/action", "/api/v1/action", true},
-		{"/api/*/action", "/api/v1/v2/action", true},
-		{"/api/*/action", "/api/action", false},
-		{"*a*b*", "xxaxxbxx", true},
-		{"*a*b*", "xxbxxaxx", false},
-		{"a**b", "ab", true},
-		{"exact", "exact", true},
-		{"exact", "exactly", false},
-		{"*aaa*aaa*", "aaaaa", false},
-		{"*aaa*aaa*", "aaaaaa", true},
-	}
-	for _, tt := range tests {
-		if got := globMatch(tt.pattern, tt.s); got != tt.want {
-			t.Errorf("globMatch(%q, %q) = %v, want %v", tt.pattern, tt.s, got, tt.want)
-		}
-	}
-}
-
 func TestProblemFormat(t *testing.T) {
 	tests := []struct {
 		p    Problem

@@ -35,7 +35,7 @@ type level struct {
 // group holds the descriptors of one key at one level.
 type group struct {
 	exact map[string]*mnode
-	wild  []*mnode // in file order; the first that matches wins
+	wild  *wildSet // nil without wildcard values; the first in file order that matches wins
 	any   *mnode
 }
 
@@ -51,7 +51,9 @@ type mnode struct {
 // first in file order that matches), then the bare key; it does not back
 // track; and a rule applies only when it sits at the level of the last entry.
 //
-// Match does not allocate.
+// The wildcard values of a key are compiled together (wildSet), so a match
+// costs time in proportion to the entries' lengths, not to the number of
+// rules. Match does not allocate.
 func (s *Snapshot) Match(domain string, entries []Entry) *Rule {
 	if s == nil || len(entries) == 0 {
 		return nil
@@ -66,13 +68,8 @@ func (s *Snapshot) Match(domain string, entries []Entry) *Rule {
 			return nil
 		}
 		n := g.exact[entries[i].Value]
-		if n == nil {
-			for _, w := range g.wild {
-				if globMatch(w.pattern, entries[i].Value) {
-					n = w
-					break
-				}
-			}
+		if n == nil && g.wild != nil {
+			n = g.wild.match(entries[i].Value)
 		}
 		if n == nil {
 			n = g.any
@@ -86,34 +83,6 @@ func (s *Snapshot) Match(domain string, entries []Entry) *Rule {
 		lv = n.next
 	}
 	return nil
-}
-
-// globMatch reports whether s matches pattern, where each '*' in pattern
-// matches any run of bytes, including none. It runs in O(len(pattern) ×
-// len(s)) at worst, without allocating.
-func globMatch(pattern, s string) bool {
-	px, sx := 0, 0
-	starPx, starSx := -1, 0
-	for sx < len(s) {
-		switch {
-		case px < len(pattern) && pattern[px] == '*':
-			starPx, starSx = px, sx
-			px++
-		case px < len(pattern) && pattern[px] == s[sx]:
-			px++
-			sx++
-		case starPx >= 0:
-			px = starPx + 1
-			starSx++
-			sx = starSx
-		default:
-			return false
-		}
-	}
-	for px < len(pattern) && pattern[px] == '*' {
-		px++
-	}
-	return px == len(pattern)
 }
 
 // Rules returns every rule, sorted by domain and then ID. The slice is the
@@ -435,6 +404,7 @@ func buildLevel(ds []*dnode) *level {
 		return nil
 	}
 	lv := &level{keys: map[string]*group{}}
+	wild := map[*group][]*mnode{}
 	for _, d := range ds {
 		g := lv.keys[d.step.Key]
 		if g == nil {
@@ -446,10 +416,13 @@ func buildLevel(ds []*dnode) *level {
 		case MatchExact:
 			g.exact[d.step.Value] = n
 		case MatchWildcard:
-			g.wild = append(g.wild, n)
+			wild[g] = append(wild[g], n)
 		case MatchAny:
 			g.any = n
 		}
+	}
+	for g, ns := range wild {
+		g.wild = newWildSet(ns)
 	}
 	return lv
 }

@@ -49,7 +49,7 @@ func (e *Engine) Charge(ctx context.Context, creq ChargeRequest) (Response, erro
 		req.Descriptors[i] = Descriptor{Entries: d.Entries, Limit: d.Limit}
 		costs[i] = d.Cost
 	}
-	if err := validate(&req, e.cfg.Limits); err != nil {
+	if err := validate(&req, e.cfg.RequestBounds); err != nil {
 		return Response{}, err
 	}
 	for i, c := range costs {
@@ -199,7 +199,7 @@ type ResetResult struct {
 // error of opts.Before, or an error wrapping the store's (some keys may then
 // have been reset).
 func (e *Engine) Reset(ctx context.Context, req Request, opts ResetOptions) (ResetResult, error) {
-	if err := validate(&req, e.cfg.Limits); err != nil {
+	if err := validate(&req, e.cfg.RequestBounds); err != nil {
 		return ResetResult{}, err
 	}
 	sc := scratchPool.Get().(*scratch)
@@ -304,7 +304,7 @@ func (e *Engine) validTenant(tenant string) error {
 	if tenant == "" {
 		return fmt.Errorf("service: %w: empty tenant", ErrInvalidRequest)
 	}
-	lim := e.cfg.Limits.withDefaults()
+	lim := e.cfg.RequestBounds.withDefaults()
 	if exceeds(len(tenant), lim.MaxValueBytes) {
 		return fmt.Errorf("service: %w: %w", ErrInvalidRequest,
 			&LimitError{Field: "tenant", Limit: "max-value-bytes", Got: len(tenant), Max: lim.MaxValueBytes})

@@ -31,9 +31,9 @@ type Config struct {
 	// Observer, when set, sees every decision of a rule-file limit (see
 	// Observer). Nil observes nothing.
 	Observer Observer
-	// Limits bound the size of requests and of detailed_metric labels; the
-	// zero value is DefaultLimits.
-	Limits Limits
+	// RequestBounds bound the size of requests and of detailed_metric labels; the
+	// zero value is DefaultRequestBounds.
+	RequestBounds RequestBounds
 	// Overrides, if set, resolves each matched rule's limit per request
 	// (tenant tiers and overrides, kill switches; see Overrides). Nil keeps
 	// the rule files' limits.

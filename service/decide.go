@@ -5,79 +5,50 @@ import (
 	"fmt"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/batch"
 )
 
-// decide takes the ops from the store, or applies the failure policy, and
-// fills the statuses of the planned descriptors. It returns an error only
-// when ctx ended before the store answered.
+// decide takes the ops from the store in one call (batch.Decider: the
+// roles of shadow and quota limits, charges and refunds, probes and
+// penalties go with them), or applies the failure policy, and fills the
+// statuses of the planned descriptors. It returns an error only when ctx
+// ended before the store answered.
 func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error {
-	sc.results = growResults(sc.results, len(sc.ops))
-	split := mixed(sc.ops)
-	takeAll := func() error {
-		var err error
-		if split {
-			err = e.takeSplit(ctx, sc, sluice.Take, false)
-		} else {
-			err = e.take(ctx, sc.ops, sc.results)
-		}
-		if err == nil {
-			penalize(sc)
-		}
-		return err
+	n := len(sc.ops)
+	sc.results = growResults(sc.results, n)
+	sc.roles = growTo(sc.roles, n)
+	sc.of = growTo(sc.of, n)
+	sc.shadowed = growTo(sc.shadowed, n)
+	quotaRole := batch.Quota
+	if e.noLimitQuota(resp) > 0 {
+		// A descriptor without a limit counts as a quota-mode limit never
+		// over, so no request is denied for its quota-mode limits: they
+		// are shadow limits.
+		quotaRole = batch.Shadow
 	}
-	err := takeAll()
-	for pass := 0; err == nil && pass < 2; pass++ {
-		// Only shadow limits, or some but not all quota-mode limits,
-		// denied? Then the request is admitted: take again with those
-		// limits as looks, so the others are charged.
-		enforcedDenied, softDenied := false, false
-		quotaTotal, quotaDenied := e.noLimitQuota(resp), 0
-		for i := range sc.plans {
-			p := &sc.plans[i]
-			if p.op < 0 || p.dropped {
-				continue
-			}
-			fresh := !sc.results[p.op].Allowed // not yet retried as a look
-			switch {
-			case p.shadow:
-				softDenied = softDenied || fresh
-			case p.quota:
-				quotaTotal++
-				if fresh || p.shadowHit {
-					quotaDenied++
-				}
-				softDenied = softDenied || fresh
-			case fresh:
-				enforcedDenied = true
-			}
+	for i := range sc.plans {
+		p := &sc.plans[i]
+		if p.op < 0 || p.dropped {
+			continue
 		}
-		if enforcedDenied || !softDenied || (quotaTotal > 0 && quotaDenied == quotaTotal) {
-			break
+		switch a := sc.ops[p.op].Action; {
+		case a == sluice.Charge || a == sluice.Refund:
+			sc.roles[p.op] = batch.Settle
+		case p.shadow:
+			sc.roles[p.op] = batch.Shadow
+		case p.quota:
+			sc.roles[p.op] = quotaRole
 		}
-		for i := range sc.plans {
-			p := &sc.plans[i]
-			if p.op >= 0 && !p.dropped && (p.shadow || p.quota) && !sc.results[p.op].Allowed {
-				p.shadowHit, p.shadowRes = true, sc.results[p.op]
-				sc.ops[p.op].Cost = 0
-				if p.probing {
-					sc.ops[p.probe].Cost = 0
-				}
-			}
+		if p.probing {
+			sc.roles[p.probe], sc.of[p.probe] = batch.Probe, p.op
 		}
-		err = takeAll()
+		if p.pen > 0 {
+			sc.roles[p.pen-1], sc.of[p.pen-1] = batch.Penalty, p.op
+		}
 	}
-	switch {
-	case err != nil:
-	case split:
-		// The takes are decided; now the charges, refunds and probes'
-		// refunds (of nothing, when the takes were denied).
-		if serr := e.takeSplit(ctx, sc, sluice.Charge, !allAllowed(sc.results)); serr != nil {
-			e.m.StoreError("error")
-			e.logFailure("error", fmt.Errorf("settling the charges and refunds of a request: %w", serr))
-		}
-	case !allAllowed(sc.results):
-		e.settleAlone(ctx, sc)
-	}
+	b := &sc.batch
+	*b = batch.Batch{Ops: sc.ops, Results: sc.results, Roles: sc.roles, Of: sc.of, Shadowed: sc.shadowed}
+	err := e.dec.Decide(ctx, b)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			e.m.Abandoned()
@@ -86,21 +57,24 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error 
 		e.fail(ctx, sc, resp, err)
 		return nil
 	}
-	charged := allAllowed(sc.results)
-	if !charged {
-		e.startPenalties(ctx, sc)
+	if b.SettleErr != nil {
+		e.m.StoreError("error")
+		e.logFailure("error", b.SettleErr)
 	}
+	if b.PenaltyErr != nil {
+		e.logger.Warn("penalty not recorded: store error", "err", b.PenaltyErr)
+	}
+	penalize(sc)
+	charged := b.Charged
 	for i := range sc.plans {
 		p := &sc.plans[i]
 		if p.op < 0 || p.dropped {
 			continue
 		}
+		p.shadowHit = b.Shadowed[p.op]
 		r := sc.results[p.op]
 		if p.probing && r.Allowed && charged {
 			r = sc.results[p.probe] // the state after the probe's refund
-		}
-		if p.shadowHit {
-			r = p.shadowRes
 		}
 		st := &resp.Statuses[p.desc]
 		st.Result = r
@@ -112,94 +86,14 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error 
 	return nil
 }
 
-// mixed reports whether a batch mixes charges or refunds with Takes of
-// other keys (a probe's Take and Refund share a key). A store cannot always
-// keep such a batch all-or-nothing (store/redis refuses one that spans
-// Cluster slots), so decide sends its Takes first and the rest after.
-func mixed(ops []sluice.Op) bool {
-	for i := range ops {
-		if ops[i].Action == sluice.Take {
-			continue
-		}
-		for j := range ops {
-			if ops[j].Action == sluice.Take && ops[j].Cost > 0 && ops[j].Key != ops[i].Key {
-				return true
-			}
-		}
+// growTo returns s with length n, cleared.
+func growTo[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
 	}
-	return false
-}
-
-// takeSplit sends one part of a mixed batch: its Takes (kind Take), or its
-// other ops (any other kind), the probes' refunds then with cost 0 when
-// takesDenied (their Takes charged nothing). Results land in sc.results.
-func (e *Engine) takeSplit(ctx context.Context, sc *scratch, kind sluice.Action, takesDenied bool) error {
-	var ops []sluice.Op
-	var at []int
-	for i := range sc.ops {
-		if kind == sluice.Take && sc.ops[i].Action != sluice.Take {
-			sc.results[i] = sluice.Result{Allowed: true} // sent later; never denied
-		}
-		if (sc.ops[i].Action == sluice.Take) == (kind == sluice.Take) {
-			op := sc.ops[i]
-			if takesDenied && op.Action == sluice.Refund && sc.isProbe(i) {
-				op.Cost = 0
-			}
-			ops, at = append(ops, op), append(at, i)
-		}
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	res := make([]sluice.Result, len(ops))
-	if err := e.take(ctx, ops, res); err != nil {
-		return err
-	}
-	for j, i := range at {
-		sc.results[i] = res[j]
-	}
-	return nil
-}
-
-// isProbe reports whether op i is a probe's refund.
-func (sc *scratch) isProbe(i int) bool {
-	for k := range sc.plans {
-		if p := &sc.plans[k]; p.probing && p.op >= 0 && p.probe == i {
-			return true
-		}
-	}
-	return false
-}
-
-// settleAlone applies, on their own, the charges and refunds of a batch
-// that was denied (so applied none of them): costs already spent (a
-// settle-after rule's) and units given back (a refund) are not decisions a
-// denial can undo. A store failure here is counted and logged; the
-// statuses keep the state the denied batch reported.
-func (e *Engine) settleAlone(ctx context.Context, sc *scratch) {
-	var ops []sluice.Op
-	var at []int
-	for i := range sc.plans {
-		p := &sc.plans[i]
-		if p.op < 0 || p.dropped {
-			continue
-		}
-		if op := sc.ops[p.op]; op.Action == sluice.Charge || op.Action == sluice.Refund {
-			ops, at = append(ops, op), append(at, p.op)
-		}
-	}
-	if len(ops) == 0 {
-		return
-	}
-	res := make([]sluice.Result, len(ops))
-	if err := e.take(ctx, ops, res); err != nil {
-		e.m.StoreError("error")
-		e.logFailure("error", fmt.Errorf("settling charges of a denied request: %w", err))
-		return
-	}
-	for j, i := range at {
-		sc.results[i] = res[j]
-	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // noLimitQuota is how many of resp's descriptors count as quota mode though

@@ -8,7 +8,7 @@ import (
 )
 
 // detailedLabels remembers the label values detailed_metric rules have
-// created, up to Limits.MaxDetailedMetricValues, so that request values
+// created, up to RequestBounds.MaxDetailedMetricValues, so that request values
 // cannot grow the metric series without bound. The zero value is ready;
 // safe for concurrent use.
 type detailedLabels struct {
@@ -21,7 +21,7 @@ type detailedLabels struct {
 // the request's entries when that label value is already in use or there is
 // room for one more, else the rule's ID (its series without
 // detailed_metric), counting the overflow.
-func (d *detailedLabels) label(lim Limits, domain, ruleID string, entries []rules.Entry) string {
+func (d *detailedLabels) label(lim RequestBounds, domain, ruleID string, entries []rules.Entry) string {
 	l := detailedLabel(entries)
 	key := domain + "\x00" + l
 	if _, ok := d.seen.Load(key); ok {
@@ -44,11 +44,11 @@ func (d *detailedLabels) label(lim Limits, domain, ruleID string, entries []rule
 
 // DetailedMetricValues returns how many distinct label values rules with
 // detailed_metric: true have created so far (at most
-// Limits.MaxDetailedMetricValues). Safe for concurrent use.
+// RequestBounds.MaxDetailedMetricValues). Safe for concurrent use.
 func (e *Engine) DetailedMetricValues() int { return int(e.detailed.n.Load()) }
 
 // DetailedMetricOverflow returns how many decisions of detailed_metric rules
 // were counted under their rule's own label because
-// Limits.MaxDetailedMetricValues label values were already in use. Safe for
+// RequestBounds.MaxDetailedMetricValues label values were already in use. Safe for
 // concurrent use.
 func (e *Engine) DetailedMetricOverflow() uint64 { return e.detailed.overflow.Load() }

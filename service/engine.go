@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/batch"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -40,10 +41,13 @@ func (s StaticRules) Current() *rules.Snapshot { return s.Snapshot }
 // Engine decides check requests. Create it with New; it is safe for
 // concurrent use.
 //
-// One Check makes at most one call to the store for all of a request's
-// descriptors (two in one rare case: when only shadow-mode limits denied,
-// the batch is taken again without them so the enforced limits are charged;
-// see Check). Store failures are never returned: each limit's failure mode
+// One Check makes exactly one call to the store for all of a request's
+// descriptors: batch.Decider's Decide, which carries the role of each op
+// (shadow and quota-mode limits, charges and refunds that stand when the
+// request is denied, settle-after probes, penalties). A store that is not
+// a batch.Decider is decided by batch.Run over its Take, which may call it
+// more than once (see batch.Run); store/memory and store/compose are
+// Deciders. Store failures are never returned: each limit's failure mode
 // decides. The engine has no timeout or circuit breaker of its own: a store
 // bounds the time of each call it sends and keeps a breaker per node
 // (store/redis), and time spent waiting for a busy store or CPU is
@@ -52,6 +56,7 @@ type Engine struct {
 	cfg    Config
 	src    RuleSource
 	store  sluice.Store
+	dec    batch.Decider // store, or batch.Plain over it
 	m      Metrics
 	logger *slog.Logger
 
@@ -86,7 +91,11 @@ func New(cfg Config, src RuleSource, store sluice.Store, m Metrics, logger *slog
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	e := &Engine{cfg: cfg, src: src, store: store, m: m, logger: logger}
+	dec, ok := store.(batch.Decider)
+	if !ok {
+		dec = batch.Plain{Store: store}
+	}
+	e := &Engine{cfg: cfg, src: src, store: store, dec: dec, m: m, logger: logger}
 	e.rulesFor(src.Current()) // metric series of every rule exist from the start
 	return e, nil
 }
@@ -149,15 +158,15 @@ func (e *Engine) Ready(ctx context.Context) error {
 // or not they fit (sluice.Charge) and a look (zero hits) is denied, with
 // the exact wait for one unit, while not one unit is left. Charges and
 // refunds are never denied and are applied even when another limit denies
-// the request (then in a store call of their own). A quota-mode limit
+// the request (batch.Settle). A quota-mode limit
 // (rules.Rule.QuotaMode, Config.QuotaMode) that is over reports
 // OVER_LIMIT, but the request is denied for it only when every quota-mode
 // limit of the request is over; otherwise it is retried as a look, as
 // shadow-mode limits are, so the admitted request is charged elsewhere. A
 // descriptor with no entries or an empty key matches no rule and is OK.
 //
-// When only shadow-mode limits deny, the batch is taken a second time with
-// those limits as looks, so the enforced limits are charged: shadow mode
+// When only shadow-mode limits deny, the store decides those limits as
+// looks (batch.Shadow), so the enforced limits are charged: shadow mode
 // must not change what is admitted.
 //
 // When the store fails, each limit's failure mode decides: open allows,
@@ -169,7 +178,7 @@ func (e *Engine) Ready(ctx context.Context) error {
 // error only for an invalid request, wrapping ErrInvalidRequest.
 func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	start := time.Now()
-	if err := validate(&req, e.cfg.Limits); err != nil {
+	if err := validate(&req, e.cfg.RequestBounds); err != nil {
 		return Response{}, err
 	}
 	if resp, ok := e.denied(&req); ok {
@@ -204,7 +213,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 }
 
 // validate checks a request's shape and size (lim, see limits.go).
-func validate(req *Request, lim Limits) error {
+func validate(req *Request, lim RequestBounds) error {
 	if req.Domain == "" {
 		return fmt.Errorf("service: %w: empty domain", ErrInvalidRequest)
 	}

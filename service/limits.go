@@ -5,9 +5,9 @@ import (
 	"unicode/utf8"
 )
 
-// Limits bound what one request may ask of the engine, and what requests
+// RequestBounds bound what one request may ask of the engine, and what requests
 // together may make it hold in metric labels. Every request is checked
-// against them before any rule is matched; a request over a limit is refused
+// against them before any rule is matched; a request over a bound is refused
 // with an error wrapping ErrInvalidRequest (and a *LimitError naming the
 // limit), so it costs no store key, no store call and no metric series.
 // The same checks refuse a domain, key or value that is not valid UTF-8
@@ -16,9 +16,9 @@ import (
 // strings) would otherwise replace them, merging distinct values into one
 // counter.
 //
-// A zero field means its default (DefaultLimits); a negative field means no
+// A zero field means its default (DefaultRequestBounds); a negative field means no
 // limit. The zero value is therefore the defaults.
-type Limits struct {
+type RequestBounds struct {
 	// MaxKeyBytes bounds the length, in bytes, of each entry's key and of the
 	// domain. Default 256.
 	MaxKeyBytes int
@@ -38,7 +38,7 @@ type Limits struct {
 	MaxDetailedMetricValues int
 }
 
-// Defaults of Limits. No Envoy configuration seen in practice comes near
+// Defaults of RequestBounds. No Envoy configuration seen in practice comes near
 // them: Envoy's actions produce descriptor keys such as "remote_address" or
 // "header_match", one descriptor per rate_limits entry of a route (a
 // handful) and one entry per action in it (rarely more than five). Values
@@ -52,10 +52,10 @@ const (
 	DefaultMaxDetailedMetricValues = 1000
 )
 
-// DefaultLimits returns the limits `sluice serve` enforces unless told
+// DefaultRequestBounds returns the bounds `sluice serve` enforces unless told
 // otherwise.
-func DefaultLimits() Limits {
-	return Limits{
+func DefaultRequestBounds() RequestBounds {
+	return RequestBounds{
 		MaxKeyBytes:             DefaultMaxKeyBytes,
 		MaxValueBytes:           DefaultMaxValueBytes,
 		MaxDescriptors:          DefaultMaxDescriptors,
@@ -65,8 +65,8 @@ func DefaultLimits() Limits {
 }
 
 // withDefaults returns l with every zero field set to its default.
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits()
+func (l RequestBounds) withDefaults() RequestBounds {
+	d := DefaultRequestBounds()
 	for _, f := range []struct{ v, def *int }{
 		{&l.MaxKeyBytes, &d.MaxKeyBytes},
 		{&l.MaxValueBytes, &d.MaxValueBytes},
@@ -81,7 +81,7 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// LimitError is a request over one of the Limits. It unwraps to
+// LimitError is a request over one of the RequestBounds. It unwraps to
 // ErrInvalidRequest.
 type LimitError struct {
 	// Field is where in the request, e.g. "descriptors[2].entries[0].value".
@@ -104,7 +104,7 @@ func (e *LimitError) Error() string {
 // Unwrap returns ErrInvalidRequest.
 func (e *LimitError) Unwrap() error { return ErrInvalidRequest }
 
-// FieldError is a request field the engine refuses whatever the Limits,
+// FieldError is a request field the engine refuses whatever the RequestBounds,
 // such as a descriptor value that is not valid UTF-8. It unwraps to
 // ErrInvalidRequest.
 type FieldError struct {
@@ -125,7 +125,7 @@ const ReasonNotUTF8 = "not valid UTF-8"
 // CheckCount checks the counts of a request before it is decoded further:
 // descriptors is how many it has. Transports call it first, so an oversized
 // request is refused before anything is allocated for it.
-func (l Limits) CheckCount(descriptors int) error {
+func (l RequestBounds) CheckCount(descriptors int) error {
 	l = l.withDefaults()
 	if exceeds(descriptors, l.MaxDescriptors) {
 		return &LimitError{Field: "descriptors", Limit: "max-descriptors", Got: descriptors, Max: l.MaxDescriptors}
@@ -135,12 +135,12 @@ func (l Limits) CheckCount(descriptors int) error {
 
 // CheckDomain checks the length of a request's domain, and that it is
 // valid UTF-8 (a *FieldError otherwise).
-func (l Limits) CheckDomain(domain string) error {
+func (l RequestBounds) CheckDomain(domain string) error {
 	return l.withDefaults().checkDomain(domain)
 }
 
 // checkDomain is CheckDomain on limits already defaulted.
-func (l Limits) checkDomain(domain string) error {
+func (l RequestBounds) checkDomain(domain string) error {
 	if exceeds(len(domain), l.MaxKeyBytes) {
 		return &LimitError{Field: "domain", Limit: "max-key-bytes", Got: len(domain), Max: l.MaxKeyBytes}
 	}
@@ -155,12 +155,12 @@ func (l Limits) checkDomain(domain string) error {
 // and value is valid UTF-8 (a *FieldError otherwise, e.g.
 // "descriptors[0].entries[1].value: not valid UTF-8"). Transports call it
 // on their own types before converting them.
-func (l Limits) CheckEntries(i, entries int, entry func(j int) (key, value string)) error {
+func (l RequestBounds) CheckEntries(i, entries int, entry func(j int) (key, value string)) error {
 	return l.withDefaults().checkEntries(i, entries, entry)
 }
 
 // checkEntries is CheckEntries on limits already defaulted.
-func (l Limits) checkEntries(i, entries int, entry func(j int) (key, value string)) error {
+func (l RequestBounds) checkEntries(i, entries int, entry func(j int) (key, value string)) error {
 	if exceeds(entries, l.MaxEntries) {
 		return &LimitError{Field: fmt.Sprintf("descriptors[%d].entries", i), Limit: "max-entries", Got: entries, Max: l.MaxEntries}
 	}
@@ -185,7 +185,7 @@ func (l Limits) checkEntries(i, entries int, entry func(j int) (key, value strin
 // Check checks req against the limits and returns the first one exceeded,
 // as a *LimitError, or the first field that is not valid UTF-8, as a
 // *FieldError, or nil.
-func (l Limits) Check(req *Request) error {
+func (l RequestBounds) Check(req *Request) error {
 	l = l.withDefaults()
 	if err := l.checkDomain(req.Domain); err != nil {
 		return err

@@ -14,9 +14,9 @@ import (
 // Each limit refuses a request just over it, names itself and the field,
 // and admits a request exactly at it.
 func TestLimits(t *testing.T) {
-	lim := Limits{MaxKeyBytes: 8, MaxValueBytes: 16, MaxDescriptors: 3, MaxEntries: 2}
+	lim := RequestBounds{MaxKeyBytes: 8, MaxValueBytes: 16, MaxDescriptors: 3, MaxEntries: 2}
 	cfg := DefaultConfig()
-	cfg.Limits = lim
+	cfg.RequestBounds = lim
 	h := newHarness(t, testRules, cfg)
 	many := func(n int) []Descriptor {
 		ds := make([]Descriptor, n)
@@ -76,9 +76,9 @@ func TestLimits(t *testing.T) {
 // field, whatever the limits (even with every limit lifted); each check a
 // transport calls refuses it as Check does.
 func TestNotUTF8Refused(t *testing.T) {
-	for _, lim := range []Limits{{}, {MaxKeyBytes: -1, MaxValueBytes: -1, MaxDescriptors: -1, MaxEntries: -1}} {
+	for _, lim := range []RequestBounds{{}, {MaxKeyBytes: -1, MaxValueBytes: -1, MaxDescriptors: -1, MaxEntries: -1}} {
 		cfg := DefaultConfig()
-		cfg.Limits = lim
+		cfg.RequestBounds = lim
 		h := newHarness(t, testRules, cfg)
 		for _, tc := range []struct {
 			name, field string
@@ -126,12 +126,12 @@ func TestLimitsDefaultsAndOff(t *testing.T) {
 		t.Errorf("default limits: Check of a %d-byte value = %v, want max-value-bytes=4096", DefaultMaxValueBytes+1, err)
 	}
 	cfg := DefaultConfig()
-	cfg.Limits.MaxValueBytes = -1
+	cfg.RequestBounds.MaxValueBytes = -1
 	h = newHarness(t, testRules, cfg)
 	if _, err := h.eng.Check(context.Background(), big); err != nil {
 		t.Errorf("MaxValueBytes -1: Check = %v, want accepted", err)
 	}
-	if err := (Limits{}).CheckCount(DefaultMaxDescriptors + 1); err == nil {
+	if err := (RequestBounds{}).CheckCount(DefaultMaxDescriptors + 1); err == nil {
 		t.Errorf("zero Limits accept %d descriptors, want max-descriptors=%d", DefaultMaxDescriptors+1, DefaultMaxDescriptors)
 	}
 }
@@ -161,7 +161,7 @@ func TestLimitsHugeRequestIsCheap(t *testing.T) {
 // keep their series.
 func TestDetailedMetricCap(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Limits.MaxDetailedMetricValues = 3
+	cfg.RequestBounds.MaxDetailedMetricValues = 3
 	h := newHarness(t, testRules, cfg)
 	before := testutil.CollectAndCount(h.m.Decisions)
 	for i := range 10 {
@@ -193,7 +193,7 @@ func TestDetailedMetricCap(t *testing.T) {
 // pass over the request's entries (compare with BenchmarkCheck).
 func BenchmarkLimitsCheck(b *testing.B) {
 	reqs := benchRequests()
-	lim := DefaultLimits()
+	lim := DefaultRequestBounds()
 	b.ReportAllocs()
 	cpu := cpuTime(b)
 	i := 0

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -43,31 +42,5 @@ func penalize(sc *scratch) {
 			*r = sluice.Result{Reason: sluice.ReasonPenalty, Limit: r.Limit, RetryAfter: pr.RetryAfter,
 				ResetAfter: max(r.ResetAfter, pr.RetryAfter)}
 		}
-	}
-}
-
-// startPenalties sends the penalties earned by the plans whose own limit
-// denied (not a penalty, not a cost no limit admits): one store call,
-// after the decision.
-func (e *Engine) startPenalties(ctx context.Context, sc *scratch) {
-	var ops []sluice.Op
-	for i := range sc.plans {
-		p := &sc.plans[i]
-		if p.pen == 0 || p.dropped {
-			continue
-		}
-		if r := sc.results[p.op]; !r.Allowed && r.Reason == sluice.ReasonLimited {
-			pen := sc.ops[p.pen-1]
-			// From fresh, so the microseconds the key's looks hold do not
-			// lengthen the penalty.
-			ops = append(ops, sluice.Op{Key: pen.Key, Limit: pen.Limit, Action: sluice.Reset},
-				sluice.Op{Key: pen.Key, Limit: pen.Limit, Cost: 2*pen.Limit.Burst - 1, Action: sluice.Charge})
-		}
-	}
-	if len(ops) == 0 {
-		return
-	}
-	if err := e.take(ctx, ops, make([]sluice.Result, len(ops))); err != nil {
-		e.logger.Warn("penalty not recorded: store error", "err", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/batch"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -151,10 +152,9 @@ type plan struct {
 	op      int  // index into ops, -1 when the rule is unlimited
 	ks, ke  int  // the op's key is scratch.key[ks:ke]
 	dropped bool // replaced by another matched rule
-	// shadowHit: a shadow-mode limit denied in an earlier pass and was
-	// retried as a look; shadowRes is the denial it reported.
+	// shadowHit: a shadow-mode limit denied and was decided as a look
+	// (batch.Batch.Shadowed); its result is the denial it reported.
 	shadowHit bool
-	shadowRes sluice.Result
 	// calExcess: a calendar quota's store window outlasts its period by
 	// this much (see rules.Calendar.Limit).
 	calExcess time.Duration
@@ -214,6 +214,11 @@ type scratch struct {
 	lres    []sluice.Result
 	key     []byte
 	obs     []byte // an Observer's key
+	// roles, of, shadowed and batch: the store call of decide.
+	roles    []batch.Role
+	of       []int
+	shadowed []bool
+	batch    batch.Batch
 	// calendar: a planned limit is a calendar quota (trimCalendar applies).
 	calendar bool
 }
@@ -229,6 +234,7 @@ func (s *scratch) release() {
 	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs =
 		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0]
 	s.calendar = false
+	s.batch = batch.Batch{}
 	scratchPool.Put(s)
 }
 

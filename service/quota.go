@@ -28,7 +28,7 @@ type Quota struct {
 // Safe for concurrent use; it makes no store call.
 func (e *Engine) Quota(domain string, entries []rules.Entry) (Quota, error) {
 	req := Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}
-	if err := validate(&req, e.cfg.Limits); err != nil {
+	if err := validate(&req, e.cfg.RequestBounds); err != nil {
 		return Quota{}, err
 	}
 	sc := scratchPool.Get().(*scratch)

@@ -80,7 +80,7 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 		case p.info == nil: // override: never per-value labels
 			e.m.Decision(req.Domain, "override", outcomeNames[out], near)
 		case p.rule.DetailedMetric:
-			label := e.detailed.label(e.cfg.Limits, req.Domain, p.rule.ID, req.Descriptors[p.desc].Entries)
+			label := e.detailed.label(e.cfg.RequestBounds, req.Domain, p.rule.ID, req.Descriptors[p.desc].Entries)
 			e.m.Decision(req.Domain, label, outcomeNames[out], near)
 		default:
 			p.info.count(outcomeNames[out], near)

@@ -50,7 +50,7 @@ func (e *Engine) Release(ctx context.Context, resp Response) error {
 // invalid or len(leases) differs from len(req.Descriptors), and an error
 // when a store could not release.
 func (e *Engine) ReleaseLeases(ctx context.Context, req Request, leases []uint64) error {
-	if err := validate(&req, e.cfg.Limits); err != nil {
+	if err := validate(&req, e.cfg.RequestBounds); err != nil {
 		return err
 	}
 	if len(leases) != len(req.Descriptors) {

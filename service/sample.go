@@ -12,7 +12,7 @@ import (
 // rules in force made of them, so that a rule change can be previewed
 // against real traffic (sluice diff). It records one check in every
 // Every, in a ring of Size requests: memory is bounded by Size times the
-// largest request Limits admit. It keeps what the rules see (domain,
+// largest request RequestBounds admit. It keeps what the rules see (domain,
 // descriptor entries, hits) and nothing else. Create it with NewSample;
 // safe for concurrent use.
 type Sample struct {

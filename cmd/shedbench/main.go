@@ -2,8 +2,8 @@
 // figures: the overload experiment (a backend of capacity C offered
 // 3 × C with 10% critical traffic, with and without shedding) and a step
 // change of capacity (C halves mid-run), both on the deterministic
-// simulation (internal/shedsim) and against a real HTTP backend through
-// Sluice's gateway (internal/shedload), on loopback only.
+// simulation (cmd/shedbench/internal/shedsim) and against a real HTTP backend through
+// Sluice's gateway (cmd/shedbench/internal/shedload), on loopback only.
 //
 //	go run ./cmd/shedbench                    # both; figures in docs/
 //	go run ./cmd/shedbench -real=false        # the simulation only (seconds)
@@ -24,8 +24,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/shedload"
-	"github.com/sluice-rl/sluice/internal/shedsim"
+	"github.com/sluice-rl/sluice/cmd/shedbench/internal/shedload"
+	"github.com/sluice-rl/sluice/cmd/shedbench/internal/shedsim"
 	"github.com/sluice-rl/sluice/shed"
 )
 

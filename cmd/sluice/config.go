@@ -169,7 +169,7 @@ const defaultMaxRequestBytes = 256 << 10
 // read and refuse (server/admin TestWorstQueryMemory).
 const maxHeaderBytes = 64 << 10
 
-// limitsConfig bounds requests; see service.Limits.
+// limitsConfig bounds requests; see service.RequestBounds.
 type limitsConfig struct {
 	KeyBytes, ValueBytes, Descriptors, Entries int
 	// RequestBytes bounds an HTTP body and a gRPC message.
@@ -178,9 +178,9 @@ type limitsConfig struct {
 	DetailedMetricValues int
 }
 
-// serviceLimits returns the limits in the engine's terms.
-func (l limitsConfig) serviceLimits() service.Limits {
-	return service.Limits{MaxKeyBytes: l.KeyBytes, MaxValueBytes: l.ValueBytes, MaxDescriptors: l.Descriptors,
+// requestBounds returns the bounds in the engine's terms (service.RequestBounds).
+func (l limitsConfig) requestBounds() service.RequestBounds {
+	return service.RequestBounds{MaxKeyBytes: l.KeyBytes, MaxValueBytes: l.ValueBytes, MaxDescriptors: l.Descriptors,
 		MaxEntries: l.Entries, MaxDetailedMetricValues: l.DetailedMetricValues}
 }
 

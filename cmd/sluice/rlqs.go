@@ -13,14 +13,14 @@ import (
 // registerRLQS serves Envoy's rate limit quota service on the gRPC server
 // (docs/rlqs.md) and registers its metrics on reg. Buckets of rules are
 // leased from the store stack (Redis's counters, or the memory store's).
-func (s *server) registerRLQS(reg prometheus.Registerer, limits service.Limits) error {
+func (s *server) registerRLQS(reg prometheus.Registerer, limits service.RequestBounds) error {
 	un, err := rlqs.ParseUnmatched(s.cfg.Listen.RLQSUnmatched)
 	if err != nil {
 		return fmt.Errorf("--rlqs-unmatched: %w", err)
 	}
 	log := s.log.With("component", "rlqs")
 	allotter, _ := s.store.(sluice.Allotter)
-	s.rlqs, err = rlqs.New(s.engine, s.watcher, rlqs.Options{Unmatched: un, Limits: limits, Logger: log, Allotter: allotter,
+	s.rlqs, err = rlqs.New(s.engine, s.watcher, rlqs.Options{Unmatched: un, RequestBounds: limits, Logger: log, Allotter: allotter,
 		MaxStreamAge: s.cfg.Listen.RLQSMaxStreamAge, ReconnectGrace: s.cfg.Listen.RLQSReconnectGrace})
 	if err != nil {
 		return err

@@ -164,7 +164,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 
 	ecfg := service.DefaultConfig()
 	ecfg.ExpectedReplicas = cfg.Service.ExpectedReplicas
-	ecfg.Limits = cfg.Limits.serviceLimits()
+	ecfg.RequestBounds = cfg.Limits.requestBounds()
 	cfg.Envoy.engine(&ecfg)
 	memOpts := memory.Options{Now: d.now, MaxKeys: cfg.Store.Memory.MaxKeys}
 	if skew := cfg.Store.Memory.ClockSkew; skew != 0 {
@@ -246,7 +246,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	ropts := rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders, Limits: ecfg.Limits}
+	ropts := rls.Options{Logger: log.With("component", "grpc"), ResponseHeaders: cfg.Listen.ResponseHeaders, RequestBounds: ecfg.RequestBounds}
 	cfg.Envoy.rlsOptions(&ropts)
 	s.rls = rls.New(s.engine, ropts)
 	if tlsCfg != nil && cfg.Envoy.ClientTLSSAN != "" {
@@ -276,7 +276,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.grpc = grpc.NewServer(gopts...)
 	s.rls.Register(s.grpc)
-	if err := s.registerRLQS(reg, ecfg.Limits); err != nil {
+	if err := s.registerRLQS(reg, ecfg.RequestBounds); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 
@@ -289,7 +289,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		Logger:          log.With("component", "http"),
 		ResponseHeaders: cfg.Listen.ResponseHeaders,
 		MaxBodyBytes:    int64(cfg.Limits.RequestBytes),
-		Limits:          ecfg.Limits,
+		RequestBounds:   ecfg.RequestBounds,
 		ReadyNotes:      s.allReadyNotes,
 		StoreHealth:     s.engine.Ready,
 		RuleSwitch:      s.ruleSwitch,

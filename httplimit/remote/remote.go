@@ -61,7 +61,7 @@ var ErrInvalidRequest = rlsproto.ErrInvalidRequest
 
 // utf8Only are limits that check nothing but UTF-8: the sizes are the
 // server's to check.
-var utf8Only = service.Limits{MaxKeyBytes: -1, MaxValueBytes: -1, MaxDescriptors: -1, MaxEntries: -1}
+var utf8Only = service.RequestBounds{MaxKeyBytes: -1, MaxValueBytes: -1, MaxDescriptors: -1, MaxEntries: -1}
 
 // Check implements httplimit.Checker. A request the server refuses as
 // invalid (codes.InvalidArgument: a key or value over its limits, say),

@@ -36,15 +36,15 @@ const Unlimited = math.MaxUint32
 // validates what envoyproxy/ratelimit validates (and a little more) and
 // returns an error wrapping ErrInvalidRequest that names the offending field,
 // for example "descriptors[1].entries[0].key: empty". It enforces the
-// default service.Limits. It never panics, even on a nil request.
+// default service.RequestBounds. It never panics, even on a nil request.
 func FromProto(req *rlsv3.RateLimitRequest) (service.Request, error) {
-	return FromProtoLimits(req, service.Limits{})
+	return FromProtoLimits(req, service.RequestBounds{})
 }
 
 // FromProtoLimits is FromProto enforcing lim: a request over one of them is
 // refused, before anything is allocated for it, with an error wrapping both
 // ErrInvalidRequest and a *service.LimitError that names the limit.
-func FromProtoLimits(req *rlsv3.RateLimitRequest, lim service.Limits) (service.Request, error) {
+func FromProtoLimits(req *rlsv3.RateLimitRequest, lim service.RequestBounds) (service.Request, error) {
 	if req.GetDomain() == "" {
 		return service.Request{}, fmt.Errorf("%w: domain: empty", ErrInvalidRequest)
 	}

@@ -72,9 +72,9 @@ func DecodeReset(body []byte) (rr ResetRequest, req *service.Request, err error)
 	case !one:
 		bad("tenant", "required (or domain and descriptor, for one key)")
 	default:
-		// The sizes a check may have (service.Limits' defaults), named in
+		// The sizes a check may have (service.RequestBounds' defaults), named in
 		// this body's spelling.
-		var lim service.Limits
+		var lim service.RequestBounds
 		overLimit := func(err error) {
 			var le *service.LimitError
 			var fe *service.FieldError

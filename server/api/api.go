@@ -84,10 +84,10 @@ type Options struct {
 	// MaxBodyBytes bounds request bodies; zero means DefaultMaxBodyBytes. A
 	// larger body is answered 413 naming the limit.
 	MaxBodyBytes int64
-	// Limits bound the size of check and release requests (see
-	// service.Limits); a request over one is answered 400 naming the limit,
+	// RequestBounds bound the size of check and release requests (see
+	// service.RequestBounds); a request over one is answered 400 naming the limit,
 	// before it is converted. The zero value is the defaults.
-	Limits service.Limits
+	RequestBounds service.RequestBounds
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// /v1/check and /json answers.
 	ResponseHeaders bool
@@ -308,7 +308,7 @@ func (h *handler) fields(w http.ResponseWriter, resp service.Response) {
 // (allowed or not: the call itself succeeded), 400 with problem+json for a
 // malformed request.
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {
-	resp, ok := h.decide(w, r, func(b []byte) (service.Request, error) { return decodeCheck(bytes.NewReader(b), h.opts.Limits) })
+	resp, ok := h.decide(w, r, func(b []byte) (service.Request, error) { return decodeCheck(bytes.NewReader(b), h.opts.RequestBounds) })
 	if !ok {
 		return
 	}
@@ -327,7 +327,7 @@ func (h *handler) release(rel Releaser) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		req, leases, err := decodeRelease(bytes.NewReader(b), h.opts.Limits)
+		req, leases, err := decodeRelease(bytes.NewReader(b), h.opts.RequestBounds)
 		if err != nil {
 			problem(w, http.StatusBadRequest, err.Error())
 			return
@@ -355,7 +355,7 @@ func (h *handler) charge(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := decodeCharge(bytes.NewReader(b), h.opts.Limits)
+	req, err := decodeCharge(bytes.NewReader(b), h.opts.RequestBounds)
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error())
 		return
@@ -387,7 +387,7 @@ func (h *handler) charge(w http.ResponseWriter, r *http.Request) {
 // RateLimitResponse when allowed, 429 with it when over limit, 400 for bad
 // input.
 func (h *handler) json(w http.ResponseWriter, r *http.Request) {
-	resp, ok := h.decide(w, r, func(b []byte) (service.Request, error) { return decodeEnvoyJSON(b, h.opts.Limits) })
+	resp, ok := h.decide(w, r, func(b []byte) (service.Request, error) { return decodeEnvoyJSON(b, h.opts.RequestBounds) })
 	if !ok {
 		return
 	}

@@ -46,13 +46,13 @@ func TestWorstBodiesAllocation(t *testing.T) {
 		name   string
 		decode func([]byte) error
 	}{
-		{"POST /v1/check", func(b []byte) error { _, err := decodeCheck(bytes.NewReader(b), service.Limits{}); return err }},
+		{"POST /v1/check", func(b []byte) error { _, err := decodeCheck(bytes.NewReader(b), service.RequestBounds{}); return err }},
 		{"POST /v1/release", func(b []byte) error {
-			_, _, err := decodeRelease(bytes.NewReader(b), service.Limits{})
+			_, _, err := decodeRelease(bytes.NewReader(b), service.RequestBounds{})
 			return err
 		}},
-		{"POST /v1/charge", func(b []byte) error { _, err := decodeCharge(bytes.NewReader(b), service.Limits{}); return err }},
-		{"POST /json", func(b []byte) error { _, err := decodeEnvoyJSON(b, service.Limits{}); return err }},
+		{"POST /v1/charge", func(b []byte) error { _, err := decodeCharge(bytes.NewReader(b), service.RequestBounds{}); return err }},
+		{"POST /json", func(b []byte) error { _, err := decodeEnvoyJSON(b, service.RequestBounds{}); return err }},
 	}
 	for _, s := range surfaces {
 		for _, body := range bodies {

@@ -18,10 +18,10 @@ import (
 
 // DecodeEnvoyJSON decodes the body of POST /json, a protojson
 // RateLimitRequest, and converts it as the gRPC server does, with the
-// default service.Limits. Errors name the problem; unknown fields are
+// default service.RequestBounds. Errors name the problem; unknown fields are
 // errors. It never panics.
 func DecodeEnvoyJSON(b []byte) (service.Request, error) {
-	return decodeEnvoyJSON(b, service.Limits{})
+	return decodeEnvoyJSON(b, service.RequestBounds{})
 }
 
 // decodeEnvoyJSON is DecodeEnvoyJSON with lim. The body is first read by
@@ -32,7 +32,7 @@ func DecodeEnvoyJSON(b []byte) (service.Request, error) {
 // surrogate escapes included); then protojson decodes it, with its own
 // semantics unchanged: lowerCamel and proto names, numbers as strings,
 // enums by name or number, duplicate and unknown fields refused.
-func decodeEnvoyJSON(b []byte, lim service.Limits) (service.Request, error) {
+func decodeEnvoyJSON(b []byte, lim service.RequestBounds) (service.Request, error) {
 	if err := boundEnvoyJSON(b, lim); err != nil {
 		return service.Request{}, err
 	}
@@ -91,7 +91,7 @@ type envoyLevel struct {
 // b in place and its state holds at most MaxDepth levels. What it does not
 // refuse, protojson decodes (unknown and duplicate members included: it
 // refuses them at the first).
-func boundEnvoyJSON(b []byte, lim service.Limits) error {
+func boundEnvoyJSON(b []byte, lim service.RequestBounds) error {
 	dec := jsontext.NewDecoder(bytes.NewBuffer(b), jsontext.AllowDuplicateNames(true))
 	var stack [strictjson.MaxDepth]envoyLevel
 	depth := 0
@@ -189,7 +189,7 @@ func boundEnvoyJSON(b []byte, lim service.Limits) error {
 }
 
 // envoyCount checks the count of a closed array against lim.
-func envoyCount(l *envoyLevel, lim service.Limits) error {
+func envoyCount(l *envoyLevel, lim service.RequestBounds) error {
 	var err error
 	switch l.role {
 	case roleDescriptors:

@@ -17,7 +17,7 @@ import (
 
 // protojsonOnly is what /json did before boundEnvoyJSON: protojson, then
 // the conversion. decodeEnvoyJSON must agree with it on every body.
-func protojsonOnly(b []byte, lim service.Limits) (service.Request, error) {
+func protojsonOnly(b []byte, lim service.RequestBounds) (service.Request, error) {
 	var pr rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(b, &pr); err != nil {
 		return service.Request{}, err
@@ -32,7 +32,7 @@ func protojsonOnly(b []byte, lim service.Limits) (service.Request, error) {
 // does not know are not counted (protojson refuses the member), and bodies
 // within the bounds decode as protojson decodes them.
 func TestEnvoyJSONBounds(t *testing.T) {
-	lim := service.Limits{MaxDescriptors: 3, MaxEntries: 2}
+	lim := service.RequestBounds{MaxDescriptors: 3, MaxEntries: 2}
 	entry := `{"key":"k","value":"v"}`
 	desc := func(entries int) string {
 		return `{"entries":[` + strings.TrimSuffix(strings.Repeat(entry+",", entries), ",") + `]}`
@@ -109,8 +109,8 @@ func TestEnvoyJSONNames(t *testing.T) {
 		`{"domain":"edge","descriptors":[{"entries":[]},{}]}`,
 		` {"descriptors" : [ {"entries" : [ {"value":"v","key":"k"} ] } ] , "domain" : "edge" } `,
 	} {
-		got, err := decodeEnvoyJSON([]byte(body), service.Limits{})
-		ref, refErr := protojsonOnly([]byte(body), service.Limits{})
+		got, err := decodeEnvoyJSON([]byte(body), service.RequestBounds{})
+		ref, refErr := protojsonOnly([]byte(body), service.RequestBounds{})
 		if fmt.Sprint(err) != fmt.Sprint(refErr) || !reflect.DeepEqual(got, ref) {
 			t.Errorf("#%d %s: %+v, %v; want %+v, %v as protojson decodes it", i, body, got, err, ref, refErr)
 		}

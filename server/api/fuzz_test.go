@@ -118,7 +118,7 @@ func FuzzDecodeEnvoyJSON(f *testing.F) {
 	e := newEngine(f, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := DecodeEnvoyJSON(body)
-		ref, refErr := protojsonOnly(body, service.Limits{})
+		ref, refErr := protojsonOnly(body, service.RequestBounds{})
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatalf("empty error message for %q", body)

@@ -158,14 +158,14 @@ type LimitJSON struct {
 
 // DecodeCheckRequest reads one CheckRequest from r strictly: unknown fields,
 // trailing data and wrong types are errors, and the request must satisfy
-// what CheckRequest documents and the default service.Limits. The error says
+// what CheckRequest documents and the default service.RequestBounds. The error says
 // which field is wrong, in the style "descriptors[0].entries[1].key: empty".
 // It never panics.
 func DecodeCheckRequest(r io.Reader) (service.Request, error) {
-	return decodeCheck(r, service.Limits{})
+	return decodeCheck(r, service.RequestBounds{})
 }
 
-func decodeCheck(r io.Reader, lim service.Limits) (service.Request, error) {
+func decodeCheck(r io.Reader, lim service.RequestBounds) (service.Request, error) {
 	var req CheckRequest
 	if err := decodeOne(r, &req, lim); err != nil {
 		return service.Request{}, err
@@ -181,7 +181,7 @@ func decodeCheck(r io.Reader, lim service.Limits) (service.Request, error) {
 // once. Arrays are refused past lim's counts as they are read (descriptors,
 // entries, leases), so what a body decodes into is bounded by lim, not by
 // the body's size; the rest of lim is toService's.
-func decodeOne(r io.Reader, v any, lim service.Limits) error {
+func decodeOne(r io.Reader, v any, lim service.RequestBounds) error {
 	b, err := readBody(r)
 	if err != nil {
 		return fmt.Errorf("body: %w", err)
@@ -209,11 +209,11 @@ func readBody(r io.Reader) ([]byte, error) {
 	return io.ReadAll(r)
 }
 
-var decoders sync.Map // service.Limits → *strictjson.Decoder
+var decoders sync.Map // service.RequestBounds → *strictjson.Decoder
 
 // decoderFor returns the decoder bounding arrays by lim (made once per
 // distinct lim: a server has one).
-func decoderFor(lim service.Limits) *strictjson.Decoder {
+func decoderFor(lim service.RequestBounds) *strictjson.Decoder {
 	if d, ok := decoders.Load(lim); ok {
 		return d.(*strictjson.Decoder)
 	}
@@ -244,10 +244,10 @@ func decoderFor(lim service.Limits) *strictjson.Decoder {
 // DecodeCheckRequest, and returns the request and its leases. It never
 // panics.
 func DecodeReleaseRequest(r io.Reader) (service.Request, []uint64, error) {
-	return decodeRelease(r, service.Limits{})
+	return decodeRelease(r, service.RequestBounds{})
 }
 
-func decodeRelease(r io.Reader, lim service.Limits) (service.Request, []uint64, error) {
+func decodeRelease(r io.Reader, lim service.RequestBounds) (service.Request, []uint64, error) {
 	var req ReleaseRequest
 	if err := decodeOne(r, &req, lim); err != nil {
 		return service.Request{}, nil, err
@@ -264,7 +264,7 @@ func decodeRelease(r io.Reader, lim service.Limits) (service.Request, []uint64, 
 
 // toService converts and validates r, refusing it (with an error wrapping
 // a *service.LimitError) if it is over one of lim before converting it.
-func (r *CheckRequest) toService(lim service.Limits) (service.Request, error) {
+func (r *CheckRequest) toService(lim service.RequestBounds) (service.Request, error) {
 	out, err := convert(r.Domain, len(r.Descriptors), func(i int) ([]Entry, *LimitOverride) {
 		return r.Descriptors[i].Entries, r.Descriptors[i].Limit
 	}, lim)
@@ -290,7 +290,7 @@ func (r *CheckRequest) toService(lim service.Limits) (service.Request, error) {
 // convert checks a request's domain and n descriptors (at(i) gives
 // descriptor i's entries and limit) against lim and what the endpoints
 // require, and converts them; the caller adds the hits.
-func convert(domain string, n int, at func(i int) ([]Entry, *LimitOverride), lim service.Limits) (service.Request, error) {
+func convert(domain string, n int, at func(i int) ([]Entry, *LimitOverride), lim service.RequestBounds) (service.Request, error) {
 	if domain == "" {
 		return service.Request{}, errors.New("domain: empty")
 	}
@@ -403,14 +403,14 @@ type ChargeStatus struct {
 }
 
 // DecodeChargeRequest reads one ChargeRequest from r, as strictly as
-// DecodeCheckRequest, with the default service.Limits. Each descriptor's
+// DecodeCheckRequest, with the default service.RequestBounds. Each descriptor's
 // hits must be given (its own, or the top level's) and within ±(2^53−1).
 // It never panics.
 func DecodeChargeRequest(r io.Reader) (service.ChargeRequest, error) {
-	return decodeCharge(r, service.Limits{})
+	return decodeCharge(r, service.RequestBounds{})
 }
 
-func decodeCharge(r io.Reader, lim service.Limits) (service.ChargeRequest, error) {
+func decodeCharge(r io.Reader, lim service.RequestBounds) (service.ChargeRequest, error) {
 	var req ChargeRequest
 	if err := decodeOne(r, &req, lim); err != nil {
 		return service.ChargeRequest{}, err

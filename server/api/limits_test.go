@@ -14,7 +14,7 @@ import (
 // Every endpoint that takes descriptors answers 400 naming the limit a
 // request exceeds, and 413 naming the body limit.
 func TestLimitsHTTP(t *testing.T) {
-	lim := service.Limits{MaxKeyBytes: 8, MaxValueBytes: 16, MaxDescriptors: 3, MaxEntries: 2}
+	lim := service.RequestBounds{MaxKeyBytes: 8, MaxValueBytes: 16, MaxDescriptors: 3, MaxEntries: 2}
 	snap, err := rules.Parse("edge.yaml", []byte(testRules), rules.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -22,12 +22,12 @@ func TestLimitsHTTP(t *testing.T) {
 	st := memory.New(memory.Options{})
 	defer st.Close()
 	cfg := service.DefaultConfig()
-	cfg.Limits = lim
+	cfg.RequestBounds = lim
 	eng, err := service.New(cfg, service.StaticRules{Snapshot: snap}, st, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Checker: eng, Limits: lim, MaxBodyBytes: 4096, Charger: eng, ChargeAuth: func(next http.Handler) http.Handler { return next }})
+	h, err := New(Options{Checker: eng, RequestBounds: lim, MaxBodyBytes: 4096, Charger: eng, ChargeAuth: func(next http.Handler) http.Handler { return next }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ type Options struct {
 	// MaxBucketBytes bounds the bytes of bucket ids (keys and values) one
 	// stream holds: a new bucket past it ends the stream with
 	// ResourceExhausted. Without it a stream of MaxBuckets buckets at the
-	// entry limits (service.Limits: 16 entries of 256-byte keys and
+	// entry limits (service.RequestBounds: 16 entries of 256-byte keys and
 	// 4,096-byte values) held 70 MB of ids, 184 MB of heap. Envoy reports
 	// a stream's buckets together, so their ids fit in one message
 	// (--max-request-bytes, 256 KiB by default). Default 1 MiB.
@@ -125,9 +125,9 @@ type Options struct {
 	// do not end together; the Envoy reconnects at its next report and
 	// keeps its grants (ReconnectGrace). Zero: streams never age out.
 	MaxStreamAge time.Duration
-	// Limits bound domains and bucket entries (see service.Limits). The
+	// RequestBounds bound domains and bucket entries (see service.RequestBounds). The
 	// zero value is the defaults.
-	Limits service.Limits
+	RequestBounds service.RequestBounds
 	// Logger receives store errors (at most one a second). Nil discards.
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.

@@ -153,7 +153,7 @@ func (s *Server) newSession() *session {
 // message refused takes no lease.
 func (ss *session) handle(ctx context.Context, now time.Time, m *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
 	ss.reports++
-	lim := ss.srv.opts.Limits
+	lim := ss.srv.opts.RequestBounds
 	switch {
 	case ss.domain == "" && m.GetDomain() == "":
 		return nil, status.Error(codes.InvalidArgument, "rlqs: domain: the first message of a stream must carry the domain")
@@ -639,7 +639,7 @@ func appendAction(r *rlqspb.RateLimitQuotaResponse, a *rlqspb.RateLimitQuotaResp
 }
 
 // checkBucket checks a bucket's size: entries, key and value lengths.
-func checkBucket(lim service.Limits, i int, m map[string]string) error {
+func checkBucket(lim service.RequestBounds, i int, m map[string]string) error {
 	keys := sortedKeys(m)
 	return lim.CheckEntries(i, len(keys), func(j int) (string, string) { return keys[j], m[keys[j]] })
 }

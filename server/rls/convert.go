@@ -30,12 +30,12 @@ func response(resp service.Response, withHeaders bool) *rlsv3.RateLimitResponse 
 }
 
 // FromProto converts an envoy RateLimitRequest into a service.Request,
-// enforcing the default service.Limits (see rlsproto.FromProto).
+// enforcing the default service.RequestBounds (see rlsproto.FromProto).
 func FromProto(req *rlsv3.RateLimitRequest) (service.Request, error) {
 	return rlsproto.FromProto(req)
 }
 
 // FromProtoLimits is FromProto enforcing lim (see rlsproto.FromProtoLimits).
-func FromProtoLimits(req *rlsv3.RateLimitRequest, lim service.Limits) (service.Request, error) {
+func FromProtoLimits(req *rlsv3.RateLimitRequest, lim service.RequestBounds) (service.Request, error) {
 	return rlsproto.FromProtoLimits(req, lim)
 }

@@ -23,7 +23,7 @@ import (
 
 // limitCases are requests each just over one limit of testLimits, and the
 // message naming it.
-var testLimits = service.Limits{MaxKeyBytes: 8, MaxValueBytes: 16, MaxDescriptors: 3, MaxEntries: 2}
+var testLimits = service.RequestBounds{MaxKeyBytes: 8, MaxValueBytes: 16, MaxDescriptors: 3, MaxEntries: 2}
 
 func limitCases() []struct {
 	name string
@@ -81,13 +81,13 @@ func TestShouldRateLimitLimits(t *testing.T) {
 	st := memory.New(memory.Options{})
 	defer st.Close()
 	cfg := service.DefaultConfig()
-	cfg.Limits = testLimits
+	cfg.RequestBounds = testLimits
 	eng, err := service.New(cfg, service.StaticRules{Snapshot: snap}, st, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer(ServerOptions()...) // as sluice serve runs it
-	New(eng, Options{Limits: testLimits}).Register(g)
+	New(eng, Options{RequestBounds: testLimits}).Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

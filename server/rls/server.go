@@ -38,10 +38,10 @@ type Options struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// response_headers_to_add, as edge.Decision renders them.
 	ResponseHeaders bool
-	// Limits bound the size of requests (see service.Limits); a request
+	// RequestBounds bound the size of requests (see service.RequestBounds); a request
 	// over one is refused with codes.InvalidArgument naming the limit,
 	// before it is converted. The zero value is the defaults.
-	Limits service.Limits
+	RequestBounds service.RequestBounds
 	// LimitHeaders, when set, adds envoyproxy/ratelimit's response headers
 	// (LIMIT_RESPONSE_HEADERS_ENABLED) to response_headers_to_add, beside
 	// or instead of ResponseHeaders: the limit, remaining count and seconds
@@ -134,14 +134,14 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
 // ShouldRateLimit answers one RateLimitRequest. A malformed request (empty
-// domain, no descriptors) or one over Options.Limits is
+// domain, no descriptors) or one over Options.RequestBounds is
 // codes.InvalidArgument (envoyproxy/ratelimit answers the first two with
 // codes.Unknown; Envoy treats every error alike); a descriptor without
 // entries or with an empty key is answered OK, the others decided; an engine error is codes.Internal (Envoy then
 // applies its own failure_mode_deny), a cancelled call codes.Canceled or
 // codes.DeadlineExceeded.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	sreq, err := FromProtoLimits(req, s.opts.Limits)
+	sreq, err := FromProtoLimits(req, s.opts.RequestBounds)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -188,7 +188,7 @@ const StreamWorkers = 64
 // (every other service and message goes to the proto codec unchanged).
 // They change nothing a client sees but one answer: a request whose
 // domain, descriptor key or value is not UTF-8 is refused with
-// InvalidArgument naming the field, as service.Limits names it, where
+// InvalidArgument naming the field, as service.RequestBounds names it, where
 // grpc-go's codec answers Internal. Register works on a server without
 // them too, at the protobuf library's cost. A stats handler of the server
 // sees a ShouldRateLimit request decoded by hand as an empty

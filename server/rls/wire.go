@@ -69,10 +69,10 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 	if w.isRaw {
 		if interceptor == nil {
 			d := decoders.Get().(*decoder)
-			d.maxDescs, d.maxEntries = decodeBounds(s.opts.Limits)
+			d.maxDescs, d.maxEntries = decodeBounds(s.opts.RequestBounds)
 			if d.decode(w.raw) {
 				if d.over() {
-					err := d.limitError(s.opts.Limits)
+					err := d.limitError(s.opts.RequestBounds)
 					d.release()
 					return nil, status.Error(codes.InvalidArgument, err.Error())
 				}
@@ -87,7 +87,7 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 		}
 		if err := proto.Unmarshal([]byte(w.raw), &w.RateLimitRequest); err != nil {
 			// A domain, key or value that is not UTF-8 is the client's
-			// mistake, named as the service names it (service.Limits);
+			// mistake, named as the service names it (service.RequestBounds);
 			// anything else is refused as grpc-go's proto codec would
 			// have refused it.
 			if field, ok := notUTF8(w.raw); ok {
@@ -163,7 +163,7 @@ type decoder struct {
 }
 
 // decodeBounds returns the decoder's maxDescs and maxEntries for lim.
-func decodeBounds(lim service.Limits) (descs, entries int) {
+func decodeBounds(lim service.RequestBounds) (descs, entries int) {
 	pick := func(v, def int) int {
 		switch {
 		case v == 0:
@@ -182,7 +182,7 @@ func (d *decoder) over() bool { return d.n > len(d.descs) || d.overAt > 0 }
 
 // limitError is the error FromProtoLimits returns for the message decoded
 // when over: the same checks in the same order, on the counts seen.
-func (d *decoder) limitError(lim service.Limits) error {
+func (d *decoder) limitError(lim service.RequestBounds) error {
 	wrap := func(err error) error { return fmt.Errorf("%w: %w", ErrInvalidRequest, err) }
 	if d.msg.Domain == "" {
 		return fmt.Errorf("%w: domain: empty", ErrInvalidRequest)
@@ -339,7 +339,7 @@ func (d *decoder) descriptor(b string) bool {
 
 // notUTF8 names the first domain, descriptor entry key or value of b, a
 // RateLimitRequest's wire bytes, that is not valid UTF-8, in the spelling
-// of service.Limits ("descriptors[1].entries[0].value"), and reports
+// of service.RequestBounds ("descriptors[1].entries[0].value"), and reports
 // whether it found one. It skips every other field, and gives up (false)
 // on bytes that are not a message. It allocates only the name it returns.
 func notUTF8(b string) (string, bool) {

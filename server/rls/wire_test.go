@@ -166,7 +166,7 @@ func FuzzDecode(f *testing.F) {
 		nested = protowire.AppendTag(nested, 99, protowire.EndGroupType)
 	}
 	f.Add(nested)
-	small := service.Limits{MaxDescriptors: 2, MaxEntries: 2}
+	small := service.RequestBounds{MaxDescriptors: 2, MaxEntries: 2}
 	reused := new(decoder)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d := new(decoder)

@@ -27,7 +27,8 @@
 //     (sluice.KeyHybrid, sluice.KeyLocal) and keeps a batch across
 //     placements all-or-nothing.
 //
-// Every layer passes the optional interfaces through: sluice.KeyLister,
+// The stack is a batch.Decider: the engine hands it a whole check in one
+// call. Every layer passes the optional interfaces through: sluice.KeyLister,
 // sluice.Allotter (where a layer can lease), sluice.HealthReporter,
 // sluice.Invalidator, sluice.ResetAnnouncer and io.Closer; a layer over a
 // store that lacks one answers with an error wrapping
@@ -46,6 +47,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/batch"
 	"github.com/sluice-rl/sluice/store/hybrid"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
@@ -190,6 +192,7 @@ var (
 	_ sluice.Invalidator    = (*Stack)(nil)
 	_ sluice.ResetAnnouncer = (*Stack)(nil)
 	_ io.Closer             = (*Stack)(nil)
+	_ batch.Decider         = (*Stack)(nil)
 )
 
 // New builds the stack c describes. On error nothing is left open.
@@ -275,6 +278,18 @@ func New(c Config) (*Stack, error) {
 // Take implements sluice.Store.
 func (s *Stack) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
 	return s.top.Take(ctx, ops, results)
+}
+
+// Decide implements batch.Decider, so the engine calls the stack once per
+// check: with KindMemory, the memory store's Decide; with KindRedis,
+// batch.Run over the placed layers in mode batch.Split (a batch mixing
+// Takes with Charges or Refunds of other keys sends its Takes first, as a
+// Cluster needs).
+func (s *Stack) Decide(ctx context.Context, b *batch.Batch) error {
+	if d, ok := s.top.(batch.Decider); ok {
+		return d.Decide(ctx, b)
+	}
+	return batch.Run(ctx, s.top, b, batch.Split)
 }
 
 // Keys implements sluice.KeyLister: every layer's keys, by placement.

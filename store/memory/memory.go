@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/batch"
 )
 
 // Options configure a Store. The zero value is usable: every field has a
@@ -73,7 +74,18 @@ type Store struct {
 	*store
 }
 
-var _ sluice.KeyLister = (*Store)(nil)
+var (
+	_ sluice.KeyLister = (*Store)(nil)
+	_ batch.Decider    = (*Store)(nil)
+)
+
+// Decide implements batch.Decider: batch.Run over Take in mode
+// batch.Atomic, since a batch mixing Takes with Charges and Refunds is
+// all-or-nothing here (one call unless a Shadow or Quota op is denied, or
+// the batch is denied with Settle ops or a penalty to start).
+func (s *Store) Decide(ctx context.Context, b *batch.Batch) error {
+	return batch.Run(ctx, s, b, batch.Atomic)
+}
 
 type store struct {
 	shards    []shard
@@ -228,6 +240,29 @@ func (s *store) Take(_ context.Context, ops []sluice.Op, results []sluice.Result
 		return nil
 	}
 	return s.takeBatch(ops, results, now)
+}
+
+// TakeOne is Take of the one op o, with o and its Result passed by value:
+// sluice.Limiter calls it through an interface without allocating (slices
+// passed through an interface escape to the heap).
+func (st *Store) TakeOne(_ context.Context, o sluice.Op) (sluice.Result, error) {
+	s := st.store // a method of Store itself: no wrapper copies o once more
+	var r sluice.Result
+	if o.Cost < 0 || o.Cost > sluice.MaxExact || o.Release || o.Action != sluice.Take {
+		if err := o.Check(); err != nil {
+			return r, fmt.Errorf("memory: %w", err)
+		}
+	}
+	now := s.clock()
+	h := s.hash(o.Key)
+	sh := &s.shards[s.shardOf(h)]
+	sh.mu.Lock()
+	err := s.apply(sh, &o, h, now, nil, &r)
+	sh.mu.Unlock()
+	if err != nil {
+		return sluice.Result{}, fmt.Errorf("memory: %w", err)
+	}
+	return r, nil
 }
 
 // takeBatch applies several ops atomically: it locks every shard involved in

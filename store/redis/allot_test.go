@@ -93,8 +93,12 @@ func TestAllot(t *testing.T) {
 func TestAllotBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	// The timeout leaves a caller that gives up (below) a second to do so
-	// before the store's own timeout could end its call.
-	const timeout, openFor = time.Second, 300 * time.Millisecond
+	// before the store's own timeout could end its call. The breaker stays
+	// open long enough that a loaded machine cannot let it half-open
+	// between the call that opened it and the next one (with 300ms, a
+	// busy host once counted a fourth timeout: the probe of a half-open
+	// breaker).
+	const timeout, openFor = time.Second, 2 * time.Second
 	st, err := New(Options{URL: srv.URL(), Timeout: timeout, Breaker: BreakerOptions{OpenTimeout: openFor}})
 	if err != nil {
 		t.Fatal(err)
