@@ -24,6 +24,13 @@ type Op struct {
 	// expired or was never granted does nothing.
 	Release bool
 	// Lease names the lease to release (from Result.Lease of the acquire).
+	// On a Concurrency acquire (cost > 0, not Release) a nonzero Lease is
+	// the ID the caller chooses for the lease it asks for, instead of one
+	// the store picks: a caller that pairs an acquire with its release by
+	// a name of its own (a request ID, hashed) sets it. An acquire whose
+	// chosen ID is still held is admitted as a look, holding nothing more
+	// (a retried acquire takes one slot, not two); its Result names the
+	// lease held. Ignored on other ops.
 	Lease uint64
 	// Action says what the op does to its key; the zero value, Take, admits
 	// Cost only if it fits. Charge, Refund and Reset are never denied.

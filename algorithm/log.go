@@ -68,6 +68,20 @@ func entryStep(es []Entry, now, cost int64, p Params, life int64, add Entry) ([]
 	return es, d
 }
 
+// Held reports whether leases hold an unexpired lease named id at now
+// (id 0 names none).
+func Held(leases []Entry, now int64, id uint64) bool {
+	if id == 0 {
+		return false
+	}
+	for i := range leases {
+		if leases[i].ID == id && leases[i].At > now {
+			return true
+		}
+	}
+	return false
+}
+
 // Release frees the lease named id, if it is still held, and reports the
 // state afterward as an allowed look. Releasing an unknown or expired lease is
 // not an error: its units are already free.

@@ -434,8 +434,11 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 	// descriptors without a rule cost nothing per level of depth.
 	path := append(parent, d.step)
 	if rl != nil {
-		if r := p.rateLimit(rl, rlField, t); r != nil {
+		if r := p.rateLimit(rl, rlField, t, path); r != nil {
 			r.Path = slices.Clone(path)
+			if r.PairBy != "" {
+				r.Path[r.PairIndex].Paired = true
+			}
 			r.ShadowMode = shadow
 			r.DetailedMetric = detailed
 			r.QuotaMode, r.Metadata = quota, meta
@@ -541,14 +544,14 @@ func (p *parser) metadata(v *yaml.Node, field string) (map[string]any, bool) {
 var rateLimitKeys = []string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
 	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
-	"tiers", "calendar", "time_zone", "penalty", "settle",
+	"tiers", "calendar", "time_zone", "penalty", "settle", "pair_by",
 }
 
-func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
+func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree, path []Step) *Rule {
 	r := &Rule{File: p.file, Line: n.Line}
 	valid := true
 	var unitNode, rpuNode, algNode, burstNode, windowNode, placeNode, subNode, tiersNode *yaml.Node
-	var calNode, tzNode, penNode, settleNode *yaml.Node
+	var calNode, tzNode, penNode, settleNode, pairNode *yaml.Node
 	var cal Calendar
 	var burst uint64
 	alg := p.opts.algorithm()
@@ -648,6 +651,12 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 					good = false
 				}
 			}
+		case "pair_by":
+			pairNode = v
+			if r.PairBy, good = p.str(v, f); good && r.PairBy == "" {
+				p.add(v.Line, f, "must name a descriptor key")
+				good = false
+			}
 		case "failure_mode":
 			var s string
 			if s, good = p.str(v, f); good {
@@ -677,7 +686,7 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 		for _, x := range []struct {
 			n    *yaml.Node
 			name string
-		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}, {penNode, "penalty"}, {settleNode, "settle"}} {
+		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}, {penNode, "penalty"}, {settleNode, "settle"}, {pairNode, "pair_by"}} {
 			if x.n != nil {
 				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
 				valid = false
@@ -714,6 +723,9 @@ func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree) *Rule {
 	if placeNode != nil && r.Placement == PlacementHybrid && !HybridAlgorithm(alg) {
 		p.add(placeNode.Line, join(field, "placement"), "hybrid placement supports fixed_window, gcra and token_bucket, not %v", alg)
 		valid = false
+	}
+	if pairNode != nil && r.PairBy != "" {
+		valid = p.pairBy(pairNode, join(field, "pair_by"), r, alg, path) && valid
 	}
 	if r.SettleAfter && alg == sluice.Concurrency {
 		p.add(settleNode.Line, join(field, "settle"), "concurrency limits count requests in flight; they cannot settle after")
@@ -861,4 +873,30 @@ func (p *parser) replaces(v *yaml.Node, field string, r *Rule, t *domainTree) bo
 		}
 	}
 	return good
+}
+
+// pairBy checks rate_limit.pair_by (in r.PairBy) against the rule's
+// algorithm and path, and sets r.PairIndex.
+func (p *parser) pairBy(v *yaml.Node, f string, r *Rule, alg sluice.Algorithm, path []Step) bool {
+	if alg != sluice.Concurrency {
+		p.add(v.Line, f, "only concurrency limits pair an acquire with its release, not %v", alg)
+		return false
+	}
+	for i := range path {
+		if path[i].Key != r.PairBy {
+			continue
+		}
+		if path[i].Kind != MatchAny {
+			p.add(v.Line, f, "the descriptor of key %q names a value; the entry carrying a request ID must match any value (give its key only)", r.PairBy)
+			return false
+		}
+		r.PairIndex = i
+		return true
+	}
+	keys := make([]string, len(path))
+	for i := range path {
+		keys[i] = path[i].Key
+	}
+	p.add(v.Line, f, "key %q is not on this rule's path (%s)", r.PairBy, strings.Join(keys, " > "))
+	return false
 }

@@ -108,6 +108,16 @@ type Rule struct {
 	// may go into debt, as sluice.Charge does), and a check with zero hits
 	// is denied while not one unit is left (in debt or used up).
 	SettleAfter bool
+	// PairBy (rate_limit.pair_by) names the request entry (by key) that
+	// carries a request ID pairing a concurrency acquire with its release:
+	// the acquire on the request path holds a slot named by the ID, and a
+	// later call with the same ID and is_negative_hits (Envoy's
+	// apply_on_stream_done at stream end) releases exactly that slot. The
+	// entry's value is left out of the counter's key, so every request
+	// ID shares the rule's counter. "" when the rule pairs nothing. Only
+	// on concurrency rules; PairIndex is the entry's index in Path.
+	PairBy    string
+	PairIndex int
 	// QuotaMode (the descriptor's quota_mode, as envoyproxy/ratelimit's):
 	// this rule's denial alone does not deny the request; a request is
 	// denied by its quota-mode rules only when every one of them denies.
@@ -165,11 +175,18 @@ type Step struct {
 	// Shared (envoy's share_threshold, wildcards only): every value matching
 	// the pattern shares one counter instead of one counter per value.
 	Shared bool
+	// Paired: the step is its rule's Rule.PairBy entry; its value names a
+	// request, not a counter, so every value shares one counter.
+	Paired bool
 }
 
 // Counted reports the value a store key should carry for entry value v at
-// this step: the pattern when the step is Shared, else v.
+// this step: "" when the step is Paired, the pattern when it is Shared,
+// else v.
 func (s *Step) Counted(v string) string {
+	if s.Paired {
+		return ""
+	}
 	if s.Shared {
 		return s.Value
 	}

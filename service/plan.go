@@ -1,6 +1,7 @@
 package service
 
 import (
+	"hash/fnv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -323,6 +324,16 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		}
 		currents[i] = info.current
 		st.CurrentLimit = &currents[i]
+		var lease uint64 // a paired slot's lease: its request ID, hashed
+		if r.PairBy != "" && adj == nil && cost > 0 {
+			lease = pairLease(d.Entries[r.PairIndex].Value)
+		}
+		// The stream-done call of a paired slot (a refund) releases exactly
+		// the slot the request-path call acquired (nothing if none is held).
+		release := lease != 0 && act == sluice.Refund
+		if release {
+			cost, act = 0, sluice.Take
+		}
 		if r.Limit.Algorithm == sluice.Concurrency && ((adj != nil && !adj.reset) || act == sluice.Refund) {
 			if adj != nil {
 				st.Skipped = SkipConcurrency
@@ -353,7 +364,7 @@ func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
 		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow || e.cfg.ShadowMode, global: e.cfg.ShadowMode && !r.ShadowMode && !ov.shadow, local: local,
 			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier,
 			lim: lim, own: own != nil, quota: r.QuotaMode || e.cfg.QuotaMode, probing: probing})
-		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act})
+		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act, Lease: lease, Release: release})
 		if p := &sc.plans[len(sc.plans)-1]; r.Penalty > 0 && adj == nil && !p.shadow {
 			p.pks = len(sc.key)
 			sc.key = append(sc.key, sc.key[ks:p.ke]...)
@@ -464,4 +475,16 @@ func replaced(r *rules.Rule, plans []plan) bool {
 		}
 	}
 	return false
+}
+
+// pairLease is the lease ID of the slot a rule with rules.Rule.PairBy
+// holds for request ID id: the same on every replica (FNV-1a, 64 bits),
+// never 0 (the store's "pick one").
+func pairLease(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	if v := h.Sum64(); v != 0 {
+		return v
+	}
+	return 1
 }

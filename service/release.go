@@ -40,7 +40,9 @@ func (e *Engine) Release(ctx context.Context, resp Response) error {
 // ReleaseLeases is Release for a caller that kept the request and the leases
 // instead of the Response, such as a client of the HTTP API: leases[i] is the
 // lease (Status.Lease) the check of req gave req.Descriptors[i], zero for
-// none. The store keys are rebuilt from req under the rules in force now; a
+// none; for a rule with rules.Rule.PairBy the lease is the slot its
+// descriptor's request ID names, whatever leases[i] says. The store keys
+// are rebuilt from req under the rules in force now; a
 // lease whose descriptor no longer matches a concurrency rule (a reload
 // changed it) is left to expire. For a rule with failure mode local, the
 // lease is also released in the local fallback store, where it may have been
@@ -61,22 +63,30 @@ func (e *Engine) ReleaseLeases(ctx context.Context, req Request, leases []uint64
 	var ops, local []sluice.Op
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		if leases[i] == 0 || d.Limit != nil { // an override is never a concurrency limit
+		if d.Limit != nil { // an override is never a concurrency limit
 			continue
 		}
 		r := snap.Match(req.Domain, d.Entries)
 		if r == nil || r.Unlimited || r.Limit.Algorithm != sluice.Concurrency {
 			continue
 		}
+		lease := leases[i]
+		if r.PairBy != "" {
+			// A paired slot is named by its request ID, whatever was sent.
+			lease = pairLease(d.Entries[r.PairIndex].Value)
+		}
+		if lease == 0 {
+			continue
+		}
 		info := c.rules[r]
 		key := string(appendRuleKey(nil, req.Domain, d.Entries, r, info.middle, 0, nil))
-		ops = append(ops, sluice.Op{Key: key, Limit: r.Limit, Release: true, Lease: leases[i]})
+		ops = append(ops, sluice.Op{Key: key, Limit: r.Limit, Release: true, Lease: lease})
 		if info.mode == rules.FailureLocal {
 			// The check may have been decided by the fallback store: without
 			// the Response, release there too (a store not holding the lease
 			// does nothing).
 			_, limit := e.leaseStore(Local, r.Limit)
-			local = append(local, sluice.Op{Key: key, Limit: limit, Release: true, Lease: leases[i]})
+			local = append(local, sluice.Op{Key: key, Limit: limit, Release: true, Lease: lease})
 		}
 	}
 	return e.release(ctx, ops, local)

@@ -282,9 +282,20 @@ func (s *store) applyLog(sh *shard, op *sluice.Op, h uint64, now int64, p algori
 	switch {
 	case op.Release:
 		log, d = algorithm.Release(log, now, op.Lease, p)
+	case alg == sluice.Concurrency && cost > 0 && algorithm.Held(log, now, op.Lease):
+		// A chosen lease still held: a retried acquire, admitted as a look.
+		log, d = algorithm.Concurrency(log, now, 0, 0, p)
+		if found {
+			st.log, st.exp = log, now+d.ResetAfter
+			sh.note(st.exp)
+		}
+		return d, op.Lease
 	case alg == sluice.Concurrency:
 		if cost > 0 {
-			lease = s.lease.Add(1)
+			lease = op.Lease // chosen by the caller, else picked here
+			if lease == 0 {
+				lease = s.lease.Add(1)
+			}
 			entry = algorithm.Entry{At: now + p.Window, N: cost, ID: lease}
 		}
 		log, d = algorithm.Concurrency(log, now, cost, lease, p)

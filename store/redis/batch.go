@@ -137,7 +137,10 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 			if r.leases == nil {
 				r.leases = make([]uint64, n)
 			}
-			r.leases[k] = s.newLease()
+			r.leases[k] = op.Lease // chosen by the caller, else picked here
+			if r.leases[k] == 0 {
+				r.leases[k] = s.newLease()
+			}
 			lease = strconv.FormatUint(r.leases[k], 10)
 		}
 		r.args = append(r.args, limitSpec(op.Limit), cost, lease)

@@ -2,8 +2,35 @@
 -- state of log.lua. An entry is a lease: At is its expiry (µs), the member
 -- names it by its ID (a decimal uint64 chosen by the store).
 
+-- conc_held reports whether lease is stored in s and still unexpired at
+-- now; an expired entry of that ID is released first, so that it can be
+-- taken again without counting twice.
+local function conc_held(s, now, lease)
+  local at = call('ZSCORE', s.key, lease)
+  if not at then
+    local w = call('ZSCORE', s.key, '=' .. lease)
+    if not w then
+      return false
+    end
+    at = call('ZSCORE', s.key, log_member(lease, -tonumber(w)))
+    if not at then
+      return false
+    end
+  end
+  if tonumber(at) > now then
+    return true
+  end
+  log_release(s, lease)
+  return false
+end
+
 local function conc_step(s, now, cost, p, lease)
   log_drop(s, now)
+  if cost > 0 and lease and conc_held(s, now, lease) then
+    -- a chosen lease still held: a retried acquire, admitted as a look
+    local d, used = log_decision(s, now, 0, p, 0)
+    return log_finish(s, d, used, now, p, 0), false
+  end
   local d, used = log_decision(s, now, cost, p, 0)
   local charged = false
   if d[1] == ALLOWED and cost > 0 then

@@ -1,0 +1,51 @@
+package rules
+
+import (
+	"testing"
+
+	"github.com/sluice-rl/sluice"
+)
+
+// TestPairBy reads rate_limit.pair_by: the rule names the entry, its index
+// on the path, and the step is Paired, so that the entry's value is left
+// out of the counter (Counted gives "").
+func TestPairBy(t *testing.T) {
+	const file = `domain: llm
+descriptors:
+  - key: key
+    descriptors:
+      - key: request_id
+        rate_limit: {algorithm: concurrency, window: 10m, requests_per_unit: 4, pair_by: request_id}
+  - key: request_id
+    rate_limit: {algorithm: concurrency, window: 1m, requests_per_unit: 100, pair_by: request_id}
+`
+	snap, err := Parse("llm.yaml", []byte(file), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		entries []Entry
+		index   int
+		window  string
+	}{
+		{[]Entry{{"key", "k1"}, {"request_id", "r-1"}}, 1, "10m0s"},
+		{[]Entry{{"request_id", "r-1"}}, 0, "1m0s"},
+	}
+	for _, tt := range tests {
+		r := snap.Match("llm", tt.entries)
+		if r == nil {
+			t.Fatalf("Match(%v) = nil, want the paired rule", tt.entries)
+		}
+		if r.PairBy != "request_id" || r.PairIndex != tt.index || r.Limit.Algorithm != sluice.Concurrency || r.Limit.Window.String() != tt.window {
+			t.Errorf("rule %s: PairBy %q PairIndex %d algorithm %v window %v, want request_id %d concurrency %s", r.ID, r.PairBy, r.PairIndex, r.Limit.Algorithm, r.Limit.Window, tt.index, tt.window)
+		}
+		for i, s := range r.Path {
+			if got, want := s.Paired, i == tt.index; got != want {
+				t.Errorf("rule %s: Path[%d].Paired = %v, want %v", r.ID, i, got, want)
+			}
+		}
+		if got := r.Path[tt.index].Counted("r-1"); got != "" {
+			t.Errorf("rule %s: the paired step counts value %q, want \"\"", r.ID, got)
+		}
+	}
+}
