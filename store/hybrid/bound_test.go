@@ -19,7 +19,90 @@ type fleet struct {
 	srv    *redistest.Server // nil over a cluster
 	clock  *storetest.Clock
 	global []*redis.Store
+	flight []*inFlight // each instance's global store, as it calls it
 	inst   []*Store
+}
+
+// inFlight is an instance's global store, counting per key and limit the
+// units its Allot calls granted that the instance has not settled yet
+// (applied to the key's allotment, voided, or given back): grants in
+// flight. Their tokens left the bucket when the global store granted
+// them, and they may be spent once applied, so the bounds count them as
+// held. gate lets a snapshot (fleet.pause) wait out every Allot call under
+// way and hold new ones back, so that no grant is between the global store
+// and the counter while the fleet's units are counted.
+type inFlight struct {
+	*redis.Store
+	gate  sync.RWMutex
+	mu    sync.Mutex
+	units map[entryKey]int64
+}
+
+// Allot implements sluice.Allotter, counting what it granted in flight.
+// On error the instance assumes nothing granted (and spends nothing): the
+// units are counted in the global store, never spent, so none are in
+// flight.
+func (c *inFlight) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+	c.gate.RLock()
+	defer c.gate.RUnlock()
+	err := c.Store.Allot(ctx, reqs, out)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range reqs {
+		if r.Give == 0 && out[i].Granted > 0 {
+			c.units[entryKey{r.Key, r.Limit}] += out[i].Granted
+		}
+	}
+	return nil
+}
+
+// settled is the instance's Store.settled hook: the grant reached its key.
+func (c *inFlight) settled(k entryKey, granted int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.units[k] -= granted; c.units[k] == 0 {
+		delete(c.units, k)
+	}
+}
+
+// pause waits for every Allot call under way in the fleet to return and
+// holds new ones back until resume is called: meanwhile heldAt counts
+// exactly.
+func (f *fleet) pause() (resume func()) {
+	for _, c := range f.flight {
+		c.gate.Lock()
+	}
+	return func() {
+		for _, c := range f.flight {
+			c.gate.Unlock()
+		}
+	}
+}
+
+// heldAt is the units the fleet holds for key and l now: unspent in
+// allotments before their deadline, plus grants in flight (inFlight, also
+// returned alone). Call it between
+// pause and resume: each instance's two counts are read under the key's
+// shard lock, which the settling of a grant holds too, so a grant is
+// counted once, in flight or in the allotment.
+func (f *fleet) heldAt(key string, l sluice.Limit) (held, inFlight int64) {
+	k := entryKey{key, normalize(sluice.Op{Limit: l}).Limit}
+	for i, h := range f.inst {
+		sh := h.shardOf(k)
+		sh.mu.Lock()
+		if e := sh.m[k]; e != nil && e.deadline > h.now() {
+			held += e.held
+		}
+		c := f.flight[i]
+		c.mu.Lock()
+		inFlight += c.units[k]
+		c.mu.Unlock()
+		sh.mu.Unlock()
+	}
+	return held + inFlight, inFlight
 }
 
 func newFleet(t testing.TB, n int, opts Options) *fleet {
@@ -41,11 +124,14 @@ func newFleetAt(t testing.TB, url string, n int, opts Options) *fleet {
 			t.Fatalf("redis.New: %v", err)
 		}
 		t.Cleanup(func() { g.Close() })
-		h, err := New(g, opts)
+		c := &inFlight{Store: g, units: map[entryKey]int64{}}
+		h, err := New(c, opts)
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
+		h.settled = c.settled
 		f.global = append(f.global, g)
+		f.flight = append(f.flight, c)
 		f.inst = append(f.inst, h)
 	}
 	return f
@@ -151,7 +237,8 @@ func TestFixedWindowBound(t *testing.T) {
 }
 
 // gcra in hybrid placement: over any interval [a, b] the fleet admits at
-// most burst + rate×(b−a) + the units held unspent at a.
+// most burst + rate×(b−a) + the units held at a (unspent in allotments or
+// in flight: granted, not yet applied).
 func TestGCRABound(t *testing.T) {
 	l := sluice.Limit{Algorithm: sluice.GCRA, Quota: 100, Window: time.Second, Burst: 50}
 	f := newFleet(t, 4, Options{Horizon: 200 * time.Millisecond})
@@ -164,9 +251,9 @@ func TestGCRABound(t *testing.T) {
 	held := make([]int64, steps)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for s := range steps {
-		for i := range f.inst {
-			held[s] += f.inst[i].heldOf(key, l)
-		}
+		resume := f.pause()
+		held[s], _ = f.heldAt(key, l)
+		resume()
 		if s == steps/2 {
 			alive[2] = false // killed holding whatever it holds
 		}

@@ -246,6 +246,13 @@ type Store struct {
 	done chan struct{}
 
 	onGrant func(key string)
+
+	// settled, if set (tests), is called under k's shard lock when a
+	// grant that the global store answered without error reaches its
+	// key: applied to the entry's held units, voided, or (the entry gone)
+	// about to be given back or voided. From then on the units are in
+	// the entry or out of reach; before, they are in flight.
+	settled func(k entryKey, granted int64)
 }
 
 type shard struct {
@@ -818,6 +825,9 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
 		e := sh.m[k]
+		if err == nil && s.settled != nil {
+			s.settled(k, out[i].Granted)
+		}
 		if e == nil { // swept meanwhile: nothing to apply a grant to
 			sh.mu.Unlock()
 			if err != nil || out[i].Granted == 0 {

@@ -47,6 +47,28 @@ type Event struct {
 	Recv     int64  `json:"recv_us"` // µs; 0 if the client never got an answer (lost)
 	Verdict  string `json:"verdict"`
 	Degraded string `json:"degraded,omitempty"`
+	// Decided is the decision's own instant, µs on the shared clock: the
+	// store's clock reading that decided it, as the answer reported it;
+	// 0 when the answer did not say. An instant inside [Send, Recv] places
+	// the admission exactly; one outside contradicts the client's clock
+	// and is not used (the event is placed by [Send, Recv] alone).
+	Decided int64 `json:"decided_us,omitempty"`
+}
+
+// Placement counts how the admissions of window rules were placed in their
+// windows, by both methods: by the decision's instant, and (the cross-check)
+// by the interval [Send, Recv], which cannot place one that straddles a
+// window's edge.
+type Placement struct {
+	// Admissions is the number of admissions of window rules, answered,
+	// not decided locally.
+	Admissions int
+	// ByInstant were placed by their decision instant; InstantUnplaced
+	// could not be (no instant, or one outside [Send, Recv]).
+	ByInstant, InstantUnplaced int
+	// IntervalUnplaced could not be placed by [Send, Recv] (it straddles a
+	// window's edge): invisible to the interval method.
+	IntervalUnplaced int
 }
 
 // Reset is an operator's reset of one key of a rule, as the client that
@@ -153,6 +175,8 @@ type Report struct {
 	Local      map[string]Worst
 	Violations []Violation
 	Events     int
+	// Placement is how the window rules' admissions were placed.
+	Placement Placement
 }
 
 // Worst is the most admissions seen in one checked span and the bound that
@@ -232,7 +256,7 @@ func Check(h History) Report {
 		switch r.Kind {
 		case "window":
 			var lw Worst
-			vs, w, mw, lw = checkWindow(b, k.key, evs, resets[k])
+			vs, w, mw, lw = checkWindow(b, k.key, evs, resets[k], &rep.Placement)
 			if lw.Bound > 0 && lw.Admitted >= rep.Local[r.Name].Admitted {
 				rep.Local[r.Name] = lw
 			}
@@ -393,7 +417,11 @@ func hasReset(rs []Reset, from, to int64) bool {
 // (sent and answered within it) are at most Quota; per instance, the local
 // admissions certainly inside one window of that instance's clock at most
 // LocalShare.
-func checkWindow(b bounds, key string, evs []Event, rs []Reset) (vs []Violation, worst, moved, lw Worst) {
+//
+// An admission is placed in its window by its decision instant when the
+// answer reported one inside [Send, Recv], and otherwise only when [Send,
+// Recv] lies in one window (then both agree: the instant lies inside).
+func checkWindow(b bounds, key string, evs []Event, rs []Reset, pl *Placement) (vs []Violation, worst, moved, lw Worst) {
 	r := b.r
 	admitted := map[int64][]Event{}
 	local := map[[2]int64]int64{}
@@ -410,8 +438,19 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset) (vs []Violation,
 			}
 			continue
 		}
+		pl.Admissions++
 		ws, wr := e.Send/r.WindowUS, (e.Recv-1)/r.WindowUS
-		if ws != wr {
+		byInterval := ws == wr
+		if !byInterval {
+			pl.IntervalUnplaced++
+		}
+		if e.Decided != 0 && e.Decided >= e.Send && e.Decided <= e.Recv {
+			pl.ByInstant++
+			ws, byInterval = e.Decided/r.WindowUS, true
+		} else {
+			pl.InstantUnplaced++
+		}
+		if !byInterval {
 			continue // may be in either window: certain of neither
 		}
 		if counted(e) {
@@ -577,6 +616,10 @@ func (r Report) Summary() string {
 	}
 	sort.Strings(names)
 	fmt.Fprintf(&b, "%d events, %d violations\n", r.Events, len(r.Violations))
+	if p := r.Placement; p.Admissions > 0 {
+		fmt.Fprintf(&b, "  window admissions: %d; placed by their decision instant %d (unplaced %d); by [send, recv] unplaced %d\n",
+			p.Admissions, p.ByInstant, p.InstantUnplaced, p.IntervalUnplaced)
+	}
 	for _, n := range names {
 		w := r.Worst[n]
 		fmt.Fprintf(&b, "  %-24s worst %d of bound %d", n, w.Admitted, w.Bound)
@@ -656,7 +699,12 @@ func Windows(h History, rule, key string) []WindowCount {
 	}
 	counts := map[int64][]Event{}
 	for _, e := range evs {
-		if counted(e) && e.Recv != 0 && e.Send/r.WindowUS == (e.Recv-1)/r.WindowUS {
+		if !counted(e) || e.Recv == 0 {
+			continue
+		}
+		if e.Decided != 0 && e.Decided >= e.Send && e.Decided <= e.Recv {
+			counts[e.Decided/r.WindowUS] = append(counts[e.Decided/r.WindowUS], e)
+		} else if e.Send/r.WindowUS == (e.Recv-1)/r.WindowUS {
 			counts[e.Send/r.WindowUS] = append(counts[e.Send/r.WindowUS], e)
 		}
 	}

@@ -329,3 +329,47 @@ func TestSummaryNamesViolations(t *testing.T) {
 		t.Errorf("summary:\n%s\nwant the log violation named", s)
 	}
 }
+
+// TestCheckerPlacesByInstant: an admission that straddles a window's edge
+// is invisible to the interval placement, and placed exactly by its
+// decision instant: a sixth admission decided inside a full window is a
+// violation, the same one decided in the next window is not; an instant
+// outside [Send, Recv] is not trusted (the interval places the event). Placement counts what each method placed.
+func TestCheckerPlacesByInstant(t *testing.T) {
+	straddle := func(decided int64) Event {
+		e := allowed("win", "k", 2, 999*ms)
+		e.Recv, e.Decided = 1002*ms, decided
+		return e
+	}
+	contradicts := allowed("win", "k", 1, 500*ms) // interval in window 0
+	contradicts.Decided = 1500 * ms               // outside [Send, Recv]: not used
+	for _, tc := range []struct {
+		name      string
+		extra     Event
+		violation string // the bound named, "" for none
+		want      Placement
+	}{
+		{"decided in the full window", straddle(999*ms + 500), "window", Placement{Admissions: 6, ByInstant: 1, InstantUnplaced: 5, IntervalUnplaced: 1}},
+		{"decided in the next window", straddle(1000 * ms), "", Placement{Admissions: 6, ByInstant: 1, InstantUnplaced: 5, IntervalUnplaced: 1}},
+		{"no instant", straddle(0), "", Placement{Admissions: 6, InstantUnplaced: 6, IntervalUnplaced: 1}},
+		{"instant outside the interval", contradicts, "window", Placement{Admissions: 6, InstantUnplaced: 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			evs := append(times("win", 5, 10*ms, 10*ms), tc.extra)
+			rep := Check(History{Rules: rules, Events: evs})
+			got := ""
+			if len(rep.Violations) > 0 {
+				got = rep.Violations[0].Bound
+			}
+			if got != tc.violation || len(rep.Violations) > 1 {
+				t.Errorf("violations %v, want one of bound %q (none if empty)", rep.Violations, tc.violation)
+			}
+			if rep.Placement != tc.want {
+				t.Errorf("placement %+v, want %+v", rep.Placement, tc.want)
+			}
+			if !strings.Contains(rep.Summary(), "placed by their decision instant") {
+				t.Errorf("summary %q does not say how many were placed by their decision instant", rep.Summary())
+			}
+		})
+	}
+}
