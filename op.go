@@ -171,6 +171,15 @@ type Result struct {
 	Delay time.Duration
 	// Lease, for an admitted Concurrency acquire, names the lease to release.
 	Lease uint64
+	// At is the instant that decided the op: the store clock's reading, in
+	// µs since the Unix epoch, that the decision was made at (for Redis, the
+	// TIME its script or native call read; for the memory store, its clock
+	// when it took the op; under a test clock, that clock's reading). Zero
+	// when no store clock decided it or the instant is unknown: a hybrid
+	// store's local spend, a remembered denial, a fail-open or
+	// degraded-mode answer. It is for placing decisions in time (the proof
+	// harness does); the decision itself never depends on it.
+	At int64
 }
 
 // Store keeps rate-limit state and applies ops to it.

@@ -74,6 +74,7 @@ func (e *Engine) Charge(ctx context.Context, creq ChargeRequest) (Response, erro
 			continue
 		}
 		resp.Statuses[p.desc].Result = sumResults(sc, p)
+		resp.DecidedAt = max(resp.DecidedAt, resp.Statuses[p.desc].Result.At)
 		if c := costs[p.desc]; c > 0 {
 			charged += uint64(c)
 		} else {
@@ -159,6 +160,7 @@ func sumResults(sc *scratch, p *plan) sluice.Result {
 		r.Remaining += o.Remaining
 		r.ResetAfter = max(r.ResetAfter, o.ResetAfter)
 		r.RetryAfter = max(r.RetryAfter, o.RetryAfter)
+		r.At = max(r.At, o.At)
 	}
 	return r
 }

@@ -73,6 +73,7 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error 
 		}
 		p.shadowHit = b.Shadowed[p.op]
 		r := sc.results[p.op]
+		resp.DecidedAt = max(resp.DecidedAt, r.At)
 		if p.probing && r.Allowed && charged {
 			r = sc.results[p.probe] // the state after the probe's refund
 		}

@@ -163,6 +163,13 @@ type Response struct {
 	OverallCode Code
 	// Statuses has one entry per request descriptor, in request order.
 	Statuses []Status
+	// DecidedAt is the latest instant, µs since the Unix epoch on the
+	// store's clock, at which the store decided one of the request's limits
+	// (the greatest sluice.Result.At of the ops it answered); zero when no
+	// store clock decided any (no limit matched, the store failed, a
+	// deny-list or local-only decision). It places the request in time for
+	// the proof harness; nothing decides by it.
+	DecidedAt int64
 }
 
 // Leases reports whether any status of r holds a lease that Engine.Release

@@ -90,6 +90,7 @@ func runProof(ctx context.Context, args []string, _ env, stdout, stderr io.Write
 	}
 	var results []fleet.Result
 	var failed []string
+	var placed check.Placement // summed over the schedules
 	for i, s := range todo {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -102,6 +103,12 @@ func runProof(ctx context.Context, args []string, _ env, stdout, stderr io.Write
 		if err != nil {
 			return fmt.Errorf("proof: %s %s: %w", s.Store, s.Name, err)
 		}
+		pl := r.Report.Placement
+		logf("  %s", placementLine(pl))
+		placed.Admissions += pl.Admissions
+		placed.ByInstant += pl.ByInstant
+		placed.InstantUnplaced += pl.InstantUnplaced
+		placed.IntervalUnplaced += pl.IntervalUnplaced
 		for _, v := range r.Report.Violations {
 			logf("  VIOLATION %s", v)
 		}
@@ -126,9 +133,17 @@ func runProof(ctx context.Context, args []string, _ env, stdout, stderr io.Write
 	if err := fleet.WriteSchedule(*out, seeds, results); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "fault matrix, seed %d (admitted / bound in the worst checked span of each rule):\n\n%s\nhistories, schedule.json, matrix.md and matrix.svg in %s\n", *seed, table, *out)
+	fmt.Fprintf(stdout, "fault matrix, seed %d (admitted / bound in the worst checked span of each rule):\n\n%s\n%s, over every schedule\nhistories, schedule.json, matrix.md and matrix.svg in %s\n", *seed, table, placementLine(placed), *out)
 	if len(failed) > 0 {
 		return fmt.Errorf("proof: %d schedule(s) failed: %q", len(failed), failed)
 	}
 	return nil
+}
+
+// placementLine says how the checker placed the admissions of window rules:
+// by the store's decision instant each answer reported, and how many the
+// [send, recv] interval alone could not place.
+func placementLine(p check.Placement) string {
+	return fmt.Sprintf("window admissions %d: placed by their decision instant %d (unplaced %d); by [send, recv] unplaced %d",
+		p.Admissions, p.ByInstant, p.InstantUnplaced, p.IntervalUnplaced)
 }

@@ -75,6 +75,10 @@ type listenConfig struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// responses (envoy response_headers_to_add; HTTP headers).
 	ResponseHeaders bool
+	// DecisionInstant adds Sluice-Decided-At, the store's decision
+	// instant, to /v1/check answers (api.Options.DecisionInstant): for
+	// the proof harness.
+	DecisionInstant bool
 	// RLQSUnmatched is the assignment of an Envoy RLQS bucket that matches
 	// no rule: "allow" or "deny" (docs/rlqs.md).
 	RLQSUnmatched string
@@ -258,6 +262,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen.HTTP, "http-addr", c.Listen.HTTP, "HTTP listen address (/v1/check, /json, /healthz, /readyz, /metrics, /debug/rules)")
 	fs.StringVar(&c.Listen.Debug, "debug-addr", c.Listen.Debug, `debug listen address (pprof); "" or off turns it off`)
 	fs.BoolVar(&c.Listen.ResponseHeaders, "response-headers", c.Listen.ResponseHeaders, "add RateLimit, RateLimit-Policy and Retry-After headers to answers")
+	fs.BoolVar(&c.Listen.DecisionInstant, "debug-decision-instant", c.Listen.DecisionInstant, "testing: add Sluice-Decided-At (the store's decision instant, µs since the epoch) to /v1/check answers")
 	fs.StringVar(&c.Listen.RLQSUnmatched, "rlqs-unmatched", c.Listen.RLQSUnmatched, "Envoy rate limit quota (RLQS) buckets matching no rule: allow or deny")
 	fs.DurationVar(&c.Listen.RLQSMaxStreamAge, "rlqs-max-stream-age", c.Listen.RLQSMaxStreamAge, "end an RLQS stream this old, less up to a tenth (the Envoy reconnects and keeps its grants; 0: never)")
 	fs.DurationVar(&c.Listen.RLQSReconnectGrace, "rlqs-reconnect-grace", c.Listen.RLQSReconnectGrace, "keep an ended RLQS stream's buckets and grants this long for its Envoy to reconnect (0: 10s, two reporting intervals; negative: off)")

@@ -288,6 +288,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 		Rules:           s.watcher,
 		Logger:          log.With("component", "http"),
 		ResponseHeaders: cfg.Listen.ResponseHeaders,
+		DecisionInstant: cfg.Listen.DecisionInstant,
 		MaxBodyBytes:    int64(cfg.Limits.RequestBytes),
 		RequestBounds:   ecfg.RequestBounds,
 		ReadyNotes:      s.allReadyNotes,

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,6 +92,12 @@ type Options struct {
 	// ResponseHeaders adds RateLimit, RateLimit-Policy and Retry-After to
 	// /v1/check and /json answers.
 	ResponseHeaders bool
+	// DecisionInstant adds the DecidedAtHeader to /v1/check answers whose
+	// check the store decided (service.Response.DecidedAt not zero), for a
+	// harness that places decisions in time (`sluice serve
+	// --debug-decision-instant`; internal/proof/fleet). Off by default: it
+	// tells a client the store's clock.
+	DecisionInstant bool
 	// StoreHealth, if set, reports whether the store answers; /readyz
 	// prints it beside its answer ("store: ok" or "store: down: …") and
 	// /healthz?verbose in JSON. It never decides readiness by itself: Ready
@@ -304,6 +311,12 @@ func (h *handler) fields(w http.ResponseWriter, resp service.Response) {
 	d.Write(w.Header())
 }
 
+// DecidedAtHeader is the header Options.DecisionInstant adds to /v1/check
+// answers: the latest instant at which the store decided one of the
+// check's limits, in µs since the Unix epoch on the store's clock (for
+// Redis, the TIME its call read), as a decimal integer.
+const DecidedAtHeader = "Sluice-Decided-At"
+
 // check serves POST /v1/check: 200 with a CheckResponse for any decision
 // (allowed or not: the call itself succeeded), 400 with problem+json for a
 // malformed request.
@@ -313,6 +326,9 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.fields(w, resp)
+	if h.opts.DecisionInstant && resp.DecidedAt != 0 {
+		w.Header().Set(DecidedAtHeader, strconv.FormatInt(resp.DecidedAt, 10))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(marshal(EncodeCheckResponse(resp)))

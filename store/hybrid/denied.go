@@ -259,6 +259,7 @@ func (d *Denied) lookup(op *sluice.Op, now int64) (sluice.Result, bool) {
 	left := time.Duration(den.until-now) * time.Microsecond
 	r.ResetAfter = max(r.ResetAfter-(r.RetryAfter-left), left)
 	r.RetryAfter = left
+	r.At = 0 // decided here, from memory, by no store clock
 	return r, true
 }
 

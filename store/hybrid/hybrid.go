@@ -674,6 +674,10 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			Limit:      ops[i].Limit.Capacity(),
 			Remaining:  min(ops[i].Limit.Capacity(), max(e.remaining, 0)+e.held),
 			ResetAfter: time.Duration(max(e.resetAt-now, 0)) * time.Microsecond,
+			// At stays zero: a local spend is decided by no store clock.
+			// The store charged these units when it granted them, and the
+			// instance's clock (monotonic, not the epoch) places the spend
+			// only as well as it agrees with the store's.
 		}
 		if !e.global && !e.refilling && now >= e.backoff && !s.closed.Load() && e.held*refillFraction < s.want(e, ops[i].Limit, 0, now) &&
 			!s.tooCold(e, ops[i].Limit, now) {

@@ -204,6 +204,7 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 	out.RetryAfter = time.Duration(d.RetryAfter) * time.Microsecond
 	out.Delay = time.Duration(d.Delay) * time.Microsecond
 	out.Lease = lease
+	out.At = now
 	return nil
 }
 

@@ -289,6 +289,7 @@ func (r *request) results(ops []sluice.Op, out []sluice.Result, committed bool) 
 			ResetAfter: time.Duration(v[2]) * time.Microsecond,
 			RetryAfter: time.Duration(v[3]) * time.Microsecond,
 			Delay:      time.Duration(v[4]) * time.Microsecond,
+			At:         r.nowOut,
 		}
 		if committed && res.Allowed && r.leases != nil && r.leases[k] != 0 {
 			res.Lease = r.leases[k]

@@ -52,6 +52,7 @@ var parts = []struct {
 	{"ActionBatch", plain(runActionBatch)},
 	{"SettleConcurrency", plain(runSettleConcurrency)},
 	{"Keys", plain(runKeys)},
+	{"DecisionInstant", plain(runDecisionInstant)},
 }
 
 func plain(f func(*testing.T, NewStore)) func(*testing.T, NewStore, Options) {

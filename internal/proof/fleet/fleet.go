@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -494,7 +495,7 @@ func start(t TB, bin string, s Schedule) *Fleet {
 		grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 		args := []string{"serve", "--store", "redis", "--redis-url", url, "--rules", rules, "--admin-token-file", tokens,
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "off",
-			"--expected-replicas", fmt.Sprint(Replicas), "--log-level", "warn"}
+			"--expected-replicas", fmt.Sprint(Replicas), "--log-level", "warn", "--debug-decision-instant"}
 		if s.Skew != 0 && i == SkewedInstance {
 			args = append(args, "--clock-skew", s.Skew.String())
 		}
@@ -811,8 +812,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// record reads a /v1/check answer into e: when it came back, and the
-// verdict and degraded flag it gave.
+// decidedAtHeader is server/api's DecidedAtHeader, spelled out: the
+// harness reads the wire and imports nothing of the code under test.
+const decidedAtHeader = "Sluice-Decided-At"
+
+// record reads a /v1/check answer into e: when it came back, the verdict
+// and degraded flag it gave, and the store's decision instant
+// (Sluice-Decided-At, which --debug-decision-instant adds) as e.Decided.
 func record(resp *http.Response, e *check.Event) {
 	var cr struct {
 		Allowed  bool
@@ -831,5 +837,8 @@ func record(resp *http.Response, e *check.Event) {
 	}
 	if len(cr.Statuses) == 1 {
 		e.Degraded = cr.Statuses[0].Degraded
+	}
+	if at, err := strconv.ParseInt(resp.Header.Get(decidedAtHeader), 10, 64); err == nil && at > 0 {
+		e.Decided = at
 	}
 }
