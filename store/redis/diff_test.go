@@ -270,7 +270,8 @@ func TestSingleScript(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := sluice.Result{Allowed: v[0] == 0, Reason: sluice.Reason(v[0]), Limit: limit.Capacity(), Remaining: v[1],
-			ResetAfter: time.Duration(v[2]) * time.Microsecond, RetryAfter: time.Duration(v[3]) * time.Microsecond}
+			ResetAfter: time.Duration(v[2]) * time.Microsecond, RetryAfter: time.Duration(v[3]) * time.Microsecond,
+			At: clock.Now().UnixMicro()} // the script decides at the now it is given
 		if got != want[0] {
 			t.Fatalf("step %d cost %d: single script %+v, memory store %+v", step, cost, got, want[0])
 		}
