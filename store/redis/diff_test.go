@@ -170,6 +170,7 @@ func diffKeys(n int, tag string) []string {
 }
 
 func TestDifferentialSingle(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -183,6 +184,7 @@ func TestDifferentialSingle(t *testing.T) {
 // TestDifferentialLargeQuota replays weighted traces on large quotas, on a
 // single node and across cluster slots (where denials refund log entries).
 func TestDifferentialLargeQuota(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	cl := redistest.StartCluster(t)
 	for _, tc := range []struct {
@@ -197,6 +199,7 @@ func TestDifferentialLargeQuota(t *testing.T) {
 }
 
 func TestDifferentialCluster(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	cl := redistest.StartCluster(t)
 	for _, tc := range []struct {
 		name string
@@ -233,6 +236,7 @@ func TestDifferentialCluster(t *testing.T) {
 // replays both.
 // SLUICE_DIFF_SEEDS=n replays seeds 0..n-1 in every case.
 func TestDifferentialActions(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	cl := redistest.StartCluster(t)
 	every := diffSeeds(t)

@@ -58,6 +58,7 @@ func nativeSingleSkips() map[string]string {
 }
 
 func TestNativeConformanceSingle(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	storetest.RunWith(t, func(t *testing.T, c *storetest.Clock) sluice.Store {
 		return newNativeStore(t, srv.URL(), c)
@@ -71,6 +72,7 @@ func TestNativeConformanceSingle(t *testing.T) {
 // the native path sends as one pipeline per slot and takes back across
 // slots, and Keys, which finds the per-window keys on every node.
 func TestNativeConformanceCluster(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	cl := redistest.StartCluster(t)
 	storetest.RunWith(t, func(t *testing.T, c *storetest.Clock) sluice.Store {
 		return newNativeStore(t, cl.URL(), c)
