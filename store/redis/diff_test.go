@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -169,6 +170,7 @@ func diffKeys(n int, tag string) []string {
 }
 
 func TestDifferentialSingle(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -182,6 +184,7 @@ func TestDifferentialSingle(t *testing.T) {
 // TestDifferentialLargeQuota replays weighted traces on large quotas, on a
 // single node and across cluster slots (where denials refund log entries).
 func TestDifferentialLargeQuota(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	cl := redistest.StartCluster(t)
 	for _, tc := range []struct {
@@ -196,6 +199,7 @@ func TestDifferentialLargeQuota(t *testing.T) {
 }
 
 func TestDifferentialCluster(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	cl := redistest.StartCluster(t)
 	for _, tc := range []struct {
 		name string
@@ -219,19 +223,38 @@ func TestDifferentialCluster(t *testing.T) {
 // mixed in (every algorithm, large quotas too, so that logs go into debt
 // past algorithm.ExactRetryUnits), on a single node and a cluster: in one
 // slot mixed freely, across slots in batches of actions only.
+//
+// Seeds 0 and 1 each give a pair of traces (small and large quotas). A seed
+// replayed on the single node and in one slot of the cluster is the same
+// trace through the same script, one call per Take to one node, and must
+// give the memory store's Results for it, so the two runs' Results are the
+// same, one by one (their outcomes, counted per algorithm, action, reason
+// and batch size, were identical sequences). So the single node and the
+// one-slot cluster each replay one of the two seeds, and every trace the
+// test replayed when each ran both still replays once on that path; the
+// cross-slot case (batches of actions split per slot, another path)
+// replays both.
+// SLUICE_DIFF_SEEDS=n replays seeds 0..n-1 in every case.
 func TestDifferentialActions(t *testing.T) {
+	t.Parallel() // its own servers and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	cl := redistest.StartCluster(t)
+	every := diffSeeds(t)
 	for _, tc := range []struct {
 		name, url, tag string
 		mix            actionMix
+		seeds          []uint64
 	}{
-		{"single", srv.URL(), "", mixedActions},
-		{"cluster/one-slot", cl.URL(), "{acme}", mixedActions},
-		{"cluster/cross-slot", cl.URL(), "", actionGroups},
+		{"single", srv.URL(), "", mixedActions, []uint64{0}},
+		{"cluster/one-slot", cl.URL(), "{acme}", mixedActions, []uint64{1}},
+		{"cluster/cross-slot", cl.URL(), "", actionGroups, []uint64{0, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for seed := range uint64(2) {
+			seeds := tc.seeds
+			if every != nil {
+				seeds = every
+			}
+			for _, seed := range seeds {
 				c := storetest.NewClock()
 				st := newTestStore(t, tc.url, c)
 				runDiffLimits(t, st, c, 100+seed, 1500, diffKeys(len(diffLimits()), tc.tag), diffLimits(), 3, tc.mix)
@@ -239,6 +262,25 @@ func TestDifferentialActions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// diffSeeds returns seeds 0..n-1 when SLUICE_DIFF_SEEDS=n is set, else nil
+// (each test's own seeds).
+func diffSeeds(t *testing.T) []uint64 {
+	t.Helper()
+	v := os.Getenv("SLUICE_DIFF_SEEDS")
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("SLUICE_DIFF_SEEDS=%q: want a count of seeds ≥ 1", v)
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = uint64(i)
+	}
+	return seeds
 }
 
 // TestSingleScript checks the one-key baseline script the benchmarks
