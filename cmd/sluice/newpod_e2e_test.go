@@ -12,6 +12,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/internal/pgtest"
@@ -109,6 +110,9 @@ func TestNewPodPostgresDown(t *testing.T) {
 		if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "tenant data never loaded") {
 			t.Errorf("ShouldRateLimit: %v; want UNAVAILABLE with the reason", err)
 		}
+		if hs, err := healthpb.NewHealthClient(b.conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || hs.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("gRPC health: %v, %v; want NOT_SERVING while checks are refused", hs.GetStatus(), err)
+		}
 		if got := metricOf(t, b, "sluice_tenants_unloaded_refusals_total"); got != "2" {
 			t.Errorf("sluice_tenants_unloaded_refusals_total = %s, want 2", got)
 		}
@@ -125,6 +129,9 @@ func TestNewPodPostgresDown(t *testing.T) {
 		})
 		if got := admitted(t, b.base, 20, orders); got != 7 {
 			t.Errorf("orders admitted of 20 once ready: %d, want the override's 7", got)
+		}
+		if hs, err := healthpb.NewHealthClient(b.conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || hs.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("gRPC health once ready: %v, %v; want SERVING", hs.GetStatus(), err)
 		}
 	})
 

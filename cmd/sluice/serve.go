@@ -276,6 +276,9 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	}
 	s.grpc = grpc.NewServer(gopts...)
 	s.rls.Register(s.grpc)
+	// gRPC health says what /readyz says of tenant data: NOT_SERVING while
+	// checks are refused for want of it (OnSource turns it SERVING).
+	s.rls.SetServing(!s.tenantsRefusing())
 	if err := s.registerRLQS(reg, ecfg.RequestBounds); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}

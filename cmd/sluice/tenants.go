@@ -146,6 +146,10 @@ func (s *server) openTenants(cfg tenantsConfig, reg prometheus.Registerer, log *
 			}
 		},
 		OnSource: func(st tenant.Status) {
+			// Run, which calls this, starts after s.rls is built.
+			if s.rls != nil && !s.tenantsRefusing() {
+				s.rls.SetServing(true)
+			}
 			switch st.Source {
 			case tenant.SourceCopy:
 				tlog.Info("tenant snapshot restored from the fleet's copy in Redis; PostgreSQL's data replaces it once loaded",

@@ -129,6 +129,19 @@ func (s *Server) Register(g *grpc.Server) {
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 }
 
+// SetServing sets what gRPC health answers for "" and ServiceName: SERVING
+// when on, NOT_SERVING otherwise (an instance that cannot answer correctly
+// yet, so that a load balancer checking gRPC health sends it nothing). It
+// is safe for concurrent use; after Shutdown it changes nothing.
+func (s *Server) SetServing(on bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if on {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(ServiceName, st)
+}
+
 // Shutdown marks every service NOT_SERVING in gRPC health, so that load
 // balancers stop sending new work while in-flight calls drain.
 func (s *Server) Shutdown() { s.health.Shutdown() }
