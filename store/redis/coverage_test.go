@@ -92,9 +92,11 @@ func TestClusterFailoverCoverage(t *testing.T) {
 						}
 					}
 				}
-				// Done once a replica took over and both keys answer again
-				// (the client followed the new master).
-				if !promoted.IsZero() && time.Since(promoted) > 500*time.Millisecond && take(onHealthy) == nil && take(onDead) == nil {
+				// Done once a replica took over, every surviving master
+				// sees the cluster whole again (so no more CLUSTERDOWN is
+				// to come), and both keys answer (the client followed the
+				// new master): a state, not a time.
+				if !promoted.IsZero() && clusterOK(c.Servers[1:]) && take(onHealthy) == nil && take(onDead) == nil {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -119,4 +121,16 @@ func TestClusterFailoverCoverage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clusterOK reports whether every one of nodes answers CLUSTER INFO with
+// cluster_state:ok.
+func clusterOK(nodes []*redistest.Server) bool {
+	for _, n := range nodes {
+		v, err := n.Do("CLUSTER", "INFO")
+		if info, _ := v.(string); err != nil || !strings.Contains(info, "cluster_state:ok") {
+			return false
+		}
+	}
+	return true
 }
