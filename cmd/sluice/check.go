@@ -271,7 +271,7 @@ func checkHTTP(ctx context.Context, c checkArgs, stdout io.Writer) error {
 		return err
 	}
 	var cr api.CheckResponse
-	if err := json.Unmarshal(answer, &cr); err != nil {
+	if err := decodeAnswer(answer, &cr); err != nil {
 		return fmt.Errorf("check: the answer is not what this version expects: %w", err)
 	}
 	printCheckResponse(stdout, &cr)

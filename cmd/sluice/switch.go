@@ -163,7 +163,7 @@ func switchesInForce(ctx context.Context, ac *adminClient, getenv env, what stri
 		return false, "", err
 	}
 	var list struct{ Switches []admin.SwitchJSON }
-	if err := json.Unmarshal(out, &list); err != nil {
+	if err := decodeAnswer(out, &list); err != nil {
 		return false, "", fmt.Errorf("%s: the switches are not what this version expects: %w", what, err)
 	}
 	stored := map[[2]string]string{}
@@ -174,10 +174,8 @@ func switchesInForce(ctx context.Context, ac *adminClient, getenv env, what stri
 	if err != nil {
 		return false, "", err
 	}
-	var rs struct {
-		Rules []struct{ Domain, ID, Switch string }
-	}
-	if err := json.Unmarshal(out, &rs); err != nil {
+	var rs struct{ Rules []ruleInForce }
+	if err := decodeAnswer(out, &rs); err != nil {
 		return false, "", fmt.Errorf("%s: /debug/rules is not what this version expects: %w", what, err)
 	}
 	for _, r := range rs.Rules {

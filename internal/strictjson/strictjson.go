@@ -280,6 +280,25 @@ func (d *Decoder) Decode(body []byte, v any) error {
 	return e
 }
 
+// DecodeLenient decodes the one JSON value in body into v as encoding/json
+// would (unknown members ignored, the last of a repeated name kept), in one
+// pass with d's bounds, MaxDepth and MaxNameBytes: for what another program
+// answers (a newer server may add members), where Decode is for requests.
+// Its error is an *Error saying what stopped the decoding; its memory is
+// Decode's.
+func (d *Decoder) DecodeLenient(body []byte, v any) error {
+	if d.strict == nil {
+		d = plain
+	}
+	dec := jsontext.NewDecoder(&depthReader{b: body}, d.lenient)
+	if err := decodeOne(dec, v, d.lenient); err != nil {
+		e := &Error{}
+		e.Field, e.Msg = describe(err, reflect.TypeOf(v))
+		return e
+	}
+	return nil
+}
+
 // decodeOne decodes the one value dec reads into v with opts and refuses
 // trailing data.
 func decodeOne(dec *jsontext.Decoder, v any, opts json.Options) error {
