@@ -344,24 +344,12 @@ func (d *decoder) descriptor(b string) bool {
 // on bytes that are not a message. It allocates only the name it returns.
 func notUTF8(b string) (string, bool) {
 	desc := 0
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
+	for {
+		num, v, rest, ok := nextBytes(b)
+		if !ok {
 			return "", false
 		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = skipField(b, typ); n < 0 {
-				return "", false
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := consumeBytes(b)
-		if n < 0 {
-			return "", false
-		}
-		b = b[n:]
+		b = rest
 		switch num {
 		case fieldDomain:
 			if !utf8.ValidString(v) {
@@ -374,51 +362,25 @@ func notUTF8(b string) (string, bool) {
 			desc++
 		}
 	}
-	return "", false
 }
 
 // notUTF8Descriptor is notUTF8 for descriptor i's bytes.
 func notUTF8Descriptor(b string, i int) (string, bool) {
-	entry := 0
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
+	for entry := 0; ; {
+		num, v, rest, ok := nextBytes(b)
+		if !ok {
 			return "", false
 		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = skipField(b, typ); n < 0 {
-				return "", false
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := consumeBytes(b)
-		if n < 0 {
-			return "", false
-		}
-		b = b[n:]
+		b = rest
 		if num != fieldEntries {
 			continue
 		}
-		for len(v) > 0 {
-			num, typ, n := consumeTag(v)
-			if n < 0 {
-				return "", false
+		for {
+			num, s, rest, ok := nextBytes(v)
+			if !ok {
+				break
 			}
-			v = v[n:]
-			if typ != protowire.BytesType {
-				if n = skipField(v, typ); n < 0 {
-					return "", false
-				}
-				v = v[n:]
-				continue
-			}
-			s, n := consumeBytes(v)
-			if n < 0 {
-				return "", false
-			}
-			v = v[n:]
+			v = rest
 			if (num == fieldKey || num == fieldValue) && !utf8.ValidString(s) {
 				name := "key"
 				if num == fieldValue {
@@ -429,7 +391,33 @@ func notUTF8Descriptor(b string, i int) (string, bool) {
 		}
 		entry++
 	}
-	return "", false
+}
+
+// nextBytes returns the next length-delimited field of the message bytes
+// b (its number and value, and what follows it), skipping fields of other
+// wire types; ok is false at the end of b and on bytes that are not a
+// message.
+func nextBytes(b string) (num protowire.Number, v, rest string, ok bool) {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return 0, "", "", false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = skipField(b, typ); n < 0 {
+				return 0, "", "", false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := consumeBytes(b)
+		if n < 0 {
+			return 0, "", "", false
+		}
+		return num, v, b[n:], true
+	}
+	return 0, "", "", false
 }
 
 // skipField returns the length of a field's value of wire type typ, not
