@@ -93,8 +93,8 @@ func (f *fleet) heldAt(key string, l sluice.Limit) (held, inFlight int64) {
 	for i, h := range f.inst {
 		sh := h.shardOf(k)
 		sh.mu.Lock()
-		if e := sh.m[k]; e != nil && e.deadline > h.now() {
-			held += e.held
+		if e := sh.m[k]; e != nil {
+			held += e.live(h.now())
 		}
 		c := f.flight[i]
 		c.mu.Lock()
@@ -143,8 +143,8 @@ func (h *Store) heldOf(key string, l sluice.Limit) int64 {
 	sh := h.shardOf(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[k]; e != nil && e.deadline > h.now() {
-		return e.held
+	if e := sh.m[k]; e != nil {
+		return e.live(h.now())
 	}
 	return 0
 }

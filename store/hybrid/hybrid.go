@@ -267,19 +267,26 @@ type entryKey struct {
 
 // entry is one key's local state; every field is guarded by its shard's mu.
 type entry struct {
-	held      int64 // unspent allotted units
-	deadline  int64 // local µs after which held is void
-	epoch     int64
-	remaining int64 // global remaining at the last answer (an estimate)
-	resetAt   int64 // local µs when the global quota is whole again (estimate)
-	spent     int64 // units spent locally since since
-	since     int64
-	rate      float64 // units per µs
-	global    bool    // near the limit: decide every hit globally
-	refilling bool
-	need      int64 // the cost that did not fit, for the next allotment
-	backoff   int64 // no allotment request before this (the global store failed)
-	last      int64
+	held     int64 // unspent allotted units, prev among them
+	deadline int64 // local µs after which held is void
+	// prev of the units held came from earlier grants than the last one
+	// and are void from prevDeadline (≤ deadline) on: a grant that lands
+	// while units are held does not extend their life (a bucket's grants
+	// all carry epoch 0, so a reset whose announcement is lost shows in
+	// nothing but the deadline). Spends take prev first.
+	prev         int64
+	prevDeadline int64
+	epoch        int64
+	remaining    int64 // global remaining at the last answer (an estimate)
+	resetAt      int64 // local µs when the global quota is whole again (estimate)
+	spent        int64 // units spent locally since since
+	since        int64
+	rate         float64 // units per µs
+	global       bool    // near the limit: decide every hit globally
+	refilling    bool
+	need         int64 // the cost that did not fit, for the next allotment
+	backoff      int64 // no allotment request before this (the global store failed)
+	last         int64
 	// The key's demand, local or global, for the cold test: hits seen
 	// (saturating at minHits), the local µs of the last, and the mean gap
 	// between hits (µs, each new gap weighing a quarter).
@@ -370,8 +377,8 @@ func (s *Store) Held() (units int64, keys int) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.m {
-			if e.held > 0 && now < e.deadline {
-				units += e.held
+			if u := e.live(now); u > 0 {
+				units += u
 				keys++
 			}
 		}
@@ -521,7 +528,7 @@ func (s *Store) voidReset(e *entry, g uint64) {
 	if e.held > 0 {
 		s.voided.Add(uint64(e.held))
 	}
-	e.held = 0
+	e.held, e.prev = 0, 0
 	e.voidGen = g
 	e.global = false
 }
@@ -543,7 +550,7 @@ func (s *Store) heardResets(keys []string, all bool) {
 				if e.held > 0 {
 					s.voided.Add(uint64(e.held))
 				}
-				e.held = 0
+				e.held, e.prev = 0, 0
 			}
 			sh.mu.Unlock()
 		}
@@ -639,10 +646,7 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 		if hit {
 			e.hit(now)
 		}
-		if e.held > 0 && now >= e.deadline {
-			s.voided.Add(uint64(e.held))
-			e.held = 0
-		}
+		s.voided.Add(uint64(e.expire(now)))
 		// Units held are spent first even when the key is decided globally
 		// (e.global: a lease was refused near the limit): they were taken
 		// from the global quota already, and the global store, which counts
@@ -667,6 +671,7 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 	for i := range ops {
 		e := plans[i].e
 		c := ops[i].Cost
+		e.prev -= min(e.prev, c)
 		e.held -= c
 		e.spent += c
 		results[i] = sluice.Result{
@@ -688,6 +693,32 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 	}
 	s.local.Add(uint64(len(ops)))
 	return true, nil
+}
+
+// expire voids the units held whose deadline is past at now and returns
+// how many. mu of e's shard must be held.
+func (e *entry) expire(now int64) int64 {
+	var void int64
+	if e.prev > 0 && now >= e.prevDeadline {
+		void, e.held, e.prev = e.prev, e.held-e.prev, 0
+	}
+	if e.held > 0 && now >= e.deadline {
+		void += e.held
+		e.held, e.prev = 0, 0
+	}
+	return void
+}
+
+// live is the units held that may still be spent at now (those expire
+// would keep). mu of e's shard must be held.
+func (e *entry) live(now int64) int64 {
+	if now >= e.deadline {
+		return 0
+	}
+	if e.prev > 0 && now >= e.prevDeadline {
+		return e.held - e.prev
+	}
+	return e.held
 }
 
 // hit records a hit of the key at now, for tooCold.
@@ -874,11 +905,22 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 		if k.limit.Algorithm != sluice.FixedWindow {
 			deadline = sent + min(s.lease, a.TTL.Microseconds())
 		}
-		if a.Epoch != e.epoch || sent >= e.deadline {
-			// a new window, or the old allotment expired: it is void
+		s.voided.Add(uint64(e.expire(sent)))
+		if a.Epoch != e.epoch {
+			// a new window: the old allotment is void
 			s.voided.Add(uint64(e.held))
-			e.held = 0
+			e.held, e.prev = 0, 0
 			e.epoch = a.Epoch
+		}
+		if e.held > 0 {
+			// The units held keep the deadline they had: the earliest of
+			// their grants', so none outlives its own lease.
+			if e.prev == 0 {
+				e.prevDeadline = e.deadline
+			} else {
+				e.prevDeadline = min(e.prevDeadline, e.deadline)
+			}
+			e.prev = e.held
 		}
 		e.held += a.Granted
 		if a.Granted > 0 && s.onGrant != nil {
@@ -969,10 +1011,9 @@ func (s *Store) Sweep(ctx context.Context, all bool) {
 			if e.refilling && !all {
 				continue
 			}
-			if e.held > 0 && now < e.deadline {
+			s.voided.Add(uint64(e.expire(now)))
+			if e.held > 0 {
 				reqs = append(reqs, sluice.AllotRequest{Key: k.key, Limit: k.limit, Give: e.held, Epoch: e.epoch, Keep: s.keepOf(k.limit), Split: s.split})
-			} else if e.held > 0 {
-				s.voided.Add(uint64(e.held))
 			}
 			delete(sh.m, k)
 			s.keys.Add(-1)
