@@ -91,6 +91,12 @@ type Rule struct {
 	Quota    int64  `json:"quota"`
 	WindowUS int64  `json:"window_us"`
 	Burst    int64  `json:"burst"` // bucket only; 0 means Quota
+	// Held (bucket only) is the units of allotments the fleet may hold
+	// outstanding for one key under placement hybrid — tokens taken from
+	// the bucket earlier and spent later, grants in flight included — the
+	// documented allowance on top of an exact bucket in any span; 0 for
+	// placement global.
+	Held int64 `json:"held,omitempty"`
 	// FailureMode is the rule's failure_mode: "open", "closed" or "local".
 	FailureMode string `json:"failure_mode"`
 	// LocalShare is what one instance may admit per window on its own in
@@ -151,7 +157,7 @@ type History struct {
 
 // Violation is one broken bound.
 type Violation struct {
-	Bound  string // which bound: "window", "log", "bucket", "local", "fail-closed", "lost", "reset", "history"
+	Bound  string // which bound: "window", "log", "bucket", "local", "fleet", "fail-closed", "lost", "reset", "history"
 	Rule   string
 	Key    string
 	Detail string
@@ -172,7 +178,15 @@ type Report struct {
 	Moved map[string]Worst
 	// Local is, per rule in failure mode local, the most one instance
 	// admitted on its own in one window of its clock, and its share.
-	Local      map[string]Worst
+	Local map[string]Worst
+	// Fleet is, per rule in failure mode local, the most the whole fleet
+	// admitted in one window of the shared clock — through the store and
+	// on the instances' own — against what the documentation allows there:
+	// the quota plus each admitting instance's share for every window of
+	// its own clock that overlaps it (one, or two for a skewed clock).
+	// Local admissions are counted only where [Send, Recv] lies in the
+	// window, so the figure is certain, never more than what happened.
+	Fleet      map[string]Worst
 	Violations []Violation
 	Events     int
 	// Placement is how the window rules' admissions were placed.
@@ -200,7 +214,7 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 // Check checks h against the bounds of its rules.
 func Check(h History) Report {
-	rep := Report{Worst: map[string]Worst{}, Moved: map[string]Worst{}, Local: map[string]Worst{}, Events: len(h.Events)}
+	rep := Report{Worst: map[string]Worst{}, Moved: map[string]Worst{}, Local: map[string]Worst{}, Fleet: map[string]Worst{}, Events: len(h.Events)}
 	rules := map[string]Rule{}
 	for _, r := range h.Rules {
 		rules[r.Name] = r
@@ -255,10 +269,13 @@ func Check(h History) Report {
 		var w, mw Worst
 		switch r.Kind {
 		case "window":
-			var lw Worst
-			vs, w, mw, lw = checkWindow(b, k.key, evs, resets[k], &rep.Placement)
+			var lw, fw Worst
+			vs, w, mw, lw, fw = checkWindow(b, k.key, evs, resets[k], &rep.Placement)
 			if lw.Bound > 0 && lw.Admitted >= rep.Local[r.Name].Admitted {
 				rep.Local[r.Name] = lw
+			}
+			if fw.Bound > 0 && fw.worse(rep.Fleet[r.Name]) {
+				rep.Fleet[r.Name] = fw
 			}
 		case "log":
 			vs, w, mw = checkSpan(b, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
@@ -266,7 +283,7 @@ func Check(h History) Report {
 			})
 		case "bucket":
 			vs, w, mw = checkSpan(b, k.key, evs, resets[k], func(from, to int64) (int64, bool) {
-				return b.bucket(from, to), to-from <= 4*r.WindowUS
+				return b.bucket(from, to), true // every span length, however long
 			})
 		default:
 			vs = []Violation{{"history", r.Name, k.key, fmt.Sprintf("unknown rule kind %q", r.Kind)}}
@@ -342,7 +359,7 @@ func (b bounds) quota(from, to int64) int64 {
 		sum += l.quota
 		top = max(top, l.quota)
 	}
-	return sum + b.lossesIn(from, to)*top
+	return sum + b.lossesIn(from, to)*top + b.r.Held
 }
 
 // smallest is the smallest quota that may be in force within [from, to]:
@@ -371,7 +388,7 @@ func (b bounds) bucket(from, to int64) int64 {
 		sum += burst + ceilDiv(l.quota*(to-from), b.r.WindowUS)
 		top = max(top, burst)
 	}
-	return sum + b.lossesIn(from, to)*top
+	return sum + b.lossesIn(from, to)*top + b.r.Held
 }
 
 // counted reports whether an admission counts against the shared bound: not
@@ -421,10 +438,16 @@ func hasReset(rs []Reset, from, to int64) bool {
 // An admission is placed in its window by its decision instant when the
 // answer reported one inside [Send, Recv], and otherwise only when [Send,
 // Recv] lies in one window (then both agree: the instant lies inside).
-func checkWindow(b bounds, key string, evs []Event, rs []Reset, pl *Placement) (vs []Violation, worst, moved, lw Worst) {
+//
+// For a rule in failure mode local it also returns fleet: the worst window
+// of the shared clock for everything the fleet admitted (see Report.Fleet),
+// and reports a window over that bound as a violation ("fleet").
+func checkWindow(b bounds, key string, evs []Event, rs []Reset, pl *Placement) (vs []Violation, worst, moved, lw, fleet Worst) {
 	r := b.r
 	admitted := map[int64][]Event{}
 	local := map[[2]int64]int64{}
+	// shared window → instance → local admissions certainly inside it
+	localShared := map[int64]map[int]int64{}
 	for _, e := range evs {
 		if e.Verdict != Allowed || e.Recv == 0 {
 			continue
@@ -435,6 +458,12 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset, pl *Placement) (
 			ls, lr := (e.Send+o)/r.WindowUS, (e.Recv-1+o)/r.WindowUS
 			if ls == lr {
 				local[[2]int64{ls, int64(e.Instance)}] += e.Cost
+			}
+			if w := e.Send / r.WindowUS; w == (e.Recv-1)/r.WindowUS {
+				if localShared[w] == nil {
+					localShared[w] = map[int]int64{}
+				}
+				localShared[w][e.Instance] += e.Cost
 			}
 			continue
 		}
@@ -486,6 +515,11 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset, pl *Placement) (
 				fmt.Sprintf("window [%d, %d) µs admitted %d > bound %d", from, to, n, q)})
 		}
 	}
+	if r.LocalShare > 0 {
+		var vf []Violation
+		vf, fleet = checkFleet(b, key, admitted, localShared, rs)
+		vs = append(vs, vf...)
+	}
 	for c, n := range local {
 		if r.LocalShare > 0 && n >= lw.Admitted {
 			lw = Worst{n, r.LocalShare}
@@ -495,38 +529,105 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset, pl *Placement) (
 				fmt.Sprintf("instance %d admitted %d on its own in window %d > its share %d", c[1], n, c[0], r.LocalShare)})
 		}
 	}
-	return vs, worst, moved, lw
+	return vs, worst, moved, lw, fleet
 }
 
-// checkSpan: for every pair of counted admissions a ≤ b (by Send), the
-// admissions certainly inside [a.Send, b.Recv] are at most bound(from, to),
-// where the pair is checked only when bound says the span applies.
-func checkSpan(bs bounds, key string, evs []Event, rs []Reset, bound func(from, to int64) (int64, bool)) (vs []Violation, worst, moved Worst) {
-	r := bs.r
-	var adm []Event
-	for _, e := range evs {
-		if counted(e) && e.Recv != 0 {
-			adm = append(adm, e)
+// checkFleet holds each window of the shared clock to the fleet's bound for
+// a rule in failure mode local: the store-decided admissions placed in it
+// (shared) plus every instance's local admissions certainly inside it
+// (local) at most the quota in force plus, per instance that admitted on its
+// own there, its share times the windows of its own clock overlapping it.
+func checkFleet(b bounds, key string, shared map[int64][]Event, local map[int64]map[int]int64, rs []Reset) (vs []Violation, worst Worst) {
+	r := b.r
+	wins := map[int64]bool{}
+	for w := range shared {
+		wins[w] = true
+	}
+	for w := range local {
+		wins[w] = true
+	}
+	order := make([]int64, 0, len(wins))
+	for w := range wins {
+		order = append(order, w)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	for _, w := range order {
+		from, to := w*r.WindowUS, (w+1)*r.WindowUS
+		in := shared[w]
+		if hasReset(rs, from, to) {
+			in = afterReset(in, rs, to)
+		}
+		var n int64
+		for _, e := range in {
+			n += e.Cost
+		}
+		bound := b.quota(from, to-1)
+		for inst, c := range local[w] {
+			n += c
+			overlap := int64(1)
+			if b.offsets[inst]%r.WindowUS != 0 {
+				overlap = 2 // a skewed clock's windows straddle this one
+			}
+			bound += overlap * r.LocalShare
+		}
+		if len(local[w]) == 0 {
+			continue // no local admissions: the shared bound says it all
+		}
+		if c := (Worst{n, bound}); c.worse(worst) {
+			worst = c
+		}
+		if n > bound {
+			vs = append(vs, Violation{"fleet", r.Name, key,
+				fmt.Sprintf("window [%d, %d) µs: the fleet admitted %d (store and local) > bound %d", from, to, n, bound)})
 		}
 	}
+	return vs, worst
+}
+
+// checkSpan: for every pair of counted admissions a ≤ b, the admissions
+// certainly inside [a, b] are at most bound(from, to), where the pair is
+// checked only when bound says the span applies (a log: spans shorter than
+// its window; a bucket: every span, however long, so that a refill rate off
+// by a little shows over a long enough span). An admission is placed by its
+// decision instant when its answer gave one, else by [Send, Recv].
+func checkSpan(bs bounds, key string, evs []Event, rs []Reset, bound func(from, to int64) (int64, bool)) (vs []Violation, worst, moved Worst) {
+	r := bs.r
+	// Each admission lies in [lo, hi]: its decision instant when the answer
+	// reported one inside [Send, Recv] (lo = hi: placed exactly, the
+	// answer's latency is not in the span), else [Send, Recv].
+	type placed struct{ lo, hi, cost int64 }
+	var adm []placed
+	for _, e := range evs {
+		if !counted(e) || e.Recv == 0 {
+			continue
+		}
+		p := placed{e.Send, e.Recv, e.Cost}
+		if e.Decided != 0 && e.Decided >= e.Send && e.Decided <= e.Recv {
+			p.lo, p.hi = e.Decided, e.Decided
+		}
+		adm = append(adm, p)
+	}
+	sort.Slice(adm, func(i, j int) bool { return adm[i].lo < adm[j].lo })
+	// For each start (an admission's lo), the admissions certainly inside
+	// [from, to] are those from it on (by lo) whose hi is at most to: taken
+	// in order of hi, the k-th one's hi is the shortest span holding k of
+	// them, so every span length the bound applies to is checked at its
+	// tightest.
+	ends := make([]placed, 0, len(adm))
 	for i := range adm {
-		from := adm[i].Send
+		from := adm[i].lo
+		ends = append(ends[:0], adm[i:]...)
+		sort.Slice(ends, func(a, b int) bool { return ends[a].hi < ends[b].hi })
 		var n int64
-		// Events j ≥ i with Recv ≤ to are inside [from, to]; keep the
-		// running sum of those whose answer came before the span's end.
-		var inside []Event
-		for j := i; j < len(adm); j++ {
-			to := adm[j].Recv
+		for k, e := range ends {
+			n += e.cost
+			to := e.hi
+			if k+1 < len(ends) && ends[k+1].hi == to {
+				continue // count every admission ending at to first
+			}
 			b, ok := bound(from, to)
 			if !ok {
 				break
-			}
-			inside = append(inside, adm[j])
-			n = 0
-			for _, e := range inside {
-				if e.Recv <= to {
-					n += e.Cost
-				}
 			}
 			if hasReset(rs, from, to) {
 				continue
@@ -628,6 +729,9 @@ func (r Report) Summary() string {
 		}
 		if l, ok := r.Local[n]; ok {
 			fmt.Fprintf(&b, "; on its own %d of share %d", l.Admitted, l.Bound)
+		}
+		if f, ok := r.Fleet[n]; ok {
+			fmt.Fprintf(&b, "; the fleet %d of bound %d", f.Admitted, f.Bound)
 		}
 		b.WriteString("\n")
 	}

@@ -373,3 +373,90 @@ func TestCheckerPlacesByInstant(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckerFleetTotal: for a rule in failure mode local the report says
+// what the whole fleet admitted in one window of the shared clock — the
+// store's admissions and every instance's own — against the quota plus each
+// admitting instance's share (two shares for an instance whose clock is
+// skewed: two windows of its clock overlap each shared one).
+func TestCheckerFleetTotal(t *testing.T) {
+	localAt := func(inst int, ts int64) Event {
+		e := allowed("win", "k", inst, ts)
+		e.Degraded = Local
+		return e
+	}
+	shared := times("win", 5, 10*ms, 10*ms) // the quota, through the store
+	tests := []struct {
+		name   string
+		evs    []Event
+		faults []Fault
+		want   Worst
+	}{
+		{"store only: no fleet figure", shared, nil, Worst{}},
+		{"two instances at their shares", append(append([]Event(nil), shared...),
+			localAt(1, 300*ms), localAt(1, 310*ms), localAt(2, 400*ms), localAt(2, 410*ms)), nil, Worst{9, 9}},
+		{"one instance, one local", append(append([]Event(nil), shared...), localAt(1, 300*ms)), nil, Worst{6, 7}},
+		// Instance 1 runs 500 ms ahead: its own windows [.5, 1.5) and
+		// [1.5, 2.5) of the shared clock each allow 2, and both overlap
+		// the shared window [1, 2), which may so hold 5 + 4.
+		{"skewed instance", append(times("win", 5, 1010*ms, 10*ms),
+			localAt(1, 1100*ms), localAt(1, 1200*ms), localAt(1, 1600*ms), localAt(1, 1700*ms)),
+			[]Fault{{Kind: "clock", Instance: 1, OffsetUS: 500 * ms}}, Worst{9, 9}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(History{Rules: rules, Events: tc.evs, Faults: tc.faults})
+			if !rep.OK() {
+				t.Fatalf("violations: %v; want none", rep.Violations)
+			}
+			if got := rep.Fleet["win"]; got != tc.want {
+				t.Errorf("Fleet[win] = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckerBucketLongSpans: bucket spans are checked at every length and
+// placed by the decisions' instants, so a refill rate 2 % too fast fails
+// over a long span although every span of up to four windows passes, and
+// the same history at the documented rate passes.
+func TestCheckerBucketLongSpans(t *testing.T) {
+	// bucket: 10 per 1 s, burst 5. The burst at once, then one admission
+	// every gap, each decided at its instant (answer 1 ms either side).
+	run := func(gap int64, n int) []Event {
+		var evs []Event
+		at := func(ts int64) Event {
+			e := Event{Rule: "bucket", Key: "k", Cost: 1, Send: ts - ms, Recv: ts + ms, Verdict: Allowed, Decided: ts}
+			return e
+		}
+		for range 5 {
+			evs = append(evs, at(10*ms))
+		}
+		for i := 1; i <= n; i++ {
+			evs = append(evs, at(10*ms+int64(i)*gap))
+		}
+		return evs
+	}
+	tests := []struct {
+		name string
+		evs  []Event
+		ok   bool
+	}{
+		{"the documented rate", run(100*ms, 300), true},
+		// 10.2 per second: 5 + 306 in 30 s where 5 + 300 are allowed. No
+		// span of four windows or less is over (4 s hold 5 + 40 of a bound
+		// of 5 + 40): only the long spans see it.
+		{"2 % too fast", run(98*ms, 306), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(History{Rules: rules, Events: tc.evs})
+			if rep.OK() != tc.ok {
+				t.Fatalf("OK = %v, want %v; violations %v", rep.OK(), tc.ok, rep.Violations)
+			}
+			if !tc.ok && rep.Violations[0].Bound != "bucket" {
+				t.Errorf("violation %v, want a bucket one", rep.Violations[0])
+			}
+		})
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,10 @@ descriptors:
     rate_limit: {name: loc, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: local}
   - key: hyb
     rate_limit: {name: hyb, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: closed, placement: hybrid}
+  - key: hgcra
+    rate_limit: {name: hgcra, algorithm: gcra, unit: second, requests_per_unit: 20, burst: 8, failure_mode: closed, placement: hybrid}
+  - key: htb
+    rate_limit: {name: htb, algorithm: token_bucket, unit: second, requests_per_unit: 20, burst: 8, failure_mode: closed, placement: hybrid}
 `
 
 // tenantsYAML: a tenant-keyed rule whose free tier is 20/s (tenant acme
@@ -98,6 +103,10 @@ func Contracts(tenants bool) []check.Rule {
 		{Name: "loc", Kind: "window", Quota: 20, WindowUS: sec, FailureMode: "local", LocalShare: (20 + Replicas - 1) / Replicas, PropagationUS: sec},
 		// placement hybrid, fixed window: never over (docs/accuracy.md).
 		{Name: "hyb", Kind: "window", Quota: 20, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+		// placement hybrid, buckets: an exact bucket plus the units of
+		// allotments outstanding (docs/accuracy.md, store/hybrid).
+		{Name: "hgcra", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 8, Held: hybridHeld(8), FailureMode: "closed", PropagationUS: sec},
+		{Name: "htb", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 8, Held: hybridHeld(8), FailureMode: "closed", PropagationUS: sec},
 	}
 	if tenants {
 		rs = append(rs,
@@ -106,6 +115,21 @@ func Contracts(tenants bool) []check.Rule {
 		)
 	}
 	return rs
+}
+
+// hybridSplit is store/hybrid's documented DefaultSplit: an allotment is at
+// most 1/hybridSplit of the tokens above the reserve when granted.
+const hybridSplit = 4
+
+// hybridHeld is the allowance of a hybrid bucket of capacity burst across
+// the fleet, for hits of one unit (the fleet's): an instance asks for a
+// refill of a key only once fewer units than a quarter of the capacity are
+// held (the wanted allotment is at most the capacity, and a refill is asked
+// below a quarter of it) and has one request in flight at a time, and a
+// grant is at most ⌈burst / hybridSplit⌉; so per instance at most two
+// allotments' worth, held or in flight.
+func hybridHeld(burst int64) int64 {
+	return Replicas * 2 * ((burst + hybridSplit - 1) / hybridSplit)
 }
 
 // Fleet is one run's processes. Its methods are safe for concurrent use.
@@ -158,6 +182,15 @@ type Schedule struct {
 	// others' (sluice serve --clock-skew: the clock of its in-process
 	// stores, which decide failure_mode local); 0: none.
 	Skew time.Duration
+	// Clients, when above 0, is how many concurrent clients this schedule
+	// runs, whatever Options.Clients says: the concurrent row's callers in
+	// flight.
+	Clients int
+	// Busy keeps every core of the host busy while the traffic runs (one
+	// spinning process per CPU, at the host's normal priority), so calls
+	// queue behind other work: overload must make decisions slower, never
+	// switch a limit off.
+	Busy bool
 	// Setup, if set, runs just before the clients start (its decisions
 	// are part of the history).
 	Setup func(f *Fleet) error
@@ -248,8 +281,16 @@ func Run(t TB, o Options, s Schedule) Result {
 		d = 4 * time.Second
 	}
 	clients := o.Clients
+	if s.Clients > 0 {
+		clients = s.Clients
+	}
 	if clients == 0 {
 		clients = 6
+	}
+	if s.Busy {
+		stop := busy(t, runtime.NumCPU())
+		logf("  %d cores kept busy by spinning processes", runtime.NumCPU())
+		defer stop()
 	}
 	log := f.traffic(o.Seed, clients, d, s, logf)
 	h := f.history()
@@ -278,6 +319,30 @@ func (f *Fleet) history() check.History {
 	h := f.hist
 	h.Events = append([]check.Event(nil), h.Events...)
 	return h
+}
+
+// busy starts n processes that spin until the returned stop is called (or
+// t's cleanups run).
+func busy(t TB, n int) (stop func()) {
+	var cmds []*exec.Cmd
+	for range n {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			t.Fatalf("fleet: start a spinning process: %v", err)
+		}
+		cmds = append(cmds, c)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			for _, c := range cmds {
+				_ = c.Process.Kill()
+				_ = c.Wait()
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // now is µs on the shared clock.
@@ -567,7 +632,7 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 		logf("  %s", line)
 		flog = append(flog, line)
 	}
-	keys := []string{"fw", "log", "gcra", "tb", "loc", "hyb"}
+	keys := []string{"fw", "log", "gcra", "tb", "loc", "hyb", "hgcra", "htb"}
 	if s.Tenants {
 		keys = append(keys, "hourly", "acme")
 	}

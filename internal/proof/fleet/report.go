@@ -19,6 +19,8 @@ var columns = []struct{ rule, title string }{
 	{"tb", "token bucket"},
 	{"loc", "local fallback"},
 	{"hyb", "hybrid"},
+	{"hgcra", "hybrid gcra"},
+	{"htb", "hybrid token bucket"},
 	{"acme", "tenant override"},
 	{"hourly", "tenant hourly"},
 }
@@ -52,6 +54,9 @@ func Table(results []Result) string {
 			}
 			if l, ok := r.Report.Local[c.rule]; ok {
 				fmt.Fprintf(&b, " (own %d / %d)", l.Admitted, l.Bound)
+			}
+			if f, ok := r.Report.Fleet[c.rule]; ok {
+				fmt.Fprintf(&b, " (fleet %d / %d)", f.Admitted, f.Bound)
 			}
 			b.WriteString(" |")
 		}
