@@ -174,10 +174,13 @@ type Result struct {
 	// At is the instant that decided the op: the store clock's reading, in
 	// µs since the Unix epoch, that the decision was made at (for Redis, the
 	// TIME its script or native call read; for the memory store, its clock
-	// when it took the op; under a test clock, that clock's reading). Zero
-	// when no store clock decided it or the instant is unknown: a hybrid
-	// store's local spend, a remembered denial, a fail-open or
-	// degraded-mode answer. It is for placing decisions in time (the proof
+	// when it took the op; under a test clock, that clock's reading; for a
+	// hybrid store's local spend of a fixed window, the grant's instant plus
+	// the local time since it arrived: never later than the spend, always
+	// inside the window its units were granted in). Zero when no store
+	// clock decided it or the instant is unknown: a hybrid store's local
+	// spend of a bucket, a remembered denial, a fail-open or degraded-mode
+	// answer. It is for placing decisions in time (the proof
 	// harness does); the decision itself never depends on it.
 	At int64
 }

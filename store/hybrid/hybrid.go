@@ -277,16 +277,23 @@ type entry struct {
 	prev         int64
 	prevDeadline int64
 	epoch        int64
-	remaining    int64 // global remaining at the last answer (an estimate)
-	resetAt      int64 // local µs when the global quota is whole again (estimate)
-	spent        int64 // units spent locally since since
-	since        int64
-	rate         float64 // units per µs
-	global       bool    // near the limit: decide every hit globally
-	refilling    bool
-	need         int64 // the cost that did not fit, for the next allotment
-	backoff      int64 // no allotment request before this (the global store failed)
-	last         int64
+	// grantAt is the store clock's reading (µs since the Unix epoch) when
+	// the last fixed_window grant was taken, arrived the local µs when it
+	// was applied: a local spend's instant on the store's clock is at
+	// least grantAt + (now − arrived), and at most the window's end
+	// (Result.At). 0 for the bucket algorithms.
+	grantAt   int64
+	arrived   int64
+	remaining int64 // global remaining at the last answer (an estimate)
+	resetAt   int64 // local µs when the global quota is whole again (estimate)
+	spent     int64 // units spent locally since since
+	since     int64
+	rate      float64 // units per µs
+	global    bool    // near the limit: decide every hit globally
+	refilling bool
+	need      int64 // the cost that did not fit, for the next allotment
+	backoff   int64 // no allotment request before this (the global store failed)
+	last      int64
 	// The key's demand, local or global, for the cold test: hits seen
 	// (saturating at minHits), the local µs of the last, and the mean gap
 	// between hits (µs, each new gap weighing a quarter).
@@ -679,10 +686,8 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			Limit:      ops[i].Limit.Capacity(),
 			Remaining:  min(ops[i].Limit.Capacity(), max(e.remaining, 0)+e.held),
 			ResetAfter: time.Duration(max(e.resetAt-now, 0)) * time.Microsecond,
-			// At stays zero: a local spend is decided by no store clock.
-			// The store charged these units when it granted them, and the
-			// instance's clock (monotonic, not the epoch) places the spend
-			// only as well as it agrees with the store's.
+			// At: see localAt.
+			At: e.localAt(now),
 		}
 		if !e.global && !e.refilling && now >= e.backoff && !s.closed.Load() && e.held*refillFraction < s.want(e, ops[i].Limit, 0, now) &&
 			!s.tooCold(e, ops[i].Limit, now) {
@@ -693,6 +698,21 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 	}
 	s.local.Add(uint64(len(ops)))
 	return true, nil
+}
+
+// localAt is the instant, on the store's clock, of a local spend at now:
+// for a fixed_window, the grant's own instant plus the local time since it
+// arrived — never later than the spend really happened on the store's
+// clock (the grant was taken before it arrived), never before the grant,
+// and before the window's end (now is before the deadline, sent + TTL, so
+// now − arrived < TTL) — so it places the spend in the window its units
+// were granted in whatever the two clocks read. 0 for the bucket
+// algorithms, whose grants carry no instant. mu of e's shard must be held.
+func (e *entry) localAt(now int64) int64 {
+	if e.grantAt == 0 {
+		return 0
+	}
+	return e.grantAt + max(now-e.arrived, 0)
 }
 
 // expire voids the units held whose deadline is past at now and returns
@@ -923,6 +943,12 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 			e.prev = e.held
 		}
 		e.held += a.Granted
+		if a.Granted > 0 && k.limit.Algorithm == sluice.FixedWindow {
+			// The script's TTL is the window's end less its TIME, and the
+			// epoch the window's index: their difference is that TIME.
+			e.grantAt = (a.Epoch+1)*k.limit.Window.Microseconds() - a.TTL.Microseconds()
+			e.arrived = s.now()
+		}
 		if a.Granted > 0 && s.onGrant != nil {
 			defer s.onGrant(k.key)
 		}

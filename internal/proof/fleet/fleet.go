@@ -57,6 +57,12 @@ descriptors:
     rate_limit: {name: loc, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: local}
   - key: hyb
     rate_limit: {name: hyb, algorithm: fixed_window, unit: second, requests_per_unit: 20, failure_mode: closed, placement: hybrid}
+  - key: sw
+    rate_limit: {name: sw, algorithm: sliding_window, unit: second, requests_per_unit: 20, failure_mode: closed}
+  - key: lb
+    rate_limit: {name: lb, algorithm: leaky_bucket, unit: second, requests_per_unit: 20, burst: 5, failure_mode: closed}
+  - key: conc
+    rate_limit: {name: conc, algorithm: concurrency, unit: second, requests_per_unit: 5, failure_mode: closed}
   - key: hgcra
     rate_limit: {name: hgcra, algorithm: gcra, unit: second, requests_per_unit: 20, burst: 8, failure_mode: closed, placement: hybrid}
   - key: htb
@@ -101,6 +107,16 @@ func Contracts(tenants bool) []check.Rule {
 		{Name: "gcra", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 5, FailureMode: "closed", PropagationUS: sec},
 		{Name: "tb", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 5, FailureMode: "closed", PropagationUS: sec},
 		{Name: "loc", Kind: "window", Quota: 20, WindowUS: sec, FailureMode: "local", LocalShare: (20 + Replicas - 1) / Replicas, PropagationUS: sec},
+		// sliding_window: its estimate counts the current window whole, so
+		// each epoch-aligned window holds at most the quota.
+		{Name: "sw", Kind: "window", Quota: 20, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+		// leaky_bucket (a queue: admitted with a Delay while burst units of
+		// work fit): burst + rate × span, as a bucket.
+		{Name: "lb", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 5, FailureMode: "closed", PropagationUS: sec},
+		// concurrency, never released here: each slot lives one window from
+		// its decision, so any span shorter than a window holds at most the
+		// limit's admissions, as a log does.
+		{Name: "conc", Kind: "log", Quota: 5, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
 		// placement hybrid, fixed window: never over (docs/accuracy.md).
 		{Name: "hyb", Kind: "window", Quota: 20, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
 		// placement hybrid, buckets: an exact bucket plus the units of
@@ -168,7 +184,8 @@ type TB = testing.TB
 type Schedule struct {
 	Name string
 	// Store is "single" (one redis-server behind a proxy), "cluster"
-	// (three masters) or "sentinel" (a master, a replica, a Sentinel).
+	// (three masters), "cluster+replicas" (three masters with a replica
+	// each) or "sentinel" (a master, a replica, a Sentinel).
 	Store string
 	// Tenants starts PostgreSQL, gives tenant acme an override and adds
 	// tenant traffic.
@@ -500,6 +517,47 @@ func (f *Fleet) Failover() error {
 	return nil
 }
 
+// KillMaster SIGKILLs master i of a Cluster with replicas and waits until
+// a replica has been promoted in its place. A replica lacks the writes it
+// had not received: recorded as a "loss" from the kill to the promotion.
+func (f *Fleet) KillMaster(i int) error {
+	start := now()
+	f.Cluster.Servers[i].Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, r := range f.Cluster.Replicas {
+			v, err := r.Do("ROLE")
+			if a, ok := v.([]any); err == nil && ok && len(a) > 0 && a[0] == "master" {
+				f.Record(fmt.Sprintf("cluster master %d killed, replica %s promoted", i, r.Addr()), "loss", start, now())
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			f.Record(fmt.Sprintf("cluster master %d killed, no replica promoted", i), "loss", start, now())
+			return fmt.Errorf("no replica promoted within 30s of killing master %d", i)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Full makes the single Redis refuse every write for d: maxmemory below
+// what it uses, under noeviction (what store/redis requires), then back.
+func (f *Fleet) Full(d time.Duration) error {
+	start := now()
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if _, err := f.Redis.Do("CONFIG", "SET", kv[0], kv[1]); err != nil {
+			return fmt.Errorf("CONFIG SET %s: %w", kv[0], err)
+		}
+	}
+	time.Sleep(d)
+	_, err := f.Redis.Do("CONFIG", "SET", "maxmemory", "0")
+	f.Record("Redis full (maxmemory, noeviction)", "full", start, now())
+	if err != nil {
+		return fmt.Errorf("CONFIG SET maxmemory 0: %w", err)
+	}
+	return nil
+}
+
 func start(t TB, bin string, s Schedule) *Fleet {
 	t.Helper()
 	f := &Fleet{t: t, token: fmt.Sprintf("proof-%d", time.Now().UnixNano())}
@@ -511,6 +569,9 @@ func start(t TB, bin string, s Schedule) *Fleet {
 		url = f.Proxy.URL()
 	case "cluster":
 		f.Cluster = redistest.StartCluster(t)
+		url = f.Cluster.URL()
+	case "cluster+replicas":
+		f.Cluster = redistest.StartClusterWith(t, redistest.ClusterOptions{Replicas: 1})
 		url = f.Cluster.URL()
 	case "sentinel":
 		f.Redis = redistest.Start(t)
@@ -632,7 +693,7 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 		logf("  %s", line)
 		flog = append(flog, line)
 	}
-	keys := []string{"fw", "log", "gcra", "tb", "loc", "hyb", "hgcra", "htb"}
+	keys := []string{"fw", "log", "gcra", "tb", "sw", "lb", "conc", "loc", "hyb", "hgcra", "htb"}
 	if s.Tenants {
 		keys = append(keys, "hourly", "acme")
 	}

@@ -47,6 +47,12 @@ func Schedules() []Schedule {
 				return nil
 			}},
 		}},
+		// Redis at maxmemory under noeviction (the only policy store/redis
+		// accepts; an evicting one is refused at start, cmd/sluice
+		// TestRedisEviction*): every write refused with OOM for 1.5 s.
+		{Name: "Redis full (maxmemory, noeviction) 1.5 s", Store: "single", Short: true, Degrades: true, Faults: []Fault{
+			{At: 1500 * ms, Name: "maxmemory 1 byte for 1.5 s", Do: func(f *Fleet) error { return f.Full(1500 * ms) }},
+		}},
 		{Name: "connections dropped 6× in 1.5 s", Store: "single", Short: true, Faults: []Fault{
 			{At: 1500 * ms, Name: "drop every Redis connection every 250 ms", Do: func(f *Fleet) error {
 				t := now()
@@ -122,6 +128,9 @@ func Schedules() []Schedule {
 				f.Record("SIGSTOP cluster master 1", "pause", t, now())
 				return nil
 			}},
+		}},
+		{Name: "master killed, replica promoted", Store: "cluster+replicas", Degrades: true, Duration: 8 * time.Second, Faults: []Fault{
+			{At: 1500 * ms, Name: "SIGKILL cluster master 1", Do: func(f *Fleet) error { return f.KillMaster(1) }},
 		}},
 		{Name: "no fault", Store: "sentinel"},
 		{Name: "failover, replica 1 s behind", Store: "sentinel", Duration: 8 * time.Second, Faults: []Fault{
