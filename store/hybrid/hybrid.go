@@ -216,7 +216,8 @@ type Stats struct {
 type Store struct {
 	g       sluice.Allotter
 	now     func() int64
-	horizon int64 // µs
+	wall    func() int64 // this host's clock, µs since the Unix epoch (localAt)
+	horizon int64        // µs
 	// rateSpan is the shortest span a rate is measured over: Horizon/20,
 	// at most a second.
 	rateSpan int64
@@ -277,23 +278,23 @@ type entry struct {
 	prev         int64
 	prevDeadline int64
 	epoch        int64
-	// grantAt is the store clock's reading (µs since the Unix epoch) when
-	// the last fixed_window grant was taken, arrived the local µs when it
-	// was applied: a local spend's instant on the store's clock is at
-	// least grantAt + (now − arrived), and at most the window's end
-	// (Result.At). 0 for the bucket algorithms.
-	grantAt   int64
-	arrived   int64
-	remaining int64 // global remaining at the last answer (an estimate)
-	resetAt   int64 // local µs when the global quota is whole again (estimate)
-	spent     int64 // units spent locally since since
-	since     int64
-	rate      float64 // units per µs
-	global    bool    // near the limit: decide every hit globally
-	refilling bool
-	need      int64 // the cost that did not fit, for the next allotment
-	backoff   int64 // no allotment request before this (the global store failed)
-	last      int64
+	// atLo and atHi bound a local spend's instant on the store's clock:
+	// between now+atLo and now+atHi (local µs now), both inside the window
+	// of the last fixed_window grant (see localAt); atSet says they are
+	// known (never for the bucket algorithms: their grants carry no
+	// instant).
+	atLo, atHi int64
+	atSet      bool
+	remaining  int64 // global remaining at the last answer (an estimate)
+	resetAt    int64 // local µs when the global quota is whole again (estimate)
+	spent      int64 // units spent locally since since
+	since      int64
+	rate       float64 // units per µs
+	global     bool    // near the limit: decide every hit globally
+	refilling  bool
+	need       int64 // the cost that did not fit, for the next allotment
+	backoff    int64 // no allotment request before this (the global store failed)
+	last       int64
 	// The key's demand, local or global, for the cold test: hits seen
 	// (saturating at minHits), the local µs of the last, and the mean gap
 	// between hits (µs, each new gap weighing a quarter).
@@ -317,9 +318,11 @@ func New(g sluice.Allotter, opts Options) (*Store, error) {
 	if opts.Now != nil {
 		now := opts.Now
 		s.now = func() int64 { return now().UnixMicro() }
+		s.wall = s.now
 	} else {
 		base := time.Now()
 		s.now = func() int64 { return int64(time.Since(base) / time.Microsecond) }
+		s.wall = func() int64 { return time.Now().UnixMicro() }
 	}
 	s.horizon = durOr(opts.Horizon, DefaultHorizon)
 	s.rateSpan = min(s.horizon/20, time.Second.Microseconds())
@@ -687,7 +690,7 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			Remaining:  min(ops[i].Limit.Capacity(), max(e.remaining, 0)+e.held),
 			ResetAfter: time.Duration(max(e.resetAt-now, 0)) * time.Microsecond,
 			// At: see localAt.
-			At: e.localAt(now),
+			At: e.localAt(now, s.wall()),
 		}
 		if !e.global && !e.refilling && now >= e.backoff && !s.closed.Load() && e.held*refillFraction < s.want(e, ops[i].Limit, 0, now) &&
 			!s.tooCold(e, ops[i].Limit, now) {
@@ -700,19 +703,23 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 	return true, nil
 }
 
-// localAt is the instant, on the store's clock, of a local spend at now:
-// for a fixed_window, the grant's own instant plus the local time since it
-// arrived — never later than the spend really happened on the store's
-// clock (the grant was taken before it arrived), never before the grant,
-// and before the window's end (now is before the deadline, sent + TTL, so
-// now − arrived < TTL) — so it places the spend in the window its units
-// were granted in whatever the two clocks read. 0 for the bucket
-// algorithms, whose grants carry no instant. mu of e's shard must be held.
-func (e *entry) localAt(now int64) int64 {
-	if e.grantAt == 0 {
+// localAt is the instant, on the store's clock (µs since the Unix epoch),
+// of a local spend at local µs now, wall being this host's clock then. The
+// grant was taken at the store's TIME g, after the lease was sent (local
+// sent) and before its reply arrived (local arrived); so the spend's true
+// instant lies in [g + (now − arrived), g + (now − sent)], and that
+// interval lies in the grant's window (g ≥ the window's start, and now is
+// before the deadline sent + TTL, so g + now − sent < g + TTL = the
+// window's end). The host's clock is taken when it falls inside (on one
+// host it is the store's own clock: the exact instant), else the nearer
+// end: the spend is placed in the window its units were granted in,
+// whatever the clocks read. 0 for the bucket algorithms. mu of e's shard
+// must be held.
+func (e *entry) localAt(now, wall int64) int64 {
+	if !e.atSet {
 		return 0
 	}
-	return e.grantAt + max(now-e.arrived, 0)
+	return min(max(wall, now+e.atLo), now+e.atHi)
 }
 
 // expire voids the units held whose deadline is past at now and returns
@@ -946,8 +953,8 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 		if a.Granted > 0 && k.limit.Algorithm == sluice.FixedWindow {
 			// The script's TTL is the window's end less its TIME, and the
 			// epoch the window's index: their difference is that TIME.
-			e.grantAt = (a.Epoch+1)*k.limit.Window.Microseconds() - a.TTL.Microseconds()
-			e.arrived = s.now()
+			g := (a.Epoch+1)*k.limit.Window.Microseconds() - a.TTL.Microseconds()
+			e.atLo, e.atHi, e.atSet = g-s.now(), g-sent, true
 		}
 		if a.Granted > 0 && s.onGrant != nil {
 			defer s.onGrant(k.key)

@@ -63,3 +63,26 @@ func TestLocalSpendInstant(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalAt: a local spend's instant is the host's clock when it lies in
+// the interval the grant's timing allows, else that interval's nearer end
+// (so a host clock off from the store's still places the spend in its
+// grant's window).
+func TestLocalAt(t *testing.T) {
+	// Granted at the store's 1,000,000 µs; the lease was sent at local 100
+	// and its reply arrived at local 300: at local now 1,100 the spend's
+	// true instant is in [1,000,800, 1,001,000].
+	e := entry{atLo: 1_000_000 - 300, atHi: 1_000_000 - 100, atSet: true}
+	for _, tc := range []struct{ wall, want int64 }{
+		{1_000_900, 1_000_900}, // the host's clock agrees: exact
+		{999_000, 1_000_800},   // behind: the earliest possible
+		{1_005_000, 1_001_000}, // ahead: the latest possible
+	} {
+		if got := e.localAt(1_100, tc.wall); got != tc.want {
+			t.Errorf("localAt(1100, wall %d) = %d, want %d", tc.wall, got, tc.want)
+		}
+	}
+	if got := (&entry{}).localAt(1_100, 5); got != 0 {
+		t.Errorf("no fixed_window grant: localAt = %d, want 0", got)
+	}
+}
