@@ -31,7 +31,14 @@ type Proxy struct {
 // (a host:port), with no delay.
 func StartProxy(t TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return StartProxyOn(t, "127.0.0.1", target)
+}
+
+// StartProxyOn is StartProxy listening on a free port of host (an address
+// of this machine, e.g. the host end of a network namespace's veth).
+func StartProxyOn(t TB, host, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatalf("redistest: proxy listen: %v", err)
 	}

@@ -15,6 +15,7 @@ package fleet
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -33,6 +34,10 @@ import (
 	"github.com/sluice-rl/sluice/internal/proof/check"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
+
+// PartitionedInstance is the instance a Partition schedule runs in a
+// network namespace.
+const PartitionedInstance = 1
 
 // Replicas is how many `sluice serve` processes a run starts.
 const Replicas = 3
@@ -164,6 +169,8 @@ type Fleet struct {
 	Cluster *redistest.Cluster
 	// PG holds the tenants, for schedules with Tenants.
 	PG *pgtest.Server
+	// ns is PartitionedInstance's network namespace (Partition).
+	ns *netns
 
 	procs []*exec.Cmd
 	http  []string // base URLs of the instances
@@ -203,6 +210,12 @@ type Schedule struct {
 	// runs, whatever Options.Clients says: the concurrent row's callers in
 	// flight.
 	Clients int
+	// Partition runs instance PartitionedInstance in a network namespace
+	// of its own (Store "single" only), reaching Redis over a veth through
+	// a proxy of its own, so that Fleet.Cut can blackhole its packets to
+	// Redis while its HTTP answers still come back. Needs root and
+	// iproute2.
+	Partition bool
 	// Busy keeps every core of the host busy while the traffic runs (one
 	// spinning process per CPU, at the host's normal priority), so calls
 	// queue behind other work: overload must make decisions slower, never
@@ -540,6 +553,24 @@ func (f *Fleet) KillMaster(i int) error {
 	}
 }
 
+// Cut routes every packet from PartitionedInstance to Redis into a
+// blackhole for d (a partition: its calls on open connections time out, a
+// new connection fails; its HTTP answers still come back), then routes
+// them to Redis again.
+func (f *Fleet) Cut(d time.Duration) error {
+	if f.ns == nil {
+		return errors.New("fleet: Cut needs a Partition schedule")
+	}
+	start := now()
+	if err := f.ns.Cut(); err != nil {
+		return err
+	}
+	time.Sleep(d)
+	err := f.ns.Heal()
+	f.Record(fmt.Sprintf("instance %d cut from Redis", PartitionedInstance), "network", start, now())
+	return err
+}
+
 // Full makes the single Redis refuse every write for d: maxmemory below
 // what it uses, under noeviction (what store/redis requires), then back.
 func (f *Fleet) Full(d time.Duration) error {
@@ -617,8 +648,22 @@ func start(t TB, bin string, s Schedule) *Fleet {
 		f.PG = pgtest.Start(t)
 		pgURL = f.PG.NewDatabase(t)
 	}
+	if s.Partition {
+		if f.Redis == nil || f.Cluster != nil || s.Store != "single" {
+			t.Fatalf("fleet: Partition needs Store single")
+		}
+		f.ns = newNetns(t)
+		p := redistest.StartProxyOn(t, f.ns.redisHost, f.Redis.Addr())
+		_, f.ns.redisPort, _ = net.SplitHostPort(p.Addr())
+	}
 	for i := range Replicas {
 		grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+		url := url
+		inNS := f.ns != nil && i == PartitionedInstance
+		if inNS {
+			grpcAddr, httpAddr = f.ns.addr(8081), f.ns.addr(8080)
+			url = "redis://" + net.JoinHostPort(f.ns.redisHost, f.ns.redisPort) + "/0"
+		}
 		args := []string{"serve", "--store", "redis", "--redis-url", url, "--rules", rules, "--admin-token-file", tokens,
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "off",
 			"--expected-replicas", fmt.Sprint(Replicas), "--log-level", "warn", "--debug-decision-instant"}
@@ -629,6 +674,9 @@ func start(t TB, bin string, s Schedule) *Fleet {
 			args = append(args, "--migrate", "--tenant-snapshot", filepath.Join(dir, fmt.Sprintf("snapshot-%d", i)))
 		}
 		cmd := exec.Command(bin, args...)
+		if inNS {
+			cmd = f.ns.command(bin, args...) // ip netns exec: the same process, in the namespace
+		}
 		if pgURL != "" {
 			cmd.Env = append(os.Environ(), "SLUICE_POSTGRES_URL="+pgURL)
 		}

@@ -64,6 +64,12 @@ func Schedules() []Schedule {
 				return nil
 			}},
 		}},
+		// A partition, not a reset: instance 1 runs in a network namespace
+		// and its packets to Redis go into a blackhole route for 2 s; its
+		// calls time out while the others decide as usual.
+		{Name: "instance 1 cut from Redis 2 s (netns)", Store: "single", Short: true, Degrades: true, Partition: true, Duration: 6 * time.Second, Faults: []Fault{
+			{At: 1500 * ms, Name: "blackhole instance 1's route to Redis for 2 s", Do: func(f *Fleet) error { return f.Cut(2 * time.Second) }},
+		}},
 		{Name: "an instance SIGKILLed", Store: "single", Short: true, Faults: []Fault{
 			{At: 2 * time.Second, Name: "SIGKILL instance 2", Do: func(f *Fleet) error {
 				t := now()
