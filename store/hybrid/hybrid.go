@@ -270,11 +270,12 @@ type entryKey struct {
 type entry struct {
 	held     int64 // unspent allotted units, prev among them
 	deadline int64 // local µs after which held is void
-	// prev of the units held came from earlier grants than the last one
-	// and are void from prevDeadline (≤ deadline) on: a grant that lands
-	// while units are held does not extend their life (a bucket's grants
-	// all carry epoch 0, so a reset whose announcement is lost shows in
-	// nothing but the deadline). Spends take prev first.
+	// prev of the units held (bucket algorithms only) came from earlier
+	// grants than the last one and are void from prevDeadline (≤
+	// deadline) on: a grant that lands while units are held does not
+	// extend their life (a bucket's grants all carry epoch 0, so a reset
+	// whose announcement is lost shows in nothing but the deadline).
+	// Spends take prev first.
 	prev         int64
 	prevDeadline int64
 	epoch        int64
@@ -939,9 +940,12 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 			e.held, e.prev = 0, 0
 			e.epoch = a.Epoch
 		}
-		if e.held > 0 {
-			// The units held keep the deadline they had: the earliest of
-			// their grants', so none outlives its own lease.
+		if e.held > 0 && k.limit.Algorithm != sluice.FixedWindow {
+			// A bucket's units held keep the deadline they had: the
+			// earliest of their grants', so none outlives its own lease.
+			// (A fixed window's units all belong to the grant's epoch and
+			// take the new deadline, sent + TTL, which is at most the
+			// window's end: as internal/proof/model has it.)
 			if e.prev == 0 {
 				e.prevDeadline = e.deadline
 			} else {

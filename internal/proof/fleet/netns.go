@@ -10,14 +10,16 @@ import (
 )
 
 // netns is a network namespace joined to this one by a veth pair: an
-// instance run inside it reaches Redis only over the veth, where Cut drops
-// its packets to Redis silently (a partition: no reset, no answer) while
-// its HTTP answers still come back.
+// instance run inside it reaches Redis only over the veth, at an address
+// of the host's end that only the namespace routes to (redisHost). Cut
+// turns that route into a blackhole inside the namespace — packets to
+// Redis go nowhere, with no reset and no answer (a new connection is
+// refused at once by the route) — while its HTTP answers still come back.
 type netns struct {
-	name                 string
-	hostIP, nsIP         string // the two ends of the veth (/30)
-	nsDev                string
-	redisAddr            string // host:port the instance dials (on hostIP)
+	name         string
+	hostIP, nsIP string // the two ends of the veth (/30)
+	nsDev        string
+	// redisHost and redisPort are the proxy the instance dials.
 	redisHost, redisPort string
 }
 

@@ -105,3 +105,31 @@ func Verify(dir string, defines []string) (Result, error) {
 	}
 	return r, nil
 }
+
+// Simulate runs the model in Spin's simulation mode with -DSCRIPT: its init
+// process runs script (Promela statements, the steps of a step table, in
+// order; allot.pml includes it as script.pml) once, and Simulate returns
+// what it printed. defines are preprocessor defines, as for Verify. An
+// assertion of the model failing on the way is an error naming it.
+func Simulate(dir string, script []byte, defines []string) (string, error) {
+	spin, err := exec.LookPath("spin")
+	if err != nil {
+		return "", ErrNoSpin
+	}
+	if err := os.WriteFile(filepath.Join(dir, "allot.pml"), source, 0o644); err != nil {
+		return "", fmt.Errorf("model: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "script.pml"), script, 0o644); err != nil {
+		return "", fmt.Errorf("model: %w", err)
+	}
+	cmd := exec.Command(spin, append(append([]string{"-DSCRIPT"}, defines...), "allot.pml")...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("model: spin: %w\n%s", err, out)
+	}
+	if m := regexp.MustCompile(`(?m)^.*assertion violated.*$`).FindString(string(out)); m != "" {
+		return string(out), fmt.Errorf("model: %s", m)
+	}
+	return string(out), nil
+}
