@@ -254,6 +254,18 @@ type Use struct {
 	Path []Step
 }
 
+// RequestLimit is the Use of a limit given in a request (envoy's
+// RateLimitDescriptor.limit, the HTTP API's descriptor limit):
+// requests_per_unit and a unit, nothing else.
+var RequestLimit = Use{What: "a request's limit", Allowed: FieldRequestsPerUnit | FieldUnit, RequireWindow: true}
+
+// OverrideOf is the Use of a tenant's override of rule base: a limit
+// (FieldLimit) with a unit or window of its own, unless base is a
+// calendar quota, whose periods it then counts.
+func OverrideOf(base *Rule) Use {
+	return Use{What: "an override", Allowed: FieldLimit, RequireWindow: true, Base: base}
+}
+
 // checker collects a Spec's problems.
 type checker struct {
 	s    *Spec
@@ -360,7 +372,11 @@ func (c *checker) window(u Use, p *limitPart, alg sluice.Algorithm) bool {
 		}
 		return true
 	case u.RequireWindow:
-		c.bad(FieldUnit, "required (or window)")
+		if u.Allowed&FieldWindow == 0 {
+			c.bad(FieldUnit, "required")
+		} else {
+			c.bad(FieldUnit, "required (or window)")
+		}
 		return false
 	case u.Base != nil:
 		p.lim.Window, p.unit = u.Base.Limit.Window, u.Base.Unit
