@@ -25,23 +25,23 @@ import (
 // when it is not its zero value (JSON leaves Given zero: there, an absent
 // field and a zero one mean the same).
 type Spec struct {
+	// RequestsPerUnit is the quota, from 0 to 4294967295.
+	RequestsPerUnit int64 `json:"requests_per_unit"`
 	// Unit is an envoy unit (second … year); Window a duration ("90s"):
 	// one of the two, or Calendar.
 	Unit   string `json:"unit,omitempty"`
 	Window string `json:"window,omitempty"`
-	// RequestsPerUnit is the quota, from 0 to 4294967295.
-	RequestsPerUnit int64 `json:"requests_per_unit,omitempty"`
+	// Algorithm is a sluice algorithm name; "" takes the default (a rule
+	// file's Options.DefaultAlgorithm, or a tier's or override's rule).
+	Algorithm string `json:"algorithm,omitempty"`
+	// Burst is the bucket of token_bucket, gcra and leaky_bucket.
+	Burst int64 `json:"burst,omitempty"`
 	// Unlimited: matching requests are never limited.
 	Unlimited bool `json:"unlimited,omitempty"`
 	// Name names the rule (for replaces and current_limit).
 	Name string `json:"name,omitempty"`
 	// Replaces names the rules this one overrides.
 	Replaces []Replace `json:"replaces,omitempty"`
-	// Algorithm is a sluice algorithm name; "" takes the default (a rule
-	// file's Options.DefaultAlgorithm, or a tier's or override's rule).
-	Algorithm string `json:"algorithm,omitempty"`
-	// Burst is the bucket of token_bucket, gcra and leaky_bucket.
-	Burst int64 `json:"burst,omitempty"`
 	// FailureMode is open, closed or local.
 	FailureMode string `json:"failure_mode,omitempty"`
 	// Placement is global, hybrid or local.
@@ -252,6 +252,9 @@ type Use struct {
 	Base *Rule
 	// Path is a rule's descriptor path (for pair_by).
 	Path []Step
+	// NoConcurrency refuses algorithm: concurrency (tiers and overrides:
+	// a lease is released against the rule's own limit).
+	NoConcurrency bool
 }
 
 // RequestLimit is the Use of a limit given in a request (envoy's
@@ -263,7 +266,7 @@ var RequestLimit = Use{What: "a request's limit", Allowed: FieldRequestsPerUnit 
 // (FieldLimit) with a unit or window of its own, unless base is a
 // calendar quota, whose periods it then counts.
 func OverrideOf(base *Rule) Use {
-	return Use{What: "an override", Allowed: FieldLimit, RequireWindow: true, Base: base}
+	return Use{What: "an override", Allowed: FieldLimit, RequireWindow: true, Base: base, NoConcurrency: true}
 }
 
 // checker collects a Spec's problems.
@@ -331,7 +334,7 @@ func (c *checker) fields(u Use, p *limitPart, alg *sluice.Algorithm) {
 		switch {
 		case err != nil:
 			c.bad(FieldAlgorithm, "%v", err)
-		case a == sluice.Concurrency && u.Base != nil:
+		case a == sluice.Concurrency && u.NoConcurrency:
 			c.bad(FieldAlgorithm, "concurrency is not available for %s", u.What)
 		default:
 			*alg = a
@@ -420,6 +423,30 @@ func (c *checker) finish(p *limitPart, alg sluice.Algorithm) bool {
 		c.bad(f, "%s", fe.Msg)
 	}
 	return false
+}
+
+// CheckFields checks what s says without the rule it will change: each
+// field on its own, the fields u refuses, and unit beside window. It is
+// the part of TierLimit that needs no u.Base, for a source that decodes a
+// limit before it knows the rule (the admin API's overrides), so that
+// their problems are reported with the body's; TierLimit checks them
+// again, with the rest. The errors are SpecErrors.
+func (s *Spec) CheckFields(u Use) error {
+	if u.Allowed == 0 {
+		u.Allowed = FieldLimit
+	}
+	c := &checker{s: s}
+	c.refuse(u)
+	var p limitPart
+	alg := sluice.FixedWindow
+	c.fields(u, &p, &alg)
+	if s.has(FieldUnit) && s.has(FieldWindow) {
+		c.bad(FieldWindow, "give unit or window, not both")
+	}
+	if len(c.errs) > 0 {
+		return c.errs
+	}
+	return nil
 }
 
 // TierLimit checks s as the limit of a tier, a tenant's override or a
@@ -703,7 +730,7 @@ func (c *checker) tiers(r *Rule) bool {
 		if ts == nil {
 			continue
 		}
-		tl, err := ts.TierLimit(Use{What: "a tier", Base: r, RequireQuota: true})
+		tl, err := ts.TierLimit(Use{What: "a tier", Base: r, RequireQuota: true, NoConcurrency: true})
 		if err != nil {
 			for _, e := range err.(SpecErrors) {
 				e.Field = join("tiers."+t.String(), e.Field)
