@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/tenant"
 )
 
@@ -46,5 +47,26 @@ func TestOverrideSpec(t *testing.T) {
 	rec, err := DecodeQuota([]byte(`{"tier":"pro","overrides":[{"domain":"api","descriptor":"","requests_per_unit":7,"window":"90s","calendar":true}]}`), "acme")
 	if err != nil || len(rec.Overrides) != 1 || rec.Overrides[0].Written == nil || rec.Overrides[0].Written.Window != "90s" || rec.Overrides[0].Written.RequestsPerUnit != 7 {
 		t.Errorf("DecodeQuota = %+v, %v; want one override written as 7 per 90s (calendar ignored in requests)", rec, err)
+	}
+}
+
+// TestSampleLimitSpec: a sampled descriptor's own limit is a rules.Spec
+// with the wire of before, and Sampled checks it with rules.RequestLimit.
+func TestSampleLimitSpec(t *testing.T) {
+	var s SampleJSON
+	body := `{"size":1,"every":1,"requests":[{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}],"limit":{"requests_per_unit":7,"unit":"Hour"}}]}]}`
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Sampled()
+	if err != nil || len(got) != 1 || got[0].Request.Descriptors[0].Limit == nil || *got[0].Request.Descriptors[0].Limit != (service.LimitOverride{RequestsPerUnit: 7, Unit: "hour"}) {
+		t.Fatalf("Sampled = %+v, %v; want one descriptor limited 7 per hour", got, err)
+	}
+	if b, _ := json.Marshal(s.Requests[0].Descriptors[0].Limit); string(b) != `{"requests_per_unit":7,"unit":"Hour"}` {
+		t.Errorf("limit encodes as %s", b)
+	}
+	s.Requests[0].Descriptors[0].Limit.Unit = "fortnight"
+	if _, err := s.Sampled(); err == nil || !strings.Contains(err.Error(), `requests[0].descriptors[0].limit.unit: unknown unit "fortnight"`) {
+		t.Errorf("Sampled with unit fortnight = %v, want the unit named", err)
 	}
 }
