@@ -358,33 +358,27 @@ func (c *checker) fields(u Use, p *limitPart, alg *sluice.Algorithm) {
 
 // window checks unit, window and calendar together and sets the window
 // of a Spec that gives none.
-func (c *checker) window(u Use, p *limitPart, alg sluice.Algorithm) bool {
+func (c *checker) window(u Use, p *limitPart, alg sluice.Algorithm) {
 	s := c.s
 	unit, window := s.has(FieldUnit), s.has(FieldWindow)
 	switch {
 	case unit && window:
 		c.bad(FieldWindow, "give unit or window, not both")
-		return false
 	case unit || window:
-		return true
 	case u.Base != nil && u.Base.Calendar != nil:
 		p.calendar, p.lim.Window, p.unit = true, u.Base.Limit.Window, u.Base.Unit
 		if alg != sluice.FixedWindow {
 			c.bad(FieldAlgorithm, "a calendar quota is a fixed_window; %v cannot reset at calendar boundaries", alg)
-			return false
 		}
-		return true
 	case u.RequireWindow:
 		if u.Allowed&FieldWindow == 0 {
 			c.bad(FieldUnit, "required")
 		} else {
 			c.bad(FieldUnit, "required (or window)")
 		}
-		return false
 	case u.Base != nil:
 		p.lim.Window, p.unit = u.Base.Limit.Window, u.Base.Unit
 	}
-	return true
 }
 
 // finish checks the limit (sluice.Limit.Validate), naming the field each
@@ -726,8 +720,13 @@ func (c *checker) tiers(r *Rule) bool {
 		}
 	}
 	for t := range TierCustom {
-		ts := c.s.Tiers[t.String()]
+		ts, given := c.s.Tiers[t.String()]
+		if !given {
+			continue
+		}
 		if ts == nil {
+			c.errs = append(c.errs, SpecError{Field: "tiers." + t.String(), Line: c.s.line(FieldTiers), Msg: "want a mapping, got nothing"})
+			good = false
 			continue
 		}
 		tl, err := ts.TierLimit(Use{What: "a tier", Base: r, RequireQuota: true, NoConcurrency: true})

@@ -159,4 +159,14 @@ func TestSpecDecodeErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "quotas[2].limit.colour: unknown field") || !strings.Contains(err.Error(), "quotas[2].limit.tiers.pro.burst") {
 		t.Errorf("DecodeSpecJSON = %v, want colour unknown and tiers.pro.burst's type, at quotas[2].limit", err)
 	}
+	s, err := DecodeSpecJSON([]byte(`{"unit":"second","requests_per_unit":1,"tiers":{"pro":null}}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Rule(Use{}); err == nil || err.Error() != "tiers.pro: want a mapping, got nothing" {
+		t.Errorf("a null tier: %v, want tiers.pro: want a mapping, got nothing (as YAML's pro: with no value)", err)
+	}
+	if _, err := DecodeSpecYAML("t.yaml", []byte("unit: second\nrequests_per_unit: 1\ntiers:\n  pro:\n")); err == nil || !strings.Contains(err.Error(), "t.yaml:4: tiers.pro: want a mapping, got nothing") {
+		t.Errorf("YAML's null tier: %v, want t.yaml:4: tiers.pro: want a mapping, got nothing", err)
+	}
 }
