@@ -100,7 +100,11 @@ const (
 	numFieldsBit
 )
 
+// numFields is the number of fields; a field added to the list above
+// without raising it does not compile (the check below).
 const numFields = 17
+
+var _ = [1]struct{}{}[numFieldsBit>>numFields-1]
 
 // FieldAll is every field: a rule file's rate_limit.
 const FieldAll = numFieldsBit - 1
