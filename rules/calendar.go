@@ -2,10 +2,7 @@ package rules
 
 import (
 	"fmt"
-	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice"
 )
@@ -97,59 +94,4 @@ func (c *Calendar) nominal() time.Duration {
 		return 31 * 24 * time.Hour
 	}
 	return 25 * time.Hour
-}
-
-// calendarField reads rate_limit.calendar or rate_limit.time_zone into c.
-func (p *parser) calendarField(key string, v *yaml.Node, field string, c *Calendar) bool {
-	s, ok := p.str(v, field)
-	if !ok {
-		return false
-	}
-	if key == "calendar" {
-		switch strings.ToLower(s) {
-		case "month":
-			c.Period = Month
-		case "day":
-			c.Period = Day
-		default:
-			p.add(v.Line, field, "unknown calendar period %q (want month or day)", s)
-			return false
-		}
-		return true
-	}
-	loc, err := time.LoadLocation(s)
-	if err != nil || s == "" || strings.EqualFold(s, "local") {
-		p.add(v.Line, field, "unknown time zone %q (want an IANA name such as UTC or Europe/Berlin)", s)
-		return false
-	}
-	c.Location = loc
-	return true
-}
-
-// calendarRule checks a rate_limit with calendar or time_zone: a calendar
-// period, no unit or window, fixed_window only. It sets the algorithm.
-func (p *parser) calendarRule(field string, n *yaml.Node, c *Calendar, calNode, tzNode, unitNode, windowNode, algNode *yaml.Node, alg *sluice.Algorithm) bool {
-	good := true
-	if calNode == nil {
-		p.add(tzNode.Line, join(field, "time_zone"), "only with calendar: month or day")
-		return false
-	}
-	for _, x := range []struct {
-		n    *yaml.Node
-		name string
-	}{{unitNode, "unit"}, {windowNode, "window"}} {
-		if x.n != nil {
-			p.add(x.n.Line, join(field, x.name), "not allowed with calendar (the period is the window)")
-			good = false
-		}
-	}
-	if algNode != nil && *alg != sluice.FixedWindow {
-		p.add(algNode.Line, join(field, "algorithm"), "a calendar quota is a fixed_window; %v cannot reset at calendar boundaries", *alg)
-		good = false
-	}
-	*alg = sluice.FixedWindow
-	if c.Location == nil {
-		c.Location = time.UTC
-	}
-	return good
 }

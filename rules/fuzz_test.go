@@ -68,3 +68,44 @@ func FuzzParseRules(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeSpec feeds arbitrary bytes to both Spec decoders and the
+// validator: nothing may panic, a refusal must say something, and a limit
+// the validator accepts must be a valid sluice.Limit.
+func FuzzDecodeSpec(f *testing.F) {
+	for _, s := range []string{
+		"unit: minute\nrequests_per_unit: 100\nalgorithm: token_bucket\nburst: 10\n",
+		`{"unit":"minute","requests_per_unit":100,"tiers":{"pro":{"requests_per_unit":1000,"window":"90s"}}}`,
+		`{"calendar":"month","time_zone":"Europe/Berlin","requests_per_unit":-1,"replaces":[{"name":""}]}`,
+		"unlimited: yes\nunit: [a]\ntiers: {gold: {}}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, decode := range []func([]byte) (*Spec, error){
+			func(b []byte) (*Spec, error) { return DecodeSpecYAML("fuzz.yaml", b) },
+			func(b []byte) (*Spec, error) { return DecodeSpecJSON(b, "limit") },
+		} {
+			s, err := decode(data)
+			if err != nil {
+				if err.Error() == "" {
+					t.Fatalf("a refusal that says nothing: %#v", err)
+				}
+				continue
+			}
+			r, err := s.Rule(Use{})
+			if err != nil {
+				var se SpecErrors
+				if !errors.As(err, &se) || len(se) == 0 {
+					t.Fatalf("Rule error %T %v, want SpecErrors", err, err)
+				}
+				continue
+			}
+			if !r.Unlimited {
+				if err := r.Limit.Validate(); err != nil {
+					t.Fatalf("Spec %+v accepted with an invalid limit %v: %v", s, r.Limit, err)
+				}
+			}
+		}
+	})
+}

@@ -273,18 +273,6 @@ func (p *parser) boolean(v *yaml.Node, field string) (bool, bool) {
 	return false, false
 }
 
-// integer reads a whole number in [0, max].
-func (p *parser) integer(v *yaml.Node, field string, max uint64) (uint64, bool) {
-	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" {
-		var i int64
-		if err := v.Decode(&i); err == nil && i >= 0 && uint64(i) <= max {
-			return uint64(i), true
-		}
-	}
-	p.add(v.Line, field, "want a whole number from 0 to %d, got %s", max, kindName(v))
-	return 0, false
-}
-
 func (p *parser) root(n *yaml.Node) *domainTree {
 	n = p.resolve(n)
 	t := &domainTree{file: p.file, line: n.Line}
@@ -541,299 +529,142 @@ func (p *parser) metadata(v *yaml.Node, field string) (map[string]any, bool) {
 	return x.(map[string]any), true
 }
 
-var rateLimitKeys = []string{
-	"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
-	"tiers", "calendar", "time_zone", "penalty", "settle", "pair_by",
-}
+// rateLimitKeys are the keys of a rule's rate_limit, in the order an
+// unknown key's message lists them.
+var rateLimitKeys = fieldKeys[:]
 
+// rateLimit reads a descriptor's rate_limit: the Spec decoder, then the one
+// validator (Spec.Rule).
 func (p *parser) rateLimit(n *yaml.Node, field string, t *domainTree, path []Step) *Rule {
-	r := &Rule{File: p.file, Line: n.Line}
-	valid := true
-	var unitNode, rpuNode, algNode, burstNode, windowNode, placeNode, subNode, tiersNode *yaml.Node
-	var calNode, tzNode, penNode, settleNode, pairNode *yaml.Node
-	var cal Calendar
-	var burst uint64
-	alg := p.opts.algorithm()
-	var window time.Duration
-	ok := p.fields(n, field, rateLimitKeys, func(key string, k, v *yaml.Node) {
-		f := join(field, key)
-		good := true
-		switch key {
-		case "unit":
-			unitNode = v
-			var s string
-			if s, good = p.str(v, f); good {
-				w, known := UnitWindow(s)
-				if !known {
-					p.add(v.Line, f, "unknown unit %q (want one of %s)", s, unitList)
-					good = false
-				}
-				r.Unit, window = strings.ToLower(s), w
-			}
-		case "requests_per_unit":
-			rpuNode = v
-			var u uint64
-			if u, good = p.integer(v, f, math.MaxUint32); good {
-				r.RequestsPerUnit = uint32(u)
-			}
-		case "unlimited":
-			r.Unlimited, good = p.boolean(v, f)
-		case "name":
-			r.Name, good = p.str(v, f)
-		case "replaces":
-			good = p.replaces(v, f, r, t)
-		case "algorithm":
-			algNode = v
-			var s string
-			if s, good = p.str(v, f); good {
-				a, err := sluice.ParseAlgorithm(s)
-				if err != nil {
-					p.add(v.Line, f, "%v", err)
-					good = false
-				}
-				alg = a
-			}
-		case "burst":
-			burstNode = v
-			burst, good = p.integer(v, f, sluice.MaxExact)
-		case "window":
-			windowNode = v
-			var s string
-			if s, good = p.str(v, f); good {
-				w, err := time.ParseDuration(s)
-				switch {
-				case err != nil:
-					p.add(v.Line, f, "want a duration such as 90s or 1h30m, got %q", s)
-					good = false
-				case w <= 0:
-					p.add(v.Line, f, "must be positive, got %q", s)
-					good = false
-				}
-				window = w
-			}
-		case "placement":
-			placeNode = v
-			var s string
-			if s, good = p.str(v, f); good {
-				if r.Placement, good = parsePlacement(s); !good {
-					p.add(v.Line, f, "unknown placement %q (want global, hybrid or local)", s)
-				}
-			}
-		case "sub_counters":
-			subNode = v
-			var u uint64
-			if u, good = p.integer(v, f, MaxSubCounters); good {
-				r.SubCounters = int(u)
-			}
-		case "tiers":
-			tiersNode = v
-		case "penalty":
-			penNode = v
-			r.Penalty, good = p.penalty(v, f)
-		case "calendar", "time_zone":
-			good = p.calendarField(key, v, f, &cal)
-			if key == "calendar" {
-				calNode = v
-			} else {
-				tzNode = v
-			}
-		case "settle":
-			settleNode = v
-			var s string
-			if s, good = p.str(v, f); good {
-				switch strings.ToLower(s) {
-				case "before":
-				case "after":
-					r.SettleAfter = true
-				default:
-					p.add(v.Line, f, "unknown settle %q (want before or after)", s)
-					good = false
-				}
-			}
-		case "pair_by":
-			pairNode = v
-			if r.PairBy, good = p.str(v, f); good && r.PairBy == "" {
-				p.add(v.Line, f, "must name a descriptor key")
-				good = false
-			}
-		case "failure_mode":
-			var s string
-			if s, good = p.str(v, f); good {
-				var err error
-				if r.FailureMode, err = ParseFailureMode(s); err != nil {
-					p.add(v.Line, f, "%v", err)
-					good = false
-				}
-			}
-		}
-		valid = valid && good
-	})
-	for i, name := range r.Replaces {
-		if name == r.Name {
-			line := n.Line
-			if ls := t.replLines[r]; i < len(ls) {
-				line = ls[i]
-			}
-			p.add(line, fmt.Sprintf("%s.replaces[%d].name", field, i), "names this rule itself (%q); a rule cannot replace itself", name)
-			valid = false
-		}
-	}
-	if !ok || !valid {
+	s, ok := p.spec(n, field, rateLimitKeys)
+	if !ok {
 		return nil
 	}
-	if r.Unlimited {
-		for _, x := range []struct {
-			n    *yaml.Node
-			name string
-		}{{unitNode, "unit"}, {windowNode, "window"}, {rpuNode, "requests_per_unit"}, {algNode, "algorithm"}, {burstNode, "burst"}, {placeNode, "placement"}, {subNode, "sub_counters"}, {tiersNode, "tiers"}, {calNode, "calendar"}, {tzNode, "time_zone"}, {penNode, "penalty"}, {settleNode, "settle"}, {pairNode, "pair_by"}} {
-			if x.n != nil {
-				p.add(x.n.Line, join(field, x.name), "not allowed with unlimited: true")
-				valid = false
-			}
-		}
-		if !valid {
-			return nil
-		}
-		return r
-	}
-	if calNode != nil || tzNode != nil {
-		if !p.calendarRule(field, n, &cal, calNode, tzNode, unitNode, windowNode, algNode, &alg) {
-			return nil
-		}
-		r.Calendar, r.Unit, window = &cal, cal.Period.String(), cal.nominal()
-	}
-	switch {
-	case r.Calendar != nil:
-	case unitNode != nil && windowNode != nil:
-		p.add(windowNode.Line, join(field, "window"), "give unit or window, not both")
-		return nil
-	case unitNode == nil && windowNode == nil:
-		p.add(n.Line, join(field, "unit"), "required (or window, or unlimited: true)")
-		valid = false
-	}
-	if rpuNode == nil {
-		p.add(n.Line, join(field, "requests_per_unit"), "required (0 denies every request)")
-		valid = false
-	}
-	if burstNode != nil && !alg.HasBurst() {
-		p.add(burstNode.Line, join(field, "burst"), "%v has no burst; remove it or use token_bucket, gcra or leaky_bucket", alg)
-		valid = false
-	}
-	if placeNode != nil && r.Placement == PlacementHybrid && !HybridAlgorithm(alg) {
-		p.add(placeNode.Line, join(field, "placement"), "hybrid placement supports fixed_window, gcra and token_bucket, not %v", alg)
-		valid = false
-	}
-	if pairNode != nil && r.PairBy != "" {
-		valid = p.pairBy(pairNode, join(field, "pair_by"), r, alg, path) && valid
-	}
-	if r.SettleAfter && alg == sluice.Concurrency {
-		p.add(settleNode.Line, join(field, "settle"), "concurrency limits count requests in flight; they cannot settle after")
-		valid = false
-	}
-	if subNode != nil && r.SubCounters > 1 && alg == sluice.Concurrency {
-		p.add(subNode.Line, join(field, "sub_counters"), "concurrency limits cannot be split")
-		valid = false
-	}
-	if subNode != nil && r.SubCounters > 1 && int64(r.RequestsPerUnit) < int64(r.SubCounters) {
-		p.add(subNode.Line, join(field, "sub_counters"), "%d sub-counters of requests_per_unit %d would leave some with no quota", r.SubCounters, r.RequestsPerUnit)
-		valid = false
-	}
-	if penNode != nil {
-		switch {
-		case alg == sluice.Concurrency:
-			p.add(penNode.Line, join(field, "penalty"), "not allowed with algorithm concurrency (a slot is given back, not exceeded)")
-			valid = false
-		case r.SubCounters > 1:
-			p.add(penNode.Line, join(field, "penalty"), "not allowed with sub_counters")
-			valid = false
-		case r.Placement == PlacementHybrid:
-			p.add(penNode.Line, join(field, "penalty"), "not allowed with placement hybrid")
-			valid = false
-		}
-	}
-	if !valid {
+	r, err := s.Rule(Use{Algorithm: p.opts.algorithm(), Path: path})
+	if err != nil {
+		p.specErrors(err, field)
 		return nil
 	}
-	r.Limit = sluice.Limit{Algorithm: alg, Quota: int64(r.RequestsPerUnit), Window: window, Burst: int64(burst)}
-	if err := r.Limit.Validate(); err != nil {
-		p.limitProblems(err, n, field, map[string]*yaml.Node{
-			"window": firstNode(windowNode, unitNode), "quota": rpuNode, "burst": burstNode, "algorithm": algNode,
-		})
-		return nil
-	}
-	if tiersNode != nil {
-		if !p.tiers(tiersNode, join(field, "tiers"), r) {
-			return nil
+	r.File = p.file
+	if len(s.replLines) > 0 {
+		if t.replLines == nil {
+			t.replLines = map[*Rule][]int{}
 		}
+		t.replLines[r] = s.replLines
+	}
+	if s.has(FieldTiers) {
 		if t.tierLines == nil {
 			t.tierLines = map[*Rule]int{}
 		}
-		t.tierLines[r] = tiersNode.Line
+		t.tierLines[r] = s.line(FieldTiers)
 	}
 	return r
+}
+
+// specErrors records a Spec's problems at field.
+func (p *parser) specErrors(err error, field string) {
+	errs, ok := err.(SpecErrors)
+	if !ok {
+		p.add(0, field, "%v", err)
+		return
+	}
+	for _, e := range errs {
+		p.add(e.Line, join(field, e.Field), "%s", e.Msg)
+	}
 }
 
 // MaxPenalty bounds rate_limit.penalty.
 const MaxPenalty = 7 * 24 * time.Hour
 
-// penalty reads rate_limit.penalty: a duration from 1s to MaxPenalty.
-func (p *parser) penalty(v *yaml.Node, field string) (time.Duration, bool) {
-	s, ok := p.str(v, field)
-	if !ok {
-		return 0, false
+// maxOf bounds each whole-number field, for the message of a value that is
+// no whole number at all (the range itself is Spec's to check).
+var maxOf = map[Field]uint64{FieldRequestsPerUnit: math.MaxUint32, FieldBurst: sluice.MaxExact, FieldSubCounters: MaxSubCounters}
+
+// spec is the YAML decoder of a Spec: it reads mapping n, whose keys must
+// be among known, checking only each value's YAML type (string, boolean,
+// whole number, list, mapping); what the values mean is the validator's
+// (Spec.Rule, Spec.TierLimit). It reports false, with problems recorded,
+// when a value has the wrong type or n is not a mapping.
+func (p *parser) spec(n *yaml.Node, field string, known []string) (*Spec, bool) {
+	s := &Spec{Line: n.Line}
+	good := true
+	ok := p.fields(n, field, known, func(key string, _, v *yaml.Node) {
+		f := join(field, key)
+		bit := fieldOfKey(key)
+		s.Given |= bit
+		s.lines[bit.index()] = v.Line
+		var fine bool
+		switch bit {
+		case FieldUnlimited:
+			s.Unlimited, fine = p.boolean(v, f)
+		case FieldRequestsPerUnit, FieldBurst, FieldSubCounters:
+			var x int64
+			x, fine = p.int64(v, f, maxOf[bit])
+			switch bit {
+			case FieldRequestsPerUnit:
+				s.RequestsPerUnit = x
+			case FieldBurst:
+				s.Burst = x
+			default:
+				s.SubCounters = x
+			}
+		case FieldReplaces:
+			fine = p.replaces(v, f, s)
+		case FieldTiers:
+			fine = p.tiers(v, f, s)
+		default:
+			var str string
+			str, fine = p.str(v, f)
+			*s.text(bit) = str
+		}
+		good = good && fine
+	})
+	return s, ok && good
+}
+
+// text returns the string field of s that bit names.
+func (s *Spec) text(bit Field) *string {
+	switch bit {
+	case FieldUnit:
+		return &s.Unit
+	case FieldName:
+		return &s.Name
+	case FieldAlgorithm:
+		return &s.Algorithm
+	case FieldWindow:
+		return &s.Window
+	case FieldFailureMode:
+		return &s.FailureMode
+	case FieldPlacement:
+		return &s.Placement
+	case FieldCalendar:
+		return &s.Calendar
+	case FieldTimeZone:
+		return &s.TimeZone
+	case FieldPenalty:
+		return &s.Penalty
+	case FieldSettle:
+		return &s.Settle
+	case FieldPairBy:
+		return &s.PairBy
 	}
-	d, err := time.ParseDuration(s)
-	switch {
-	case err != nil:
-		p.add(v.Line, field, "want a duration such as 10m, got %q", s)
-	case d < time.Second || d > MaxPenalty:
-		p.add(v.Line, field, "%v: want 1s to %v", d, MaxPenalty)
-	default:
-		return d, true
+	return new(string)
+}
+
+// int64 reads a whole number (any sign; the validator checks its range).
+func (p *parser) int64(v *yaml.Node, field string, max uint64) (int64, bool) {
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" {
+		var i int64
+		if err := v.Decode(&i); err == nil {
+			return i, true
+		}
 	}
+	p.add(v.Line, field, "want a whole number from 0 to %d, got %s", max, kindName(v))
 	return 0, false
 }
 
-func firstNode(ns ...*yaml.Node) *yaml.Node {
-	for _, n := range ns {
-		if n != nil {
-			return n
-		}
-	}
-	return nil
-}
-
-// limitProblems puts sluice.Limit.Validate's field errors on the rule-file
-// field that caused them.
-func (p *parser) limitProblems(err error, rl *yaml.Node, field string, nodes map[string]*yaml.Node) {
-	fieldOf := map[string]string{"window": "window", "quota": "requests_per_unit", "burst": "burst", "algorithm": "algorithm"}
-	fes := sluice.FieldErrors(err)
-	if len(fes) == 0 {
-		p.add(rl.Line, field, "%v", err)
-		return
-	}
-	for _, fe := range fes {
-		n, known := nodes[fe.Field]
-		if !known {
-			p.add(rl.Line, field, "%v", fe)
-			continue
-		}
-		f := fieldOf[fe.Field]
-		if fe.Field == "window" && n != nil && n.Kind == yaml.ScalarNode && n.Value != "" {
-			if _, isUnit := UnitWindow(n.Value); isUnit {
-				f = "unit"
-			}
-		}
-		line := rl.Line
-		if n != nil {
-			line = n.Line
-		}
-		p.add(line, join(field, f), "%s", fe.Msg)
-	}
-}
-
-func (p *parser) replaces(v *yaml.Node, field string, r *Rule, t *domainTree) bool {
+// replaces reads rate_limit.replaces: a list of {name: …}.
+func (p *parser) replaces(v *yaml.Node, field string, s *Spec) bool {
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null" {
 		return true
 	}
@@ -848,20 +679,13 @@ func (p *parser) replaces(v *yaml.Node, field string, r *Rule, t *domainTree) bo
 		haveName := false
 		ok := p.fields(c, f, []string{"name"}, func(_ string, _, nv *yaml.Node) {
 			haveName = true
-			s, ok := p.str(nv, join(f, "name"))
-			switch {
-			case !ok:
+			name, ok := p.str(nv, join(f, "name"))
+			if !ok {
 				good = false
-			case s == "":
-				p.add(nv.Line, join(f, "name"), "must not be empty")
-				good = false
-			default:
-				r.Replaces = append(r.Replaces, s)
-				if t.replLines == nil {
-					t.replLines = map[*Rule][]int{}
-				}
-				t.replLines[r] = append(t.replLines[r], nv.Line)
+				return
 			}
+			s.Replaces = append(s.Replaces, Replace{Name: name})
+			s.replLines = append(s.replLines, nv.Line)
 		})
 		if !ok {
 			good = false
@@ -873,30 +697,4 @@ func (p *parser) replaces(v *yaml.Node, field string, r *Rule, t *domainTree) bo
 		}
 	}
 	return good
-}
-
-// pairBy checks rate_limit.pair_by (in r.PairBy) against the rule's
-// algorithm and path, and sets r.PairIndex.
-func (p *parser) pairBy(v *yaml.Node, f string, r *Rule, alg sluice.Algorithm, path []Step) bool {
-	if alg != sluice.Concurrency {
-		p.add(v.Line, f, "only concurrency limits pair an acquire with its release, not %v", alg)
-		return false
-	}
-	for i := range path {
-		if path[i].Key != r.PairBy {
-			continue
-		}
-		if path[i].Kind != MatchAny {
-			p.add(v.Line, f, "the descriptor of key %q names a value; the entry carrying a request ID must match any value (give its key only)", r.PairBy)
-			return false
-		}
-		r.PairIndex = i
-		return true
-	}
-	keys := make([]string, len(path))
-	for i := range path {
-		keys[i] = path[i].Key
-	}
-	p.add(v.Line, f, "key %q is not on this rule's path (%s)", r.PairBy, strings.Join(keys, " > "))
-	return false
 }

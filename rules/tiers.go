@@ -3,7 +3,6 @@ package rules
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -90,131 +89,28 @@ func TenantPathOf(steps []Step) string { return joinSteps(steps, '|', ':') }
 
 var tierLimitKeys = []string{"requests_per_unit", "unit", "window", "algorithm", "burst"}
 
-// tiers reads rate_limit.tiers for rule r, whose own limit is already
-// known.
-func (p *parser) tiers(n *yaml.Node, field string, r *Rule) bool {
+// tiers decodes rate_limit.tiers into s.Tiers: a mapping of tier name
+// (free, pro, enterprise) to a Spec of tierLimitKeys. The validator
+// (Spec.Rule) compiles them against the rule's own limit.
+func (p *parser) tiers(n *yaml.Node, field string, s *Spec) bool {
 	if n.Kind != yaml.MappingNode {
 		p.add(n.Line, field, "want a mapping of tier name to limit, got %s", kindName(n))
 		return false
 	}
-	if r.Limit.Algorithm == sluice.Concurrency {
-		p.add(n.Line, field, "not available for concurrency limits (a lease is released against the rule's own limit)")
-		return false
-	}
 	good := true
 	names := tierNames[:TierCustom] // custom takes no tier limits
-	p.fields(n, field, names, func(name string, _, v *yaml.Node) {
-		tier, _ := ParseTier(name)
-		tl := p.tierLimit(v, join(field, name), r)
-		if tl == nil {
+	ok := p.fields(n, field, names, func(name string, _, v *yaml.Node) {
+		ts, ok := p.spec(v, join(field, name), tierLimitKeys)
+		if !ok {
 			good = false
 			return
 		}
-		r.Tiers[tier] = tl
-	})
-	return good
-}
-
-func (p *parser) tierLimit(n *yaml.Node, field string, r *Rule) *TierLimit {
-	tl := &TierLimit{Line: n.Line, Unit: r.Unit}
-	lim := sluice.Limit{Algorithm: r.Limit.Algorithm, Window: r.Limit.Window}
-	var rpuNode, unitNode, windowNode, algNode, burstNode *yaml.Node
-	good := true
-	ok := p.fields(n, field, tierLimitKeys, func(key string, _, v *yaml.Node) {
-		f := join(field, key)
-		switch key {
-		case "requests_per_unit":
-			rpuNode = v
-			if u, ok := p.integer(v, f, 1<<32-1); ok {
-				tl.RequestsPerUnit, lim.Quota = uint32(u), int64(u)
-			} else {
-				good = false
-			}
-		case "unit":
-			unitNode = v
-			s, ok := p.str(v, f)
-			w, known := UnitWindow(s)
-			switch {
-			case !ok:
-				good = false
-			case !known:
-				p.add(v.Line, f, "unknown unit %q (want one of %s)", s, unitList)
-				good = false
-			default:
-				tl.Unit, lim.Window = strings.ToLower(s), w
-			}
-		case "window":
-			windowNode = v
-			s, ok := p.str(v, f)
-			if !ok {
-				good = false
-				return
-			}
-			w, err := time.ParseDuration(s)
-			if err != nil || w <= 0 {
-				p.add(v.Line, f, "want a positive duration such as 90s or 1h30m, got %q", s)
-				good = false
-				return
-			}
-			tl.Unit, lim.Window = "", w
-		case "algorithm":
-			algNode = v
-			s, ok := p.str(v, f)
-			if !ok {
-				good = false
-				return
-			}
-			a, err := sluice.ParseAlgorithm(s)
-			if err != nil {
-				p.add(v.Line, f, "%v", err)
-				good = false
-				return
-			}
-			if a == sluice.Concurrency {
-				p.add(v.Line, f, "concurrency is not available for a tier")
-				good = false
-				return
-			}
-			lim.Algorithm = a
-		case "burst":
-			burstNode = v
-			b, ok := p.integer(v, f, sluice.MaxExact)
-			lim.Burst, good = int64(b), good && ok
+		if s.Tiers == nil {
+			s.Tiers = map[string]*Spec{}
 		}
+		s.Tiers[name] = ts
 	})
-	if !ok {
-		return nil
-	}
-	if unitNode != nil && windowNode != nil {
-		p.add(windowNode.Line, join(field, "window"), "give unit or window, not both")
-		good = false
-	}
-	if r.Calendar != nil && unitNode == nil && windowNode == nil {
-		tl.Calendar = true
-		if lim.Algorithm != sluice.FixedWindow {
-			p.add(algNode.Line, join(field, "algorithm"), "a calendar quota is a fixed_window; %v cannot reset at calendar boundaries", lim.Algorithm)
-			good = false
-		}
-	}
-	if rpuNode == nil {
-		p.add(n.Line, join(field, "requests_per_unit"), "required")
-		good = false
-	}
-	if burstNode != nil && !lim.Algorithm.HasBurst() {
-		p.add(burstNode.Line, join(field, "burst"), "%v has no burst; remove it", lim.Algorithm)
-		good = false
-	}
-	if !good {
-		return nil
-	}
-	if err := lim.Validate(); err != nil {
-		p.limitProblems(err, n, field, map[string]*yaml.Node{
-			"window": firstNode(windowNode, unitNode), "quota": rpuNode, "burst": burstNode, "algorithm": algNode,
-		})
-		return nil
-	}
-	tl.Limit = lim
-	return tl
+	return ok && good
 }
 
 // tenantRules sets the tenant fields of a domain's rules and reports rules

@@ -70,6 +70,28 @@ type Override struct {
 	// names (it gave no unit or window, and the rule is a calendar quota);
 	// Limit.Window is then the rule's nominal window.
 	Calendar bool
+	// Written, when set, is the override's limit as written (the admin
+	// API's body): Prepare compiles it, against the rule it names, into
+	// Limit, RequestsPerUnit, Unit and Calendar, and clears it. When nil,
+	// Prepare checks those fields as if they had been written so.
+	Written *rules.Spec
+}
+
+// written is the override's limit as it would be written: the Spec
+// Prepare checks when Written is nil.
+func (o *Override) written() *rules.Spec {
+	if o.Written != nil {
+		return o.Written
+	}
+	s := &rules.Spec{RequestsPerUnit: o.Limit.Quota, Burst: o.Limit.Burst, Unit: o.Unit,
+		Given: rules.FieldRequestsPerUnit}
+	if o.Unit == "" && !o.Calendar && o.Limit.Window != 0 {
+		s.Window = o.Limit.Window.String()
+	}
+	if o.Limit.Algorithm != 0 {
+		s.Algorithm = o.Limit.Algorithm.String()
+	}
+	return s
 }
 
 // Record is everything kept about one tenant.
@@ -263,38 +285,19 @@ func Prepare(rec *Record, snap *rules.Snapshot) error {
 			bad(f+".descriptor", "%q is a concurrency limit; tenants cannot override it", o.Descriptor)
 			continue
 		}
-		if o.Limit.Algorithm == 0 {
-			o.Limit.Algorithm = r.Limit.Algorithm
-		}
-		if o.Limit.Window == 0 && o.Unit == "" {
-			if r.Calendar == nil {
-				bad(f+".unit", "required (or window)")
+		tl, err := o.written().TierLimit(rules.OverrideOf(r))
+		if err != nil {
+			var se rules.SpecErrors
+			if !errors.As(err, &se) {
+				bad(f, "%v", err)
 				continue
 			}
-			o.Calendar, o.Limit.Window, o.Unit = true, r.Limit.Window, r.Unit
-			if o.Limit.Algorithm != sluice.FixedWindow {
-				bad(f+".algorithm", "%q is a calendar quota, a fixed_window; give a unit or window for %v", o.Descriptor, o.Limit.Algorithm)
-				continue
-			}
-		}
-		if o.Limit.Algorithm == sluice.Concurrency {
-			bad(f+".algorithm", "concurrency is not available for an override")
-			continue
-		}
-		if err := o.Limit.Validate(); err != nil {
-			for _, e := range unjoin(err) {
-				name, msg, _ := strings.Cut(e.Error(), ": ")
-				field := map[string]string{"quota": "requests_per_unit", "window": "window", "burst": "burst", "algorithm": "algorithm"}[name]
-				if field == "window" && o.Unit != "" {
-					field = "unit"
-				}
-				if field == "" {
-					field, msg = "limit", e.Error()
-				}
-				bad(f+"."+field, "%s", msg)
+			for _, e := range se.At(f) {
+				bad(e.Field, "%s", e.Msg)
 			}
 			continue
 		}
+		o.Limit, o.RequestsPerUnit, o.Unit, o.Calendar, o.Written = tl.Limit, tl.RequestsPerUnit, tl.Unit, tl.Calendar, nil
 		if o.EffectiveAt.IsZero() {
 			o.EffectiveAt = rec.EffectiveAt
 		}

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/server/admin"
 )
 
@@ -62,7 +63,7 @@ func (q *quotaOverrides) Set(s string) error {
 	if err != nil || rpu < 0 || (hasPer && per == "") {
 		return fmt.Errorf("%q: want N/UNIT (or N alone: the rule's own period) after the last '=', such as 500/minute, 10/90s or 50000", s)
 	}
-	o := admin.OverrideJSON{Domain: q.domain, Descriptor: desc, RequestsPerUnit: rpu}
+	o := admin.OverrideJSON{Domain: q.domain, Descriptor: desc, Spec: rules.Spec{RequestsPerUnit: rpu}}
 	switch _, err := time.ParseDuration(per); {
 	case !hasPer: // neither unit nor window
 	case err == nil:

@@ -547,7 +547,7 @@ func TestDecodeReportsEveryProblem(t *testing.T) {
 		"tier":                           "duplicate member",
 		"teir":                           "unknown field",
 		"overrides[0].colour":            "unknown field",
-		"overrides[0].requests_per_unit": "must not be negative",
+		"overrides[0].requests_per_unit": "want a whole number from 0 to 4294967295, got \"-1\"",
 	} {
 		if !strings.Contains(got[field], msg) {
 			t.Errorf("DecodeQuota: field %s = %q, want %q (all problems: %v)", field, got[field], msg, err)

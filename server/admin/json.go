@@ -3,12 +3,10 @@ package admin
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/strictjson"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
@@ -36,17 +34,11 @@ type OverrideJSON struct {
 	// Descriptor names the domain's rule by its path below the tenant key:
 	// "endpoint:POST /api/v1/orders" ("" for the rule at the tenant key).
 	Descriptor string `json:"descriptor"`
-	// RequestsPerUnit is the quota, from 0 to 4294967295.
-	RequestsPerUnit int64 `json:"requests_per_unit"`
-	// Unit (second … year) or Window (a duration such as "90s"): one of
-	// the two.
-	Unit   string `json:"unit,omitempty"`
-	Window string `json:"window,omitempty"`
-	// Algorithm defaults to the rule's.
-	Algorithm string `json:"algorithm,omitempty"`
-	// Burst is the bucket capacity of token_bucket, gcra and leaky_bucket
-	// (0: the quota).
-	Burst       int64      `json:"burst,omitempty"`
+	// Spec is the limit, with the rule files' keys (requests_per_unit,
+	// unit or window, algorithm, burst; rules.OverrideOf says which it
+	// takes): the algorithm defaults to the rule's, and neither unit nor
+	// window counts a calendar rule's periods.
+	rules.Spec
 	EffectiveAt *time.Time `json:"effective_at,omitempty"`
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 	// Calendar, in answers: the override counts its rule's calendar
@@ -218,45 +210,17 @@ func DecodeQuota(body []byte, name string) (tenant.Record, error) {
 	}
 	for i, o := range q.Overrides {
 		f := fmt.Sprintf("overrides[%d]", i)
-		ov := tenant.Override{Domain: o.Domain, Descriptor: o.Descriptor, Limit: sluice.Limit{Burst: o.Burst}}
-		switch {
-		case o.RequestsPerUnit < 0:
-			bad(f+".requests_per_unit", "%d must not be negative", o.RequestsPerUnit)
-		case o.RequestsPerUnit > math.MaxUint32:
-			bad(f+".requests_per_unit", "%d is above %d", o.RequestsPerUnit, uint32(math.MaxUint32))
-		default:
-			ov.RequestsPerUnit, ov.Limit.Quota = uint32(o.RequestsPerUnit), o.RequestsPerUnit
-		}
-		switch {
-		case o.Unit != "" && o.Window != "":
-			bad(f+".window", "give unit or window, not both")
-		case o.Unit != "":
-			w, ok := rules.UnitWindow(o.Unit)
-			if !ok {
-				bad(f+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", echo(o.Unit))
+		ov := tenant.Override{Domain: o.Domain, Descriptor: o.Descriptor, Written: &q.Overrides[i].Spec}
+		// What the limit says without its rule is reported with the
+		// body's other problems; tenant.Prepare checks it all, against
+		// the rule, with the same validator.
+		if err := o.CheckFields(rules.OverrideOf(nil)); err != nil {
+			var se rules.SpecErrors
+			if errors.As(err, &se) {
+				for _, e := range se.At(f) {
+					bad(e.Field, "%s", e.Msg)
+				}
 			}
-			ov.Unit, ov.Limit.Window = strings.ToLower(o.Unit), w
-		case o.Window != "":
-			w, err := time.ParseDuration(o.Window)
-			if err != nil || w <= 0 {
-				bad(f+".window", "want a positive duration such as 90s, got %q", echo(o.Window))
-			}
-			ov.Limit.Window = w
-		default:
-			// Neither: the override takes the calendar of a calendar rule
-			// (tenant.Prepare refuses it for any other rule).
-		}
-		if len(o.Algorithm) > maxEcho {
-			bad(f+".algorithm", "%d bytes, not an algorithm", len(o.Algorithm))
-		} else if o.Algorithm != "" {
-			a, err := sluice.ParseAlgorithm(o.Algorithm)
-			if err != nil {
-				bad(f+".algorithm", "%v", err)
-			}
-			ov.Limit.Algorithm = a
-		}
-		if o.Burst < 0 {
-			bad(f+".burst", "%d must not be negative", o.Burst)
 		}
 		if o.EffectiveAt != nil {
 			ov.EffectiveAt = *o.EffectiveAt
@@ -364,8 +328,8 @@ func overrideJSON(o tenant.Override) OverrideJSON {
 	if d == "" {
 		d = tenant.AnyDomain
 	}
-	j := OverrideJSON{Domain: d, Descriptor: o.Descriptor, RequestsPerUnit: int64(o.RequestsPerUnit), Unit: o.Unit,
-		Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst, ExpiresAt: optTime(o.ExpiresAt), EffectiveAt: optTime(o.EffectiveAt)}
+	j := OverrideJSON{Domain: d, Descriptor: o.Descriptor, ExpiresAt: optTime(o.ExpiresAt), EffectiveAt: optTime(o.EffectiveAt),
+		Spec: rules.Spec{RequestsPerUnit: int64(o.RequestsPerUnit), Unit: o.Unit, Algorithm: o.Limit.Algorithm.String(), Burst: o.Limit.Burst}}
 	switch {
 	case o.Calendar:
 		j.Unit, j.Calendar = "", true

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -41,20 +42,15 @@ type SampledRequestJSON struct {
 type SampledDescriptorJSON struct {
 	Entries []EntryJSON `json:"entries"`
 	Hits    *uint64     `json:"hits,omitempty"`
-	// Limit is a limit the descriptor gave itself (envoy's limit).
-	Limit *LimitOverrideJSON `json:"limit,omitempty"`
+	// Limit is a limit the descriptor gave itself (envoy's limit): a
+	// rules.Spec of requests_per_unit and unit (rules.RequestLimit).
+	Limit *rules.Spec `json:"limit,omitempty"`
 	// Rule is the ID of the rule that matched; absent when none did.
 	Rule      string `json:"rule,omitempty"`
 	Unlimited bool   `json:"unlimited,omitempty"`
 	// RuleLimit is the rule's limit, absent when Rule is or it is unlimited.
 	RuleLimit *RuleLimitJSON `json:"rule_limit,omitempty"`
 	Denied    bool           `json:"denied,omitempty"`
-}
-
-// LimitOverrideJSON is a limit a descriptor gives itself.
-type LimitOverrideJSON struct {
-	RequestsPerUnit uint32 `json:"requests_per_unit"`
-	Unit            string `json:"unit"`
 }
 
 // RuleLimitJSON is a rule's limit.
@@ -76,7 +72,7 @@ func SampleToJSON(s *service.Sample) SampleJSON {
 				dj.Entries = append(dj.Entries, EntryJSON{Key: e.Key, Value: e.Value})
 			}
 			if d.Limit != nil {
-				dj.Limit = &LimitOverrideJSON{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit}
+				dj.Limit = &rules.Spec{RequestsPerUnit: int64(d.Limit.RequestsPerUnit), Unit: d.Limit.Unit}
 			}
 			if i < len(sr.Matched) {
 				m := sr.Matched[i]
@@ -105,7 +101,15 @@ func (s SampleJSON) Sampled() ([]service.SampledRequest, error) {
 				d.Entries = append(d.Entries, rules.Entry{Key: e.Key, Value: e.Value})
 			}
 			if dj.Limit != nil {
-				d.Limit = &service.LimitOverride{RequestsPerUnit: dj.Limit.RequestsPerUnit, Unit: dj.Limit.Unit}
+				tl, err := dj.Limit.TierLimit(rules.RequestLimit)
+				if err != nil {
+					var se rules.SpecErrors
+					if errors.As(err, &se) {
+						err = se.At(field + ".limit")
+					}
+					return nil, err
+				}
+				d.Limit = &service.LimitOverride{RequestsPerUnit: tl.RequestsPerUnit, Unit: tl.Unit}
 			}
 			m := service.SampledMatch{Rule: dj.Rule, Unlimited: dj.Unlimited, Denied: dj.Denied}
 			if rl := dj.RuleLimit; rl != nil {

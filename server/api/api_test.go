@@ -80,7 +80,9 @@ func TestDecodeCheckRequest(t *testing.T) {
 		{"no descriptors", `{"domain":"edge","descriptors":[]}`, "descriptors: none given"},
 		{"no entries", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}]},{}]}`, "descriptors[1].entries: none given"},
 		{"empty key", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"},{"value":"b"}]}]}`, "descriptors[0].entries[1].key: empty"},
-		{"bad unit", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"limit":{"requests_per_unit":1,"unit":"fortnight"}}]}`, `descriptors[0].limit.unit: "fortnight"`},
+		{"bad unit", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"limit":{"requests_per_unit":1,"unit":"fortnight"}}]}`, `descriptors[0].limit.unit: unknown unit "fortnight"`},
+		{"limit with an algorithm", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"limit":{"requests_per_unit":1,"unit":"second","algorithm":"gcra"}}]}`, `descriptors[0].limit.algorithm: not allowed in a request's limit`},
+		{"limit without a unit", `{"domain":"edge","descriptors":[{"entries":[{"key":"a"}],"limit":{"requests_per_unit":1}}]}`, `descriptors[0].limit.unit: required`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -43,21 +42,15 @@ type CheckDescriptor struct {
 	// Hits, when present, overrides CheckRequest.Hits for this descriptor;
 	// 0 checks without charging.
 	Hits *uint64 `json:"hits,omitempty"`
-	// Limit, when present, is used instead of the rule files' limit.
-	Limit *LimitOverride `json:"limit,omitempty"`
+	// Limit, when present, is used instead of the rule files' limit: a
+	// rules.Spec of requests_per_unit and unit (rules.RequestLimit).
+	Limit *rules.Spec `json:"limit,omitempty"`
 }
 
 // Entry is one key/value pair.
 type Entry struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`
-}
-
-// LimitOverride is a limit given in the request (envoy's descriptor limit).
-type LimitOverride struct {
-	RequestsPerUnit uint32 `json:"requests_per_unit"`
-	// Unit: second, minute, hour, day, week, month or year.
-	Unit string `json:"unit"`
 }
 
 // CheckResponse is the body of a 200 answer to POST /v1/check.
@@ -265,7 +258,7 @@ func decodeRelease(r io.Reader, lim service.RequestBounds) (service.Request, []u
 // toService converts and validates r, refusing it (with an error wrapping
 // a *service.LimitError) if it is over one of lim before converting it.
 func (r *CheckRequest) toService(lim service.RequestBounds) (service.Request, error) {
-	out, err := convert(r.Domain, len(r.Descriptors), func(i int) ([]Entry, *LimitOverride) {
+	out, err := convert(r.Domain, len(r.Descriptors), func(i int) ([]Entry, *rules.Spec) {
 		return r.Descriptors[i].Entries, r.Descriptors[i].Limit
 	}, lim)
 	if err != nil {
@@ -290,7 +283,7 @@ func (r *CheckRequest) toService(lim service.RequestBounds) (service.Request, er
 // convert checks a request's domain and n descriptors (at(i) gives
 // descriptor i's entries and limit) against lim and what the endpoints
 // require, and converts them; the caller adds the hits.
-func convert(domain string, n int, at func(i int) ([]Entry, *LimitOverride), lim service.RequestBounds) (service.Request, error) {
+func convert(domain string, n int, at func(i int) ([]Entry, *rules.Spec), lim service.RequestBounds) (service.Request, error) {
 	if domain == "" {
 		return service.Request{}, errors.New("domain: empty")
 	}
@@ -323,20 +316,20 @@ func convert(domain string, n int, at func(i int) ([]Entry, *LimitOverride), lim
 			sd.Entries[j] = rules.Entry{Key: e.Key, Value: e.Value}
 		}
 		if limit != nil {
-			if _, ok := rules.UnitWindow(limit.Unit); !ok {
-				return service.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %q is not one of second, minute, hour, day, week, month, year", i, echo(limit.Unit))
+			tl, err := limit.TierLimit(rules.RequestLimit)
+			if err != nil {
+				var se rules.SpecErrors
+				if errors.As(err, &se) {
+					err = se.At(fmt.Sprintf("descriptors[%d].limit", i))
+				}
+				return service.Request{}, err
 			}
-			sd.Limit = &service.LimitOverride{RequestsPerUnit: limit.RequestsPerUnit, Unit: strings.ToLower(limit.Unit)}
+			sd.Limit = &service.LimitOverride{RequestsPerUnit: tl.RequestsPerUnit, Unit: tl.Unit}
 		}
 		out.Descriptors[i] = sd
 	}
 	return out, nil
 }
-
-// echo is s cut to 64 bytes (on a rune boundary), marked "…" when cut: a
-// refused value quoted back in an error, so that a 256 KiB value is not
-// answered with a 256 KiB message.
-func echo(s string) string { return cutTo(s, 64) }
 
 // cutTo is s cut to n bytes (on a rune boundary), marked "…" when cut.
 func cutTo(s string, n int) string {
@@ -374,7 +367,7 @@ type ChargeDescriptor struct {
 	// Hits, when present, overrides ChargeRequest.Hits.
 	Hits *int64 `json:"hits,omitempty"`
 	// Limit names the counter of a limit the check gave in its request.
-	Limit *LimitOverride `json:"limit,omitempty"`
+	Limit *rules.Spec `json:"limit,omitempty"`
 }
 
 // ChargeResponse is the body of a 200 answer to POST /v1/charge.
@@ -415,7 +408,7 @@ func decodeCharge(r io.Reader, lim service.RequestBounds) (service.ChargeRequest
 	if err := decodeOne(r, &req, lim); err != nil {
 		return service.ChargeRequest{}, err
 	}
-	conv, err := convert(req.Domain, len(req.Descriptors), func(i int) ([]Entry, *LimitOverride) {
+	conv, err := convert(req.Domain, len(req.Descriptors), func(i int) ([]Entry, *rules.Spec) {
 		return req.Descriptors[i].Entries, req.Descriptors[i].Limit
 	}, lim)
 	if err != nil {
