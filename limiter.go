@@ -13,12 +13,18 @@ import (
 //
 // A Limiter is safe for concurrent use. Create one with NewLimiter.
 //
-// A store with a method TakeOne(ctx, Op) (Result, error) that is Take of
-// that one op (store/memory's) is called through it: AllowN then does not
-// allocate.
+// A store with a method Bind(Limit) (func(ctx, key string, n int64)
+// (Result, error), error) whose function is Take of the one op {Key: key,
+// Limit: limit, Cost: n} (store/memory's) is bound to the limit once, by
+// NewLimiter, and AllowN calls that function: it neither builds an Op nor
+// has the store validate the limit on each call, and does not allocate.
+// Else a store with a method TakeOne(ctx, Op) (Result, error) that is Take
+// of that one op is called through it, also without allocating; any other
+// store through Take.
 type Limiter struct {
 	store Store
-	one   oneTaker // store, when it has TakeOne; else nil
+	bound bound    // the store's Bind of limit, when it has Bind; else allowOp
+	one   oneTaker // store, when it has TakeOne and no Bind; else nil
 	limit Limit
 	now   func() time.Time // for Wait's deadline arithmetic; tests replace it
 	sleep func(ctx context.Context, d time.Duration) error
@@ -32,8 +38,26 @@ func NewLimiter(store Store, limit Limit) (*Limiter, error) {
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("sluice: NewLimiter: %w", err)
 	}
-	one, _ := store.(oneTaker)
-	return &Limiter{store: store, one: one, limit: limit, now: time.Now, sleep: sleepCtx}, nil
+	l := &Limiter{store: store, limit: limit, now: time.Now, sleep: sleepCtx}
+	if b, ok := store.(binder); ok {
+		f, err := b.Bind(limit)
+		if err != nil {
+			return nil, fmt.Errorf("sluice: NewLimiter: %w", err)
+		}
+		l.bound = f
+	} else {
+		l.one, _ = store.(oneTaker)
+		l.bound = l.allowOp
+	}
+	return l, nil
+}
+
+// bound takes n units for key under the limit it was bound to.
+type bound = func(ctx context.Context, key string, n int64) (Result, error)
+
+// binder is a Store that binds a limit once (see Limiter).
+type binder interface {
+	Bind(limit Limit) (bound, error)
 }
 
 // oneTaker is a Store that takes one op by value: its op and result do not
@@ -47,13 +71,18 @@ func (l *Limiter) Limit() Limit { return l.limit }
 
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	return l.AllowN(ctx, key, 1)
+	return l.bound(ctx, key, 1) // as AllowN does, inlined into the caller
 }
 
 // AllowN takes n units for key if they are available now and reports the
 // Result. It does not wait. For a LeakyBucket limit, an allowed Result may
 // carry a Delay the caller should wait before proceeding (WaitN does so).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+	return l.bound(ctx, key, n) // inlined into Allow: the Result is copied once less
+}
+
+// allowOp is AllowN through the store's TakeOne or Take.
+func (l *Limiter) allowOp(ctx context.Context, key string, n int64) (Result, error) {
 	if l.one != nil {
 		return l.one.TakeOne(ctx, Op{Key: key, Limit: l.limit, Cost: n})
 	}

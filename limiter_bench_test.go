@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/storetest"
 )
 
 // The library's front door against its baseline, in one run:
@@ -73,6 +75,75 @@ func TestLimiterAllowAllocs(t *testing.T) {
 		})
 		if got != 0 {
 			t.Errorf("%s allocates %v times per call, want 0", tc.name, got)
+		}
+	}
+}
+
+// takeOnly hides every method of a store but Take.
+type takeOnly struct{ s sluice.Store }
+
+func (t takeOnly) Take(ctx context.Context, ops []sluice.Op, res []sluice.Result) error {
+	return t.s.Take(ctx, ops, res)
+}
+
+// takeOneOnly hides every method of the memory store but Take and TakeOne.
+type takeOneOnly struct{ takeOnly }
+
+func (t takeOneOnly) TakeOne(ctx context.Context, o sluice.Op) (sluice.Result, error) {
+	return t.s.(*memory.Store).TakeOne(ctx, o)
+}
+
+// TestLimiterPathsAgree: a Limiter decides alike whichever way it reaches
+// the store: the memory store's Bind (what NewLimiter picks for it), its
+// TakeOne, or Take; hit for hit, with the same clock.
+func TestLimiterPathsAgree(t *testing.T) {
+	ctx := context.Background()
+	limits := []sluice.Limit{
+		{Algorithm: sluice.GCRA, Quota: 7, Window: 3 * time.Second, Burst: 10},
+		{Algorithm: sluice.LeakyBucket, Quota: 5, Window: 700 * time.Millisecond, Burst: 4},
+		{Algorithm: sluice.TokenBucket, Quota: 7, Window: 3 * time.Second},
+		{Algorithm: sluice.FixedWindow, Quota: 9, Window: 1500 * time.Millisecond},
+		{Algorithm: sluice.SlidingLog, Quota: 6, Window: 900 * time.Millisecond},
+		{Algorithm: sluice.Concurrency, Quota: 4, Window: 2 * time.Second},
+	}
+	for _, lim := range limits {
+		clock := storetest.NewClock()
+		var ls [3]*sluice.Limiter
+		for i, wrap := range []func(*memory.Store) sluice.Store{
+			func(s *memory.Store) sluice.Store { return s },
+			func(s *memory.Store) sluice.Store { return takeOneOnly{takeOnly{s}} },
+			func(s *memory.Store) sluice.Store { return takeOnly{s} },
+		} {
+			st := memory.New(memory.Options{Now: clock.Now})
+			defer st.Close()
+			l, err := sluice.NewLimiter(wrap(st), lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls[i] = l
+		}
+		denied := 0
+		for i := range 200 {
+			key := fmt.Sprint("k", i%3)
+			n := int64(i % 4)
+			var res [3]sluice.Result
+			for j, l := range ls {
+				r, err := l.AllowN(ctx, key, n)
+				if err != nil {
+					t.Fatalf("%v: AllowN(%q, %d): %v", lim, key, n, err)
+				}
+				res[j] = r
+			}
+			if res[1] != res[0] || res[2] != res[0] {
+				t.Fatalf("%v: hit %d: AllowN(%q, %d) = %+v through Bind, %+v through TakeOne, %+v through Take; want all equal", lim, i, key, n, res[0], res[1], res[2])
+			}
+			if !res[0].Allowed {
+				denied++
+			}
+			clock.Advance(lim.Window / 20)
+		}
+		if denied == 0 {
+			t.Errorf("%v: no hit of 200 denied; the history does not test denial", lim)
 		}
 	}
 }

@@ -22,13 +22,13 @@ func (s *store) applyAction(sh *shard, op *sluice.Op, h uint64, now int64, p alg
 	if op.Action == sluice.Reset || op.Cost == 0 {
 		look := sluice.Op{Key: op.Key, Limit: op.Limit}
 		var d algorithm.Decision
-		switch op.Limit.Algorithm {
+		switch alg := op.Limit.Algorithm; alg {
 		case sluice.GCRA, sluice.LeakyBucket:
-			d = s.applyTAT(sh, &look, h, now, p, nil)
+			d = s.applyTAT(sh, alg, op.Key, 0, h, now, p, nil)
 		case sluice.TokenBucket:
-			d = s.applyToken(sh, &look, h, now, p, nil)
+			d = s.applyToken(sh, op.Key, 0, h, now, p, nil)
 		case sluice.FixedWindow, sluice.SlidingWindow:
-			d = s.applyWindow(sh, &look, h, now, p, nil)
+			d = s.applyWindow(sh, alg, op.Key, 0, h, now, p, nil)
 		default:
 			d, _ = s.applyLog(sh, &look, h, now, p, nil)
 		}

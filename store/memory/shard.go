@@ -188,14 +188,20 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 	case op.Action != sluice.Take:
 		d = s.applyAction(sh, op, h, now, p, undos)
 	case alg == sluice.GCRA, alg == sluice.LeakyBucket:
-		d = s.applyTAT(sh, op, h, now, p, undos)
+		d = s.applyTAT(sh, alg, op.Key, op.Cost, h, now, p, undos)
 	case alg == sluice.TokenBucket:
-		d = s.applyToken(sh, op, h, now, p, undos)
+		d = s.applyToken(sh, op.Key, op.Cost, h, now, p, undos)
 	case alg == sluice.FixedWindow, alg == sluice.SlidingWindow:
-		d = s.applyWindow(sh, op, h, now, p, undos)
+		d = s.applyWindow(sh, alg, op.Key, op.Cost, h, now, p, undos)
 	default:
 		d, lease = s.applyLog(sh, op, h, now, p, undos)
 	}
+	writeResult(out, d, lease, now)
+	return nil
+}
+
+// writeResult fills out with decision d (µs) taken at now.
+func writeResult(out *sluice.Result, d algorithm.Decision, lease uint64, now int64) {
 	out.Allowed = d.Reason == algorithm.Allowed
 	out.Reason = sluice.Reason(d.Reason)
 	out.Limit = d.Limit
@@ -205,13 +211,11 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 	out.Delay = time.Duration(d.Delay) * time.Microsecond
 	out.Lease = lease
 	out.At = now
-	return nil
 }
 
-func (s *store) applyTAT(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
-	alg, cost := op.Limit.Algorithm, op.Cost
+func (s *store) applyTAT(sh *shard, alg sluice.Algorithm, key string, cost int64, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
 	t := s.tatTable(sh, alg)
-	i, found, old := t.get(h, op.Key)
+	i, found, old := t.get(h, key)
 	var tat int64
 	var d algorithm.Decision
 	if alg == sluice.GCRA {
@@ -220,35 +224,33 @@ func (s *store) applyTAT(sh *shard, op *sluice.Op, h uint64, now int64, p algori
 		tat, d = algorithm.LeakyBucket(old.tat, now, cost, p)
 	}
 	if d.OK() && cost > 0 {
-		put(s, sh, t, h, op.Key, i, found, tatState{tat}, now)
+		put(s, sh, t, h, key, i, found, tatState{tat}, now)
 		sh.note(tat)
 		if undos != nil {
-			*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, tat: old})
+			*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: key, isNew: !found, tat: old})
 		}
 	}
 	return d
 }
 
-func (s *store) applyToken(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
-	cost := op.Cost
+func (s *store) applyToken(sh *shard, key string, cost int64, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
 	t := &sh.token
-	i, found, old := t.get(h, op.Key)
+	i, found, old := t.get(h, key)
 	ns, d := algorithm.TokenBucket(algorithm.TokenState{Last: old.tat}, now, cost, p)
 	if d.OK() && cost > 0 {
 		exp := ns.Last + ns.Missing*p.Interval
-		put(s, sh, t, h, op.Key, i, found, tatState{exp}, now)
+		put(s, sh, t, h, key, i, found, tatState{exp}, now)
 		sh.note(exp)
 		if undos != nil {
-			*undos = append(*undos, undo{sh: sh, alg: sluice.TokenBucket, h: h, key: op.Key, isNew: !found, tat: old})
+			*undos = append(*undos, undo{sh: sh, alg: sluice.TokenBucket, h: h, key: key, isNew: !found, tat: old})
 		}
 	}
 	return d
 }
 
-func (s *store) applyWindow(sh *shard, op *sluice.Op, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
-	alg, cost := op.Limit.Algorithm, op.Cost
+func (s *store) applyWindow(sh *shard, alg sluice.Algorithm, key string, cost int64, h uint64, now int64, p algorithm.Params, undos *[]undo) algorithm.Decision {
 	t := sh.windowTable(alg)
-	i, found, old := t.get(h, op.Key)
+	i, found, old := t.get(h, key)
 	var ns algorithm.WindowState
 	var d algorithm.Decision
 	if alg == sluice.FixedWindow {
@@ -257,10 +259,10 @@ func (s *store) applyWindow(sh *shard, op *sluice.Op, h uint64, now int64, p alg
 		ns, d = algorithm.SlidingWindow(old.s, now, cost, p)
 	}
 	if d.OK() && cost > 0 {
-		put(s, sh, t, h, op.Key, i, found, windowState{s: ns, exp: now + d.ResetAfter}, now)
+		put(s, sh, t, h, key, i, found, windowState{s: ns, exp: now + d.ResetAfter}, now)
 		sh.note(now + d.ResetAfter)
 		if undos != nil {
-			*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, win: old})
+			*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: key, isNew: !found, win: old})
 		}
 	}
 	return d
