@@ -270,7 +270,7 @@ func New(c Config) (*Stack, error) {
 		s.dh = newCached(s.hyb, conn, always, dopts)
 		g, h = s.dg, s.dh
 	}
-	s.placed = &Placed{Global: g, Hybrid: h, Local: s.mem}
+	s.placed = &Placed{Global: g, Hybrid: h, Local: s.mem, GlobalWindows: c.Redis.NativeFixedWindow}
 	s.top = s.placed
 	return s, nil
 }

@@ -42,6 +42,12 @@ import (
 // first call.
 type Placed struct {
 	Global, Hybrid, Local sluice.Store
+	// GlobalWindows sends fixed_window ops of keys placed hybrid to Global:
+	// set when Global counts fixed windows natively
+	// (redis.Options.NativeFixedWindow), in keys that the allotments, kept
+	// by the allot script in the script's own key, never see — hybrid
+	// leases would grant the quota a second time.
+	GlobalWindows bool
 
 	undone, undoFailed atomic.Uint64
 }
@@ -69,7 +75,8 @@ const (
 	numPlaces
 )
 
-func (p *Placed) storeOf(key string) (int, sluice.Store) {
+// storeOf is where an op of key and algorithm alg is decided.
+func (p *Placed) storeOf(key string, alg sluice.Algorithm) (int, sluice.Store) {
 	if key != "" {
 		switch key[0] {
 		case sluice.KeyLocal:
@@ -77,7 +84,7 @@ func (p *Placed) storeOf(key string) (int, sluice.Store) {
 				return placeLocal, p.Local
 			}
 		case sluice.KeyHybrid:
-			if p.Hybrid != nil {
+			if p.Hybrid != nil && !(p.GlobalWindows && alg == sluice.FixedWindow) {
 				return placeHybrid, p.Hybrid
 			}
 		}
@@ -107,10 +114,10 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	if len(ops) == 0 {
 		return nil
 	}
-	first, st := p.storeOf(ops[0].Key)
+	first, st := p.storeOf(ops[0].Key, ops[0].Limit.Algorithm)
 	same := true
 	for i := 1; i < len(ops) && same; i++ {
-		k, _ := p.storeOf(ops[i].Key)
+		k, _ := p.storeOf(ops[i].Key, ops[i].Limit.Algorithm)
 		same = k == first
 	}
 	if same {
@@ -118,7 +125,7 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	}
 	var groups [numPlaces]group
 	for i := range ops {
-		k, st := p.storeOf(ops[i].Key)
+		k, st := p.storeOf(ops[i].Key, ops[i].Limit.Algorithm)
 		g := &groups[k]
 		g.st, g.idx = st, append(g.idx, i)
 		op := &ops[i]
@@ -248,7 +255,7 @@ func (p *Placed) Keys(ctx context.Context, prefix string, max int) ([]string, bo
 	}
 	var stores []sluice.Store
 	if prefix != "" {
-		_, st := p.storeOf(prefix)
+		_, st := p.storeOf(prefix, 0) // (a hybrid store lists the global store's keys)
 		stores = []sluice.Store{st}
 	} else {
 		for _, st := range []sluice.Store{p.Local, p.Hybrid, p.Global} {

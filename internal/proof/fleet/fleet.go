@@ -216,6 +216,9 @@ type Schedule struct {
 	// Redis while its HTTP answers still come back. Needs root and
 	// iproute2.
 	Partition bool
+	// Native runs the instances with --redis-native-fixed-window: their
+	// fixed_window rules counted with native Redis counters, not scripts.
+	Native bool
 	// Busy keeps every core of the host busy while the traffic runs (one
 	// spinning process per CPU, at the host's normal priority), so calls
 	// queue behind other work: overload must make decisions slower, never
@@ -667,6 +670,9 @@ func start(t TB, bin string, s Schedule) *Fleet {
 		args := []string{"serve", "--store", "redis", "--redis-url", url, "--rules", rules, "--admin-token-file", tokens,
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "off",
 			"--expected-replicas", fmt.Sprint(Replicas), "--log-level", "warn", "--debug-decision-instant"}
+		if s.Native {
+			args = append(args, "--redis-native-fixed-window")
+		}
 		if s.Skew != 0 && i == SkewedInstance {
 			args = append(args, "--clock-skew", s.Skew.String())
 		}

@@ -70,6 +70,30 @@ func Schedules() []Schedule {
 		{Name: "instance 1 cut from Redis 2 s (netns)", Store: "single", Short: true, Degrades: true, Partition: true, Duration: 6 * time.Second, Faults: []Fault{
 			{At: 1500 * ms, Name: "blackhole instance 1's route to Redis for 2 s", Do: func(f *Fleet) error { return f.Cut(2 * time.Second) }},
 		}},
+		// The native path for fixed windows (INCRBY on per-window keys,
+		// no script) under the faults that test its retries and its
+		// take-backs: a pause, and connections dropped mid-call.
+		{Name: "native counters, Redis SIGSTOP 1.5 s", Store: "single", Short: true, Degrades: true, Native: true, Faults: []Fault{
+			{At: 1500 * ms, Name: "SIGSTOP redis", Do: func(f *Fleet) error {
+				f.Redis.Pause()
+				t := now()
+				time.Sleep(1500 * ms)
+				f.Redis.Resume()
+				f.Record("SIGSTOP redis", "pause", t, now())
+				return nil
+			}},
+		}},
+		{Name: "native counters, connections dropped 6× in 1.5 s", Store: "single", Native: true, Faults: []Fault{
+			{At: 1500 * ms, Name: "drop every Redis connection every 250 ms", Do: func(f *Fleet) error {
+				t := now()
+				for range 6 {
+					f.Proxy.Drop()
+					time.Sleep(250 * ms)
+				}
+				f.Record("Redis connections dropped 6 times", "network", t, now())
+				return nil
+			}},
+		}},
 		{Name: "an instance SIGKILLed", Store: "single", Short: true, Faults: []Fault{
 			{At: 2 * time.Second, Name: "SIGKILL instance 2", Do: func(f *Fleet) error {
 				t := now()
