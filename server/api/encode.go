@@ -1,0 +1,161 @@
+package api
+
+import (
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/sluice-rl/sluice/service"
+)
+
+// appendCheckResponse appends r as marshal writes it (encoding/json, HTML
+// not escaped at the top level, a newline at the end) without reflection:
+// the same bytes, field for field (TestAppendCheckResponseMatchesMarshal).
+// CheckStatus.MarshalJSON's encoding is kept: its strings are HTML-escaped
+// (json.Marshal's default), and remaining and reset_after_ms come last,
+// written exactly when a limit applied and its counter was read.
+func appendCheckResponse(b []byte, r *CheckResponse) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, r.Allowed)
+	b = append(b, `,"code":`...)
+	b = appendJSONString(b, r.Code, false)
+	if r.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, r.Reason, false)
+	}
+	b = append(b, `,"statuses":`...)
+	if r.Statuses == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range r.Statuses {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendCheckStatus(b, &r.Statuses[i])
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}\n"...)
+}
+
+// appendCheckStatus appends s as CheckStatus.MarshalJSON encodes it.
+func appendCheckStatus(b []byte, s *CheckStatus) []byte {
+	read := s.Limit != nil && s.Degraded != string(service.FailedOpen) && s.Degraded != string(service.FailedClosed)
+	b = append(b, `{"code":`...)
+	b = appendJSONString(b, s.Code, true)
+	if s.Rule != "" {
+		b = append(b, `,"rule":`...)
+		b = appendJSONString(b, s.Rule, true)
+	}
+	if l := s.Limit; l != nil {
+		b = append(b, `,"limit":{`...)
+		if l.Name != "" {
+			b = append(b, `"name":`...)
+			b = appendJSONString(b, l.Name, true)
+			b = append(b, ',')
+		}
+		b = append(b, `"requests_per_unit":`...)
+		b = strconv.AppendUint(b, uint64(l.RequestsPerUnit), 10)
+		if l.Unit != "" {
+			b = append(b, `,"unit":`...)
+			b = appendJSONString(b, l.Unit, true)
+		}
+		b = append(b, `,"window_ms":`...)
+		b = strconv.AppendInt(b, l.WindowMs, 10)
+		if l.Algorithm != "" {
+			b = append(b, `,"algorithm":`...)
+			b = appendJSONString(b, l.Algorithm, true)
+		}
+		b = append(b, '}')
+	}
+	if s.Unlimited {
+		b = append(b, `,"unlimited":true`...)
+	}
+	if s.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, s.Reason, true)
+	}
+	b = appendNonZero(b, `,"retry_after_ms":`, s.RetryAfterMs)
+	b = appendNonZero(b, `,"delay_ms":`, s.DelayMs)
+	if s.Shadowed {
+		b = append(b, `,"shadowed":true`...)
+	}
+	if s.Degraded != "" {
+		b = append(b, `,"degraded":`...)
+		b = appendJSONString(b, s.Degraded, true)
+	}
+	if s.Lease != 0 {
+		b = append(b, `,"lease":`...)
+		b = strconv.AppendUint(b, s.Lease, 10)
+	}
+	if read {
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, s.Remaining, 10)
+		b = append(b, `,"reset_after_ms":`...)
+		b = strconv.AppendInt(b, s.ResetAfterMs, 10)
+	}
+	return append(b, '}')
+}
+
+// appendNonZero appends name and v when v is not 0 (omitempty).
+func appendNonZero(b []byte, name string, v int64) []byte {
+	if v == 0 {
+		return b
+	}
+	return strconv.AppendInt(append(b, name...), v, 10)
+}
+
+// appendJSONString appends s quoted as encoding/json quotes a string:
+// invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped, and, when html,
+// '<', '>' and '&' too.
+func appendJSONString(b []byte, s string, html bool) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && (!html || (c != '<' && c != '>' && c != '&')) {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
