@@ -51,10 +51,15 @@ type wireRequest struct {
 	isRaw bool
 }
 
+// wirePool holds pooled wireRequests: one is put back when the call that
+// decoded into it is answered and nothing else holds it (no interceptor).
+var wirePool = sync.Pool{New: func() any { return new(wireRequest) }}
+
 // wireResponse is a response to encode by hand when it allows (codec).
 // The handler returns one only for a call whose request came through the
 // codec, so only the codec encodes it; it is a proto.Message all the same
-// (for a stats handler that looks at it).
+// (for a stats handler that looks at it). It is passed by value: a struct
+// of one pointer goes into an interface without an allocation.
 type wireResponse struct{ *rlsv3.RateLimitResponse }
 
 // handleShouldRateLimit is the generated handler's work, with the request
@@ -62,15 +67,17 @@ type wireResponse struct{ *rlsv3.RateLimitResponse }
 // interceptor may keep the request, so it gets one of its own).
 func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	s := srv.(*Server)
-	w := new(wireRequest)
+	w := wirePool.Get().(*wireRequest)
 	if err := dec(w); err != nil {
-		return nil, err
+		return nil, err // w may be half-filled: not pooled again
 	}
 	if w.isRaw {
 		if interceptor == nil {
 			d := decoders.Get().(*decoder)
 			d.maxDescs, d.maxEntries = decodeBounds(s.opts.RequestBounds)
 			if d.decode(w.raw) {
+				w.raw, w.isRaw = "", false
+				wirePool.Put(w) // the decoder holds the request now
 				if d.over() {
 					err := d.limitError(s.opts.RequestBounds)
 					d.release()
@@ -81,7 +88,7 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, in
 				if err != nil {
 					return nil, err
 				}
-				return &wireResponse{resp}, nil
+				return wireResponse{resp}, nil
 			}
 			d.release()
 		}
@@ -118,7 +125,7 @@ func newCodec() codec { return codec{base: encoding.GetCodecV2("proto")} }
 func (c codec) Name() string { return c.base.Name() }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*wireResponse); ok {
+	if r, ok := v.(wireResponse); ok {
 		if b, ok := appendResponse(nil, r.RateLimitResponse); ok {
 			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 		}
