@@ -258,7 +258,14 @@ func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
 func (h *handler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	// The Content-Type is not checked: curl -d sends form encoding, and the
 	// body must parse as JSON either way.
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	size := int64(512) // io.ReadAll's first buffer
+	if n := r.ContentLength; n > 0 && n < h.opts.MaxBodyBytes {
+		// Room for the body and the read that finds its end: one
+		// allocation of its size.
+		size = n + 1
+	}
+	buf := make([]byte, 0, size)
+	b, err := readAll(buf, http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -269,6 +276,23 @@ func (h *handler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	return b, true
+}
+
+// readAll is io.ReadAll appending to b.
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow as append does
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+	}
 }
 
 // decide reads the body, decodes it with decode and asks the engine; or it

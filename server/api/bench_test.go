@@ -39,7 +39,7 @@ func BenchmarkCheckHandler(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		rd.Reset(bodies[i%len(bodies)])
-		req.Body = readCloser{rd}
+		req.Body, req.ContentLength = readCloser{rd}, int64(rd.Len())
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK {

@@ -105,6 +105,22 @@ func appendNonZero(b []byte, name string, v int64) []byte {
 	return strconv.AppendInt(append(b, name...), v, 10)
 }
 
+// plainByte[c], for an ASCII byte c, is 1 when encoding/json writes it as
+// it is, 2 when it does unless escaping HTML ('<', '>', '&'), 0 when it
+// escapes it.
+var plainByte = func() (t [utf8.RuneSelf]byte) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		switch c {
+		case '"', '\\':
+		case '<', '>', '&':
+			t[c] = 2
+		default:
+			t[c] = 1
+		}
+	}
+	return t
+}()
+
 // appendJSONString appends s quoted as encoding/json quotes a string:
 // invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped, and, when html,
 // '<', '>' and '&' too.
@@ -114,7 +130,7 @@ func appendJSONString(b []byte, s string, html bool) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && (!html || (c != '<' && c != '>' && c != '&')) {
+			if plainByte[c] == 1 || (!html && plainByte[c] == 2) {
 				i++
 				continue
 			}
