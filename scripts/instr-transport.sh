@@ -49,6 +49,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# What is measured: the tree as built now (edits during the run do not count).
+built="commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$root" && git diff --quiet HEAD 2>/dev/null || echo ' (modified)')"
 echo "building (CGO_ENABLED=0) ..." >&2
 (cd "$root" && CGO_ENABLED=0 go build -o "$tmp/sluice" ./cmd/sluice && CGO_ENABLED=0 go build -o "$tmp/sluice-bench" ./cmd/sluice-bench)
 
@@ -139,7 +141,7 @@ ratio() { # ratio A B: A's count over B's, or - when either is missing
 }
 echo
 echo "instructions per request (callgrind), $requests requests after $warmup warm-up, 50 callers, 10,000 keys, memory store"
-echo "commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$root" && git diff --quiet 2>/dev/null || echo ' (modified)'), $(go version | awk '{print $3}'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "$built, $(go version | awk '{print $3}'), $(date -u '+%Y-%m-%d %H:%M UTC')"
 printf '%-56s %12s %s\n' "server" "instr/req" "ratio"
 line() { [ -n "${count[$1]:-}" ] && printf '%-56s %12d %s\n' "$2" "${count[$1]}" "$3" || true; }
 line grpc-bare "bare grpc-go RLS, NumStreamWorkers($workers), proto codec" ""
