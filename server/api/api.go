@@ -357,8 +357,7 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 	// Canonical keys, values shared by every answer (net/http only reads
 	// them): Set would canonicalize and allocate each.
 	hdr["Content-Type"], hdr["Cache-Control"] = jsonContentType, noStore
-	out := EncodeCheckResponse(resp)
-	_, _ = w.Write(appendCheckResponse(make([]byte, 0, 128+160*len(out.Statuses)), &out))
+	_, _ = w.Write(appendCheck(make([]byte, 0, 128+160*len(resp.Statuses)), &resp))
 }
 
 // The values of check's Content-Type and Cache-Control.

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -14,15 +15,7 @@ import (
 // (json.Marshal's default), and remaining and reset_after_ms come last,
 // written exactly when a limit applied and its counter was read.
 func appendCheckResponse(b []byte, r *CheckResponse) []byte {
-	b = append(b, `{"allowed":`...)
-	b = strconv.AppendBool(b, r.Allowed)
-	b = append(b, `,"code":`...)
-	b = appendJSONString(b, r.Code, false)
-	if r.Reason != "" {
-		b = append(b, `,"reason":`...)
-		b = appendJSONString(b, r.Reason, false)
-	}
-	b = append(b, `,"statuses":`...)
+	b = appendCheckHead(b, r)
 	if r.Statuses == nil {
 		b = append(b, "null"...)
 	} else {
@@ -36,6 +29,66 @@ func appendCheckResponse(b []byte, r *CheckResponse) []byte {
 		b = append(b, ']')
 	}
 	return append(b, "}\n"...)
+}
+
+// appendCheck appends what marshal(EncodeCheckResponse(*resp)) writes,
+// without building the CheckResponse on the heap: each status is rendered
+// into a CheckStatus on the stack and appended (TestAppendCheckMatches).
+func appendCheck(b []byte, resp *service.Response) []byte {
+	head := CheckResponse{Allowed: resp.OverallCode != service.CodeOverLimit, Code: codeString(resp.OverallCode)}
+	for i := range resp.Statuses {
+		if resp.Statuses[i].Code == service.CodeOverLimit {
+			head.Allowed, head.Code = false, codeString(service.CodeOverLimit)
+		}
+	}
+	if !head.Allowed {
+		head.Reason = reason(resp)
+		if head.Reason == "" { // only statuses the edge does not advertise refused
+			head.Reason = headers.ReasonLimited
+		}
+	}
+	b = append(appendCheckHead(b, &head), '[')
+	for i := range resp.Statuses {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		s := &resp.Statuses[i]
+		cs := CheckStatus{Code: codeString(s.Code), Unlimited: s.Unlimited, Shadowed: s.Shadowed, Degraded: string(s.Degraded), Lease: s.Lease}
+		if s.Code == service.CodeOverLimit {
+			cs.Reason = statusReason(s)
+		}
+		if s.Rule != nil {
+			cs.Rule = s.Rule.ID
+		}
+		var lj LimitJSON
+		if cl := s.CurrentLimit; cl != nil && !s.Unlimited {
+			lj = LimitJSON{Name: cl.Name, RequestsPerUnit: cl.RequestsPerUnit, Unit: cl.Unit, WindowMs: ms(cl.Window)}
+			if s.Rule != nil && s.Rule.Limit.Algorithm.Valid() {
+				lj.Algorithm = s.Rule.Limit.Algorithm.String()
+			}
+			cs.Limit = &lj
+			cs.Remaining = max(s.Result.Remaining, 0)
+			cs.ResetAfterMs = ms(s.Result.ResetAfter)
+			cs.RetryAfterMs = ms(s.Result.RetryAfter)
+			cs.DelayMs = ms(s.Result.Delay)
+		}
+		b = appendCheckStatus(b, &cs)
+	}
+	return append(b, "]}\n"...)
+}
+
+// appendCheckHead appends r up to its statuses' value: `{"allowed":…,
+// "statuses":`.
+func appendCheckHead(b []byte, r *CheckResponse) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, r.Allowed)
+	b = append(b, `,"code":`...)
+	b = appendJSONString(b, r.Code, false)
+	if r.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, r.Reason, false)
+	}
+	return append(b, `,"statuses":`...)
 }
 
 // appendCheckStatus appends s as CheckStatus.MarshalJSON encodes it.
