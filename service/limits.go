@@ -64,19 +64,24 @@ func DefaultRequestBounds() RequestBounds {
 	}
 }
 
-// withDefaults returns l with every zero field set to its default.
+// withDefaults returns l with every zero field set to its default. It is
+// on every check's path (several times per request): plain compares, no
+// table of fields.
 func (l RequestBounds) withDefaults() RequestBounds {
-	d := DefaultRequestBounds()
-	for _, f := range []struct{ v, def *int }{
-		{&l.MaxKeyBytes, &d.MaxKeyBytes},
-		{&l.MaxValueBytes, &d.MaxValueBytes},
-		{&l.MaxDescriptors, &d.MaxDescriptors},
-		{&l.MaxEntries, &d.MaxEntries},
-		{&l.MaxDetailedMetricValues, &d.MaxDetailedMetricValues},
-	} {
-		if *f.v == 0 {
-			*f.v = *f.def
-		}
+	if l.MaxKeyBytes == 0 {
+		l.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if l.MaxValueBytes == 0 {
+		l.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if l.MaxDescriptors == 0 {
+		l.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if l.MaxEntries == 0 {
+		l.MaxEntries = DefaultMaxEntries
+	}
+	if l.MaxDetailedMetricValues == 0 {
+		l.MaxDetailedMetricValues = DefaultMaxDetailedMetricValues
 	}
 	return l
 }

@@ -38,7 +38,21 @@ func driveCount(ctx context.Context, spec loadSpec, cs countSpec, stdout io.Writ
 			c.Close()
 		}
 	}()
-	// phase sends n requests from spec.concurrency callers and returns when
+	// Every connection answers once before the warm-up.
+	for _, c := range conns {
+		if _, err := call(ctx, c, 0); err != nil {
+			return fmt.Errorf("bench: first call to %s: %w", spec.addr, err)
+		}
+	}
+	callAt := func(ctx context.Context, w, i int) (bool, error) { return call(ctx, conns[w%len(conns)], i) }
+	return countCalls(ctx, spec.concurrency, len(conns), callAt, cs, stdout)
+}
+
+// countCalls runs cs's phases with callers concurrent callers: call(ctx,
+// w, i) sends request i from caller w and reports whether it was over the
+// limit. conns is only printed.
+func countCalls(ctx context.Context, callers, conns int, call func(ctx context.Context, w, i int) (bool, error), cs countSpec, stdout io.Writer) error {
+	// phase sends n requests from callers callers and returns when
 	// every one has been answered.
 	var next atomic.Int64
 	phase := func(n int) (errs int64, over int64, first error) {
@@ -51,13 +65,12 @@ func driveCount(ctx context.Context, spec loadSpec, cs countSpec, stdout io.Writ
 			firstErr error
 		)
 		left.Store(int64(n))
-		for w := range spec.concurrency {
+		for w := range callers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				conn := conns[w%len(conns)]
 				for left.Add(-1) >= 0 && ctx.Err() == nil {
-					isOver, err := call(ctx, conn, int(next.Add(1)))
+					isOver, err := call(ctx, w, int(next.Add(1)))
 					if err != nil {
 						nerr.Add(1)
 						errMu.Lock()
@@ -85,12 +98,6 @@ func driveCount(ctx context.Context, spec loadSpec, cs countSpec, stdout io.Writ
 		}
 		return nil
 	}
-	// Every connection answers once before the warm-up.
-	for _, c := range conns {
-		if _, err := call(ctx, c, 0); err != nil {
-			return fmt.Errorf("bench: first call to %s: %w", spec.addr, err)
-		}
-	}
 	if errs, _, err := phase(cs.warmup); errs > 0 {
 		return fmt.Errorf("bench: warm-up: %d of %d calls failed: %w", errs, cs.warmup, err)
 	}
@@ -110,6 +117,6 @@ func driveCount(ctx context.Context, spec loadSpec, cs countSpec, stdout io.Writ
 		return fmt.Errorf("bench: %d of %d measured calls failed: %w", errs, cs.requests, err)
 	}
 	fmt.Fprintf(stdout, "requests %d  warmup %d  over-limit %d  callers %d  conns %d  elapsed %v\n",
-		cs.requests, cs.warmup, over, spec.concurrency, len(conns), elapsed.Round(time.Millisecond))
+		cs.requests, cs.warmup, over, callers, conns, elapsed.Round(time.Millisecond))
 	return nil
 }

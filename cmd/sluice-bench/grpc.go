@@ -665,21 +665,38 @@ func fmtList(xs []float64, format string) string {
 	return strings.Join(parts, " ")
 }
 
-// runBenchBaseline serves only grpc.health.v1 with grpc-go's own health
-// server: the floor any gRPC service pays per call on this machine.
+// runBenchBaseline serves a bare grpc-go server: grpc-go's own health
+// server (--service health, the floor any gRPC service pays per call), or
+// also a bare RateLimitService (--service rls: a real handler that decodes
+// each RateLimitRequest with grpc-go's proto codec and answers a
+// RateLimitResponse of the statuses sluice serve gives the bench rules),
+// optionally with grpc.NumStreamWorkers as sluice serve sets it.
 func runBenchBaseline(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8091", "listen address")
+	svc := fs.String("service", "health", "what to serve: health (grpc.health.v1 only) or rls (health and a bare RateLimitService)")
+	workers := fs.Int("stream-workers", 0, "grpc.NumStreamWorkers (0: grpc-go's default, none)")
 	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
+	}
+	if (*svc != "health" && *svc != "rls") || *workers < 0 {
+		return fmt.Errorf("baseline: --service health or rls, --stream-workers not negative: %w", errUsage)
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
-	g := grpc.NewServer()
+	// sluice serve's bounds on a message and its metadata.
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(bareMaxBytes), grpc.MaxHeaderListSize(bareMaxBytes)}
+	if *workers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(*workers)))
+	}
+	g := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(g, health.NewServer())
+	if *svc == "rls" {
+		rlsv3.RegisterRateLimitServiceServer(g, bareRLS{})
+	}
 	go func() { <-ctx.Done(); g.GracefulStop() }()
 	if err := g.Serve(ln); err != nil {
 		return fmt.Errorf("baseline: %w", err)

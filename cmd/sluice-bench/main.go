@@ -48,6 +48,10 @@ func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Write
 		return runBenchRedis(ctx, args, getenv, stdout, stderr)
 	case "baseline":
 		return runBenchBaseline(ctx, args, getenv, stdout, stderr)
+	case "baseline-http":
+		return runBaselineHTTP(ctx, args, getenv, stdout, stderr)
+	case "http":
+		return runBenchHTTP(ctx, args, getenv, stdout, stderr)
 	case "memory":
 		return runBenchMemory(ctx, args, getenv, stdout, stderr)
 	case "hybrid":
@@ -65,7 +69,11 @@ func run(ctx context.Context, args []string, getenv env, stdout, stderr io.Write
 const usage = `usage: sluice-bench <command> [flags]   (sluice-bench <command> -h for its flags)
   grpc       gRPC load generator: drive a server, or --compare sluice against a bare grpc-go server
   redis      drive a Redis with the Redis store: decisions/s and latency from many goroutines
-  baseline   serve a bare grpc-go health server (the baseline grpc --compare drives)
+  baseline   serve a bare grpc-go health server (the baseline grpc --compare drives), or
+             with --service rls also a bare RateLimitService (scripts/instr-transport.sh)
+  baseline-http  serve a bare net/http POST /v1/check that decodes the same JSON (encoding/json
+             or go-json-experiment/json) and answers the same JSON (scripts/instr-transport.sh)
+  http       drive POST /v1/check with a fixed count of requests (scripts/instr-transport.sh)
   hybrid     load figures of placement hybrid beside the memory store and Redis (global);
              --cost: Redis CPU and commands per decision, hybrid vs global (hot, Zipf, cold users)
   memory     fill the memory store to its key cap and report the process's memory (RSS)

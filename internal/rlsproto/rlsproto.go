@@ -64,11 +64,21 @@ func FromProtoLimits(req *rlsv3.RateLimitRequest, lim service.RequestBounds) (se
 			return service.Request{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
 	}
-	out := service.Request{
-		Domain:      req.GetDomain(),
-		Hits:        uint64(req.GetHitsAddend()),
-		Descriptors: make([]service.Descriptor, len(descs)),
+	out := service.Request{Domain: req.GetDomain(), Hits: uint64(req.GetHitsAddend())}
+	if len(descs) == 1 && len(descs[0].GetEntries()) <= len(oneDescriptor{}.entries) {
+		// The common case, one descriptor of a few entries, in one
+		// allocation.
+		one := new(oneDescriptor)
+		out.Descriptors = one.desc[:]
+		n := len(descs[0].GetEntries())
+		conv, err := descriptorFromProtoInto(descs[0], one.entries[:n:n])
+		if err != nil {
+			return service.Request{}, fmt.Errorf("%w: descriptors[%d].%w", ErrInvalidRequest, 0, err)
+		}
+		out.Descriptors[0] = conv
+		return out, nil
 	}
+	out.Descriptors = make([]service.Descriptor, len(descs))
 	for i, d := range descs {
 		conv, err := descriptorFromProto(d)
 		if err != nil {
@@ -83,10 +93,23 @@ func FromProtoLimits(req *rlsv3.RateLimitRequest, lim service.RequestBounds) (se
 // with an entry whose key is empty, is converted as it is: it matches no
 // rule, so the engine answers it OK, as envoyproxy/ratelimit does.
 // is_negative_hits makes it a refund of its hits (service.Descriptor.Refund).
+// oneDescriptor holds the converted descriptor of a one-descriptor request
+// of at most two entries (what Envoy sends most).
+type oneDescriptor struct {
+	desc    [1]service.Descriptor
+	entries [2]rules.Entry
+}
+
 func descriptorFromProto(d *ratelimitv3.RateLimitDescriptor) (service.Descriptor, error) {
+	return descriptorFromProtoInto(d, make([]rules.Entry, len(d.GetEntries())))
+}
+
+// descriptorFromProtoInto is descriptorFromProto converting the entries
+// into into, of their count.
+func descriptorFromProtoInto(d *ratelimitv3.RateLimitDescriptor, into []rules.Entry) (service.Descriptor, error) {
 	entries := d.GetEntries()
 	var out service.Descriptor
-	out.Entries = make([]rules.Entry, len(entries))
+	out.Entries = into
 	for j, e := range entries {
 		out.Entries[j] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
@@ -213,6 +236,18 @@ func fillCurrentLimit(out *rlsv3.RateLimitResponse_RateLimit, cl *service.Curren
 // response carries no response_headers_to_add: the caller adds them (from
 // edge.Decision) when configured to.
 func ToProto(resp service.Response) *rlsv3.RateLimitResponse {
+	var one *OneStatus
+	if len(resp.Statuses) == 1 {
+		one = new(OneStatus)
+	}
+	return ToProtoIn(one, resp)
+}
+
+// ToProtoIn is ToProto building a one-status response in one, which must
+// be zero (and not nil for one status), instead of in an allocation of its
+// own: for a caller that encodes the response and then zeroes one to use it
+// again.
+func ToProtoIn(one *OneStatus, resp service.Response) *rlsv3.RateLimitResponse {
 	n := len(resp.Statuses)
 	var out *rlsv3.RateLimitResponse
 	var ptrs []*rlsv3.RateLimitResponse_DescriptorStatus
@@ -221,7 +256,7 @@ func ToProto(resp service.Response) *rlsv3.RateLimitResponse {
 	var resets []durationpb.Duration
 	if n == 1 {
 		// The common case, one descriptor: every message in one allocation.
-		b := new(oneStatus)
+		b := one
 		out, ptrs, statuses, limits, resets = &b.resp, b.ptrs[:], b.status[:], b.limit[:], b.reset[:]
 	} else {
 		out = new(rlsv3.RateLimitResponse)
@@ -243,8 +278,8 @@ func ToProto(resp service.Response) *rlsv3.RateLimitResponse {
 	return out
 }
 
-// oneStatus holds every message of a one-descriptor response.
-type oneStatus struct {
+// OneStatus holds every message of a one-status response (ToProtoIn).
+type OneStatus struct {
 	resp   rlsv3.RateLimitResponse
 	ptrs   [1]*rlsv3.RateLimitResponse_DescriptorStatus
 	status [1]rlsv3.RateLimitResponse_DescriptorStatus

@@ -21,6 +21,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -250,7 +251,9 @@ func (d *Decoder) Decode(body []byte, v any) error {
 	if d.strict == nil {
 		d = plain
 	}
-	dec := jsontext.NewDecoder(&depthReader{b: body}, d.strict)
+	pd := getDecoder(body, d.strict)
+	defer pd.put()
+	dec := pd.dec
 	err := decodeOne(dec, v, d.strict)
 	if err == nil {
 		return nil
@@ -273,7 +276,8 @@ func (d *Decoder) Decode(body []byte, v any) error {
 	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() {
 		rv.Elem().SetZero() // the strict pass stopped half-way
 	}
-	dec.Reset(&depthReader{b: body}, d.lenient)
+	pd.r = depthReader{b: body}
+	dec.Reset(&pd.r, d.lenient)
 	if err := decodeOne(dec, v, d.lenient); err != nil {
 		e.Field, e.Msg = describe(err, t)
 	}
@@ -290,13 +294,49 @@ func (d *Decoder) DecodeLenient(body []byte, v any) error {
 	if d.strict == nil {
 		d = plain
 	}
-	dec := jsontext.NewDecoder(&depthReader{b: body}, d.lenient)
-	if err := decodeOne(dec, v, d.lenient); err != nil {
+	pd := getDecoder(body, d.lenient)
+	defer pd.put()
+	if err := decodeOne(pd.dec, v, d.lenient); err != nil {
 		e := &Error{}
 		e.Field, e.Msg = describe(err, reflect.TypeOf(v))
 		return e
 	}
 	return nil
+}
+
+// pooled is a jsontext decoder and its reader, kept from one body to the
+// next: a fresh decoder allocates its state and, on its first string, a
+// 4 KiB cache of the strings it made (go-json-experiment interns them),
+// which was most of what decoding a small body allocated.
+type pooled struct {
+	dec *jsontext.Decoder
+	r   depthReader
+	big bool // decoded a body over maxPooledBody: not pooled again
+}
+
+// maxPooledBody is the largest body whose decoder is pooled: a decoder
+// keeps a read buffer as large as its largest token.
+const maxPooledBody = 64 << 10
+
+var decoders = sync.Pool{New: func() any { return &pooled{dec: new(jsontext.Decoder)} }}
+
+// getDecoder returns a pooled decoder reading body with opts.
+func getDecoder(body []byte, opts json.Options) *pooled {
+	pd := decoders.Get().(*pooled)
+	pd.r = depthReader{b: body}
+	pd.big = len(body) > maxPooledBody
+	pd.dec.Reset(&pd.r, opts)
+	return pd
+}
+
+// put pools pd again, holding nothing of the body it read.
+func (pd *pooled) put() {
+	if pd.big {
+		return
+	}
+	pd.r = depthReader{}
+	pd.dec.Reset(&pd.r, strict)
+	decoders.Put(pd)
 }
 
 // decodeOne decodes the one value dec reads into v with opts and refuses

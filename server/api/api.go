@@ -258,7 +258,14 @@ func (h *handler) notFound(w http.ResponseWriter, r *http.Request) {
 func (h *handler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	// The Content-Type is not checked: curl -d sends form encoding, and the
 	// body must parse as JSON either way.
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	size := int64(512) // io.ReadAll's first buffer
+	if n := r.ContentLength; n > 0 && n < h.opts.MaxBodyBytes {
+		// Room for the body and the read that finds its end: one
+		// allocation of its size.
+		size = n + 1
+	}
+	buf := make([]byte, 0, size)
+	b, err := readAll(buf, http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -269,6 +276,23 @@ func (h *handler) body(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	return b, true
+}
+
+// readAll is io.ReadAll appending to b.
+func readAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow as append does
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+	}
 }
 
 // decide reads the body, decodes it with decode and asks the engine; or it
@@ -321,17 +345,27 @@ const DecidedAtHeader = "Sluice-Decided-At"
 // (allowed or not: the call itself succeeded), 400 with problem+json for a
 // malformed request.
 func (h *handler) check(w http.ResponseWriter, r *http.Request) {
-	resp, ok := h.decide(w, r, func(b []byte) (service.Request, error) { return decodeCheck(bytes.NewReader(b), h.opts.RequestBounds) })
+	resp, ok := h.decide(w, r, h.decodeCheck)
 	if !ok {
 		return
 	}
 	h.fields(w, resp)
+	hdr := w.Header()
 	if h.opts.DecisionInstant && resp.DecidedAt != 0 {
-		w.Header().Set(DecidedAtHeader, strconv.FormatInt(resp.DecidedAt, 10))
+		hdr.Set(DecidedAtHeader, strconv.FormatInt(resp.DecidedAt, 10))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(marshal(EncodeCheckResponse(resp)))
+	// Canonical keys, values shared by every answer (net/http only reads
+	// them): Set would canonicalize and allocate each.
+	hdr["Content-Type"], hdr["Cache-Control"] = jsonContentType, noStore
+	_, _ = w.Write(appendCheck(make([]byte, 0, 128+160*len(resp.Statuses)), &resp))
+}
+
+// The values of check's Content-Type and Cache-Control.
+var jsonContentType, noStore = []string{"application/json"}, []string{"no-store"}
+
+// decodeCheck decodes a /v1/check body with the handler's bounds.
+func (h *handler) decodeCheck(b []byte) (service.Request, error) {
+	return decodeCheckBytes(b, h.opts.RequestBounds)
 }
 
 // release serves POST /v1/release: 204 once the leases are given back, 400

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -159,8 +160,17 @@ func DecodeCheckRequest(r io.Reader) (service.Request, error) {
 }
 
 func decodeCheck(r io.Reader, lim service.RequestBounds) (service.Request, error) {
+	b, err := readBody(r)
+	if err != nil {
+		return service.Request{}, fmt.Errorf("body: %w", err)
+	}
+	return decodeCheckBytes(b, lim)
+}
+
+// decodeCheckBytes is decodeCheck of a body already read.
+func decodeCheckBytes(b []byte, lim service.RequestBounds) (service.Request, error) {
 	var req CheckRequest
-	if err := decodeOne(r, &req, lim); err != nil {
+	if err := decodeBytes(b, &req, lim); err != nil {
 		return service.Request{}, err
 	}
 	return req.toService(lim)
@@ -179,7 +189,12 @@ func decodeOne(r io.Reader, v any, lim service.RequestBounds) error {
 	if err != nil {
 		return fmt.Errorf("body: %w", err)
 	}
-	err = decoderFor(lim).Decode(b, v)
+	return decodeBytes(b, v, lim)
+}
+
+// decodeBytes is decodeOne of a body already read.
+func decodeBytes(b []byte, v any, lim service.RequestBounds) error {
+	err := decoderFor(lim).Decode(b, v)
 	var se *strictjson.Error
 	if !errors.As(err, &se) {
 		return err
@@ -204,10 +219,23 @@ func readBody(r io.Reader) ([]byte, error) {
 
 var decoders sync.Map // service.RequestBounds → *strictjson.Decoder
 
+// lastDecoder is the decoder decoderFor returned last, and its bounds: a
+// server has one set, and comparing it costs less than hashing it.
+var lastDecoder atomic.Pointer[boundDecoder]
+
+type boundDecoder struct {
+	lim service.RequestBounds
+	dec *strictjson.Decoder
+}
+
 // decoderFor returns the decoder bounding arrays by lim (made once per
 // distinct lim: a server has one).
 func decoderFor(lim service.RequestBounds) *strictjson.Decoder {
+	if l := lastDecoder.Load(); l != nil && l.lim == lim {
+		return l.dec
+	}
 	if d, ok := decoders.Load(lim); ok {
+		lastDecoder.Store(&boundDecoder{lim, d.(*strictjson.Decoder)})
 		return d.(*strictjson.Decoder)
 	}
 	descs, entries := lim.MaxDescriptors, lim.MaxEntries

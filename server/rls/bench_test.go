@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice"
@@ -197,4 +198,35 @@ func BenchmarkCodec(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkWireHandler: what the server does per call between grpc-go's
+// transport and it, with ServerOptions' codec: the request's bytes kept,
+// decoded by hand, converted, decided (memory store, 10^4 keys), rendered
+// and encoded. scripts/instr-transport.sh counts it with the transport.
+func BenchmarkWireHandler(b *testing.B) {
+	s := New(benchEngine(b), Options{})
+	reqs := benchRequests(10_000)
+	raw := make([]mem.BufferSlice, len(reqs))
+	for i, r := range reqs {
+		m, err := proto.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw[i] = mem.BufferSlice{mem.SliceBuffer(m)}
+	}
+	c := newCodec()
+	ctx := context.Background()
+	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
+	for i := 0; b.Loop(); i++ {
+		data := raw[i%len(raw)]
+		out, err := handleShouldRateLimit(s, ctx, func(v any) error { return c.Unmarshal(data, v) }, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Marshal(out); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

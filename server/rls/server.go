@@ -154,13 +154,9 @@ func (s *Server) Shutdown() { s.health.Shutdown() }
 // applies its own failure_mode_deny), a cancelled call codes.Canceled or
 // codes.DeadlineExceeded.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	sreq, err := FromProtoLimits(req, s.opts.RequestBounds)
+	resp, err := s.check(ctx, req)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	resp, err := s.checker.Check(ctx, sreq)
-	if err != nil {
-		return nil, s.grpcError(ctx, err)
+		return nil, err
 	}
 	out := response(resp, s.opts.ResponseHeaders)
 	if s.opts.LimitHeaders != nil {
@@ -170,6 +166,26 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		out.DynamicMetadata = dynamicMetadata(req, &resp)
 	}
 	return out, nil
+}
+
+// check converts req and asks the checker: ShouldRateLimit before the
+// response is rendered. Its error is the call's status.
+func (s *Server) check(ctx context.Context, req *rlsv3.RateLimitRequest) (service.Response, error) {
+	sreq, err := FromProtoLimits(req, s.opts.RequestBounds)
+	if err != nil {
+		return service.Response{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp, err := s.checker.Check(ctx, sreq)
+	if err != nil {
+		return service.Response{}, s.grpcError(ctx, err)
+	}
+	return resp, nil
+}
+
+// plainResponse reports whether a response is the engine's answer alone:
+// no response headers or dynamic metadata to add.
+func (s *Server) plainResponse() bool {
+	return !s.opts.ResponseHeaders && s.opts.LimitHeaders == nil && !s.opts.DynamicMetadata
 }
 
 func (s *Server) grpcError(ctx context.Context, err error) error {

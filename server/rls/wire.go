@@ -15,7 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/sluice-rl/sluice/internal/rlsproto"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -51,37 +53,70 @@ type wireRequest struct {
 	isRaw bool
 }
 
+// wirePool holds pooled wireRequests: one is put back when the call that
+// decoded into it is answered and nothing else holds it (no interceptor).
+var wirePool = sync.Pool{New: func() any { return new(wireRequest) }}
+
 // wireResponse is a response to encode by hand when it allows (codec).
 // The handler returns one only for a call whose request came through the
 // codec, so only the codec encodes it; it is a proto.Message all the same
-// (for a stats handler that looks at it).
+// (for a stats handler that looks at it). It is passed by value: a struct
+// of one pointer goes into an interface without an allocation.
 type wireResponse struct{ *rlsv3.RateLimitResponse }
+
+// wireResult is the engine's answer to a call whose response is that
+// alone (Server.plainResponse), for the codec to encode without building
+// the RateLimitResponse on the heap. It is a proto.Message all the same:
+// ProtoReflect builds the response ShouldRateLimit would return, for a
+// stats handler or a binary log that looks at it.
+type wireResult struct{ resp *service.Response }
+
+// ProtoReflect returns the RateLimitResponse of the answer.
+func (w wireResult) ProtoReflect() protoreflect.Message {
+	return response(*w.resp, false).ProtoReflect()
+}
+
+// oneStatuses are the messages codec.Marshal renders a one-status
+// wireResult in, zeroed after each.
+var oneStatuses = sync.Pool{New: func() any { return new(rlsproto.OneStatus) }}
 
 // handleShouldRateLimit is the generated handler's work, with the request
 // decoded by hand when it came as wire bytes and no interceptor is set (an
 // interceptor may keep the request, so it gets one of its own).
 func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	s := srv.(*Server)
-	w := new(wireRequest)
+	w := wirePool.Get().(*wireRequest)
 	if err := dec(w); err != nil {
-		return nil, err
+		return nil, err // w may be half-filled: not pooled again
 	}
 	if w.isRaw {
 		if interceptor == nil {
 			d := decoders.Get().(*decoder)
 			d.maxDescs, d.maxEntries = decodeBounds(s.opts.RequestBounds)
 			if d.decode(w.raw) {
+				w.raw, w.isRaw = "", false
+				wirePool.Put(w) // the decoder holds the request now
 				if d.over() {
 					err := d.limitError(s.opts.RequestBounds)
 					d.release()
 					return nil, status.Error(codes.InvalidArgument, err.Error())
+				}
+				if s.plainResponse() {
+					resp := new(service.Response)
+					var err error
+					*resp, err = s.check(ctx, &d.msg)
+					d.release()
+					if err != nil {
+						return nil, err
+					}
+					return wireResult{resp}, nil
 				}
 				resp, err := s.ShouldRateLimit(ctx, &d.msg)
 				d.release()
 				if err != nil {
 					return nil, err
 				}
-				return &wireResponse{resp}, nil
+				return wireResponse{resp}, nil
 			}
 			d.release()
 		}
@@ -118,7 +153,19 @@ func newCodec() codec { return codec{base: encoding.GetCodecV2("proto")} }
 func (c codec) Name() string { return c.base.Name() }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*wireResponse); ok {
+	if r, ok := v.(wireResult); ok {
+		if len(r.resp.Statuses) == 1 {
+			one := oneStatuses.Get().(*rlsproto.OneStatus)
+			b, ok := appendResponse(nil, rlsproto.ToProtoIn(one, *r.resp))
+			*one = rlsproto.OneStatus{}
+			oneStatuses.Put(one)
+			if ok {
+				return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+			}
+		}
+		v = wireResponse{response(*r.resp, false)}
+	}
+	if r, ok := v.(wireResponse); ok {
 		if b, ok := appendResponse(nil, r.RateLimitResponse); ok {
 			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 		}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -466,5 +467,41 @@ func TestFastPathWithInterceptor(t *testing.T) {
 	}
 	if seen != "erin" {
 		t.Fatalf("interceptor saw value %q, want erin", seen)
+	}
+}
+
+// TestWireResultMatchesResponse: an engine answer the codec encodes
+// straight (wireResult) gives the bytes, or the error, of the response
+// ShouldRateLimit renders, and its proto view is that response, for one
+// status (rendered in pooled messages) and for several.
+func TestWireResultMatchesResponse(t *testing.T) {
+	c := newCodec()
+	names := []string{"", "bench", "per-user limit", "bad\xffname"}
+	units := []string{"", "second", "minute", "hour", "day", "week", "month", "year"}
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range 5000 {
+		resp := service.Response{OverallCode: service.Code(r.IntN(3)), Statuses: make([]service.Status, 1+r.IntN(3)*r.IntN(2))}
+		for j := range resp.Statuses {
+			st := service.Status{Code: service.Code(r.IntN(3)), Unlimited: r.IntN(8) == 0}
+			if r.IntN(4) > 0 {
+				st.CurrentLimit = &service.CurrentLimit{Name: names[r.IntN(len(names))], RequestsPerUnit: r.Uint32N(5000),
+					Unit: units[r.IntN(len(units))], Window: time.Duration(r.Int64N(int64(48 * time.Hour)))}
+			}
+			st.Result = sluice.Result{Allowed: st.Code != service.CodeOverLimit, Limit: int64(r.IntN(5000)), Remaining: int64(r.IntN(5000)) - 10,
+				ResetAfter: time.Duration(r.Int64N(int64(time.Hour))), RetryAfter: time.Duration(r.Int64N(int64(time.Minute)))}
+			resp.Statuses[j] = st
+		}
+		want := response(resp, false)
+		wantBytes, wantErr := c.Marshal(wireResponse{want})
+		got, gotErr := c.Marshal(wireResult{&resp})
+		if (gotErr != nil) != (wantErr != nil) {
+			t.Fatalf("case %d: Marshal(wireResult) error %v, want %v", i, gotErr, wantErr)
+		}
+		if gotErr == nil && !bytes.Equal(got.Materialize(), wantBytes.Materialize()) {
+			t.Fatalf("case %d: Marshal(wireResult) = %x\nwant %x", i, got.Materialize(), wantBytes.Materialize())
+		}
+		if view := (wireResult{&resp}).ProtoReflect().Interface(); !proto.Equal(view, want) {
+			t.Fatalf("case %d: wireResult's proto view = %v, want %v", i, view, want)
+		}
 	}
 }
