@@ -258,10 +258,13 @@ func TestOnePolicyPerCheck(t *testing.T) {
 	}
 	var done atomic.Bool
 	var wg sync.WaitGroup
+	var started sync.WaitGroup // each checker's first check is done
+	started.Add(2)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer done.Store(true)
+		started.Wait()
 		for g := 1; g < gens; g++ {
 			src.p.Store(snaps[g])
 			reg.Set(overlays[g])
@@ -280,8 +283,13 @@ func TestOnePolicyPerCheck(t *testing.T) {
 			defer wg.Done()
 			req := Request{Domain: "api", Hits: 0, Descriptors: []Descriptor{
 				desc("tenant", "a"), desc("tenant", "b"), desc("tenant", "a", "x", "1"), desc("tenant", "c")}}
-			for !done.Load() {
+			first := true
+			for first || !done.Load() {
 				resp, err := e.Check(context.Background(), req)
+				if first {
+					first = false
+					started.Done()
+				}
 				if err != nil {
 					t.Error(err)
 					return
