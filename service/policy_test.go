@@ -320,3 +320,40 @@ func TestOnePolicyPerCheck(t *testing.T) {
 	}
 	t.Logf("%d checks, %d with the tenants of another generation than the rules (sources change one at a time)", checks.Load(), mixedAges.Load())
 }
+
+// TestCalendarPeriodCache: the period a rule's data caches answers as
+// rules.Calendar.Limit does, at every instant, whatever the order in which
+// instants come (a clock stepping back included).
+func TestCalendarPeriodCache(t *testing.T) {
+	if _, err := time.LoadLocation("America/New_York"); err != nil {
+		t.Skipf("no time zone data: %v", err)
+	}
+	h := newHarness(t, `
+domain: api
+descriptors:
+  - key: d
+    rate_limit: {calendar: day, time_zone: America/New_York, requests_per_unit: 9}
+  - key: m
+    rate_limit: {calendar: month, requests_per_unit: 9}
+`, DefaultConfig())
+	pol := h.eng.policy()
+	for _, key := range []string{"d", "m"} {
+		r := pol.snap.Match("api", []rules.Entry{{Key: key, Value: "x"}})
+		info := pol.rules[r]
+		day := time.Date(2026, 3, 8, 0, 0, 0, 0, r.Calendar.Location) // a 23-hour day in New York
+		var instants []time.Time
+		for _, base := range []time.Time{day, day.AddDate(0, 0, 1), time.Date(2026, 4, 1, 0, 0, 0, 0, r.Calendar.Location)} {
+			instants = append(instants, base.Add(-time.Microsecond), base, base.Add(time.Microsecond), base.Add(12*time.Hour))
+		}
+		instants = append(instants, day.Add(-time.Microsecond), day.AddDate(0, 0, 2), day) // back, forward, back
+		for _, at := range instants {
+			for _, quota := range []int64{9, 4} {
+				gotL, gotX := info.calendarLimit(at, quota)
+				wantL, wantX := r.Calendar.Limit(at, quota)
+				if gotL != wantL || gotX != wantX {
+					t.Errorf("rule %s at %v, quota %d: (%v, %v), want (%v, %v)", key, at, quota, gotL, gotX, wantL, wantX)
+				}
+			}
+		}
+	}
+}
