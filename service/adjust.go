@@ -49,7 +49,9 @@ func (e *Engine) Charge(ctx context.Context, creq ChargeRequest) (Response, erro
 		req.Descriptors[i] = Descriptor{Entries: d.Entries, Limit: d.Limit}
 		costs[i] = d.Cost
 	}
-	if err := validate(&req, e.cfg.RequestBounds); err != nil {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	if err := validate(&req, e.cfg.RequestBounds, sc); err != nil {
 		return Response{}, err
 	}
 	for i, c := range costs {
@@ -57,9 +59,7 @@ func (e *Engine) Charge(ctx context.Context, creq ChargeRequest) (Response, erro
 			return Response{}, fmt.Errorf("service: %w: descriptor %d: cost %d beyond ±%d", ErrInvalidRequest, i, c, int64(sluice.MaxExact))
 		}
 	}
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
-	resp := e.plan(sc, &req, &adjust{costs: costs})
+	resp := e.plan(e.policy(), sc, &req, &adjust{costs: costs})
 	e.spread(sc, &req, costs)
 	if len(sc.ops) > 0 {
 		sc.results = growResults(sc.results, len(sc.ops))
@@ -140,7 +140,7 @@ func (e *Engine) spread(sc *scratch, req *Request, costs []int64) {
 		}
 		entries := req.Descriptors[p.desc].Entries
 		for j := 1; j < s; j++ {
-			op := sluice.Op{Key: string(appendRuleKey(nil, req.Domain, entries, p.rule, p.info.middle, j, own)), Limit: first.Limit, Action: first.Action}
+			op := sluice.Op{Key: string(p.info.appendKey(nil, entries, j, own)), Limit: first.Limit, Action: first.Action}
 			setCost(&op, share(j))
 			sc.ops = append(sc.ops, op)
 		}
@@ -201,12 +201,12 @@ type ResetResult struct {
 // error of opts.Before, or an error wrapping the store's (some keys may then
 // have been reset).
 func (e *Engine) Reset(ctx context.Context, req Request, opts ResetOptions) (ResetResult, error) {
-	if err := validate(&req, e.cfg.RequestBounds); err != nil {
-		return ResetResult{}, err
-	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	e.plan(sc, &req, &adjust{reset: true})
+	if err := validate(&req, e.cfg.RequestBounds, sc); err != nil {
+		return ResetResult{}, err
+	}
+	e.plan(e.policy(), sc, &req, &adjust{reset: true})
 	e.spread(sc, &req, nil)
 	ops := make([]sluice.Op, 0, len(sc.ops))
 	seen := make(map[string]bool, len(sc.ops))
@@ -244,7 +244,7 @@ func (e *Engine) ResetTenant(ctx context.Context, tenant string, opts ResetOptio
 	if max <= 0 {
 		max = DefaultMaxResetKeys
 	}
-	snap := e.src.Current()
+	snap := e.policy().snap
 	var scans []scan
 	for _, d := range snap.Domains() {
 		scans = append(scans, tenantScans(snap, d, tenant)...)

@@ -226,7 +226,7 @@ func TestCharge(t *testing.T) {
 func TestChargeTenantOverride(t *testing.T) {
 	h := newAdjustHarness(t)
 	reg := tenant.NewRegistry(nil, tenant.Options{Now: h.clock.Now})
-	h.eng.cfg.Overrides = reg
+	h.setOverrides(reg)
 	reg.Set(tenant.NewSnapshot([]tenant.Record{{Tenant: "big", Tier: rules.TierCustom, Overrides: []tenant.Override{
 		{Descriptor: "", Limit: sluice.PerMinute(sluice.FixedWindow, 50), RequestsPerUnit: 50, Unit: "minute"},
 	}}}, nil, h.clock.Now()))
@@ -389,8 +389,8 @@ func TestReset(t *testing.T) {
 		reg.Set(tenant.NewSnapshot([]tenant.Record{{Tenant: "r4", Tier: rules.TierCustom, Overrides: []tenant.Override{
 			{Descriptor: "", Limit: sluice.PerMinute(sluice.FixedWindow, 2), RequestsPerUnit: 2, Unit: "minute"},
 		}}}, nil, h.clock.Now()))
-		h.eng.cfg.Overrides = reg
-		t.Cleanup(func() { h.eng.cfg.Overrides = nil })
+		h.setOverrides(reg)
+		t.Cleanup(func() { h.setOverrides(nil) })
 		d := desc("api_key", "r4")
 		h.take(t, d)
 		h.take(t, d)
@@ -426,7 +426,7 @@ func TestResetTenant(t *testing.T) {
 	reg.Set(tenant.NewSnapshot([]tenant.Record{{Tenant: "acme", Tier: rules.TierCustom, Overrides: []tenant.Override{
 		{Descriptor: "endpoint", Limit: sluice.PerMinute(sluice.FixedWindow, 8), RequestsPerUnit: 8, Unit: "minute"},
 	}}}, nil, h.clock.Now()))
-	h.eng.cfg.Overrides = reg
+	h.setOverrides(reg)
 	ctx := context.Background()
 	requestLimit := desc("api_key", "acme", "custom", "c")
 	requestLimit.Limit = &LimitOverride{RequestsPerUnit: 5, Unit: "minute"}

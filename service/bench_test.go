@@ -164,3 +164,131 @@ func BenchmarkMatch(b *testing.B) {
 		i++
 	}
 }
+
+const benchPathRules = `
+domain: paths
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: sub
+    rate_limit: {unit: second, requests_per_unit: 1000000, sub_counters: 4}
+  - key: pen
+    rate_limit: {unit: second, requests_per_unit: 1000000, penalty: 10s}
+  - key: hybrid
+    rate_limit: {unit: second, requests_per_unit: 1000000, placement: hybrid}
+`
+
+// BenchmarkCheckPaths is BenchmarkCheck's serial case along each way the
+// engine plans a descriptor: a rule two entries deep, a rule with
+// sub-counters, one with a penalty, a hybrid placement, a limit given in
+// the request, and two descriptors in one request.
+func BenchmarkCheckPaths(b *testing.B) {
+	snap, err := rules.Parse("paths.yaml", []byte(benchPathRules), rules.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range pathCases() {
+		reqs := make([]Request, benchKeys)
+		for i := range reqs {
+			reqs[i] = c.req(i)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			st := memory.New(memory.Options{})
+			defer st.Close()
+			eng, err := New(DefaultConfig(), StaticRules{snap}, st, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			cpu := cpuTime(b)
+			i := 0
+			for b.Loop() {
+				if _, err := eng.Check(ctx, reqs[i%benchKeys]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			reportCPU(b, cpu)
+		})
+	}
+}
+
+// BenchmarkPlan is the engine's planning of BenchmarkCheckPaths' checks
+// alone, without the store call, the metrics or the answer: validating,
+// loading the policy, the deny lists, matching, resolving each limit,
+// building keys and ops (planOnce). Its instructions per op are
+// deterministic (no store, no clock), so scripts/instr-engine.sh counts
+// them.
+func BenchmarkPlan(b *testing.B) {
+	snap, err := rules.Parse("paths.yaml", []byte(benchPathRules), rules.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := memory.New(memory.Options{})
+	defer st.Close()
+	eng, err := New(DefaultConfig(), StaticRules{snap}, st, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range pathCases() {
+		reqs := make([]Request, benchKeys)
+		for i := range reqs {
+			reqs[i] = c.req(i)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if n := planOnce(b, eng, reqs[i%benchKeys]); n == 0 {
+					b.Fatal("no op planned")
+				}
+				i++
+			}
+		})
+	}
+}
+
+// planOnce plans req as Check does and returns how many ops it planned.
+func planOnce(b *testing.B, eng *Engine, req Request) int {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	if err := validate(&req, eng.cfg.RequestBounds, sc); err != nil {
+		b.Fatal(err)
+	}
+	pol := eng.policy()
+	if _, ok := pol.denied(&req); ok {
+		b.Fatal("denied")
+	}
+	eng.plan(pol, sc, &req, nil)
+	return len(sc.ops)
+}
+
+type pathCase struct {
+	name string
+	req  func(i int) Request
+}
+
+// pathCases are the checks of BenchmarkCheckPaths and BenchmarkPlan.
+func pathCases() []pathCase {
+	value := func(i int) string { return "v" + strconv.Itoa(i) }
+	one := func(d func(i int) Descriptor) func(i int) Request {
+		return func(i int) Request { return Request{Domain: "paths", Descriptors: []Descriptor{d(i)}} }
+	}
+	return []pathCase{
+		{"two-entries", one(func(i int) Descriptor { return desc("tenant", "acme", "user", value(i)) })},
+		{"sub-counters", one(func(i int) Descriptor { return desc("sub", value(i)) })},
+		{"penalty", one(func(i int) Descriptor { return desc("pen", value(i)) })},
+		{"hybrid", one(func(i int) Descriptor { return desc("hybrid", value(i)) })},
+		{"request-limit", one(func(i int) Descriptor {
+			d := desc("any", value(i))
+			d.Limit = &LimitOverride{RequestsPerUnit: 1_000_000, Unit: "second"}
+			return d
+		})},
+		{"two-descriptors", func(i int) Request {
+			return Request{Domain: "paths", Descriptors: []Descriptor{desc("tenant", "acme", "user", value(i)), desc("pen", value(i))}}
+		}},
+	}
+}

@@ -35,8 +35,10 @@ type Config struct {
 	// zero value is DefaultRequestBounds.
 	RequestBounds RequestBounds
 	// Overrides, if set, resolves each matched rule's limit per request
-	// (tenant tiers and overrides, kill switches; see Overrides). Nil keeps
-	// the rule files' limits.
+	// (tenant tiers and overrides, kill switches; see Overrides). An
+	// OverlaySource (*tenant.Registry) is compiled with the rules into the
+	// engine's policy, one overlay at a time. Nil keeps the rule files'
+	// limits.
 	Overrides Overrides
 	// Sample, when set, records a bounded sample of checks for previews
 	// of rule changes (see Sample). Nil records nothing.

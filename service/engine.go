@@ -60,8 +60,10 @@ type Engine struct {
 	m      Metrics
 	logger *slog.Logger
 
-	mu    sync.Mutex // serializes cache rebuilds
-	cache atomic.Pointer[compiled]
+	mu  sync.Mutex             // serializes compiles
+	pol atomic.Pointer[policy] // the policy in force (see policy)
+	// overlays is Config.Overrides when it is an OverlaySource.
+	overlays OverlaySource
 
 	lastLog    atomic.Int64 // unix nanoseconds of the last store-failure log
 	suppressed atomic.Int64 // store failures not logged since
@@ -95,8 +97,8 @@ func New(cfg Config, src RuleSource, store sluice.Store, m Metrics, logger *slog
 	if !ok {
 		dec = batch.Plain{Store: store}
 	}
-	e := &Engine{cfg: cfg, src: src, store: store, dec: dec, m: m, logger: logger}
-	e.rulesFor(src.Current()) // metric series of every rule exist from the start
+	e := &Engine{cfg: cfg, src: src, store: store, dec: dec, m: m, logger: logger, overlays: overlaySource(cfg.Overrides)}
+	e.compile() // metric series of every rule exist from the start
 	return e, nil
 }
 
@@ -178,16 +180,17 @@ func (e *Engine) Ready(ctx context.Context) error {
 // error only for an invalid request, wrapping ErrInvalidRequest.
 func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	start := time.Now()
-	if err := validate(&req, e.cfg.RequestBounds); err != nil {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	if err := validate(&req, e.cfg.RequestBounds, sc); err != nil {
 		return Response{}, err
 	}
-	if resp, ok := e.denied(&req); ok {
+	pol := e.policy() // the one state this check decides by
+	if resp, ok := pol.denied(&req); ok {
 		e.m.CheckDuration(time.Since(start))
 		return resp, nil
 	}
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
-	resp := e.plan(sc, &req, nil)
+	resp := e.plan(pol, sc, &req, nil)
 	if e.cfg.Now != nil {
 		touch(sc, e.cfg.Now())
 	} else {
@@ -212,8 +215,10 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	return resp, nil
 }
 
-// validate checks a request's shape and size (lim, see limits.go).
-func validate(req *Request, lim RequestBounds) error {
+// validate checks a request's shape and size (lim, see limits.go), and
+// puts the unit of each limit given in the request in sc.units (sc may be
+// nil when the caller plans nothing).
+func validate(req *Request, lim RequestBounds, sc *scratch) error {
 	if req.Domain == "" {
 		return fmt.Errorf("service: %w: empty domain", ErrInvalidRequest)
 	}
@@ -232,10 +237,37 @@ func validate(req *Request, lim RequestBounds) error {
 			return fmt.Errorf("service: %w: descriptor %d: hits %d above %d", ErrInvalidRequest, i, *d.Hits, uint64(sluice.MaxExact))
 		}
 		if d.Limit != nil {
-			if _, ok := rules.UnitWindow(d.Limit.Unit); !ok {
+			u, ok := requestUnit(d.Limit.Unit)
+			if !ok {
 				return fmt.Errorf("service: %w: descriptor %d: limit unit %q (want second, minute, hour, day, week, month or year)", ErrInvalidRequest, i, d.Limit.Unit)
+			}
+			if sc != nil {
+				if len(sc.units) < len(req.Descriptors) {
+					sc.units = append(sc.units[:0], make([]rules.Unit, len(req.Descriptors))...)
+				}
+				sc.units[i] = u
 			}
 		}
 	}
 	return nil
+}
+
+// units is envoy's table of units (rules.Units), read once.
+var units = rules.Units()
+
+// requestUnit returns the unit a limit given in a request names
+// (case-insensitive, as rules.UnitWindow reads it): validate looks it up
+// once per descriptor, and plan uses what it found.
+func requestUnit(name string) (rules.Unit, bool) {
+	for _, u := range units {
+		if u.Name == name {
+			return u, true
+		}
+	}
+	for _, u := range units {
+		if strings.EqualFold(u.Name, name) {
+			return u, true
+		}
+	}
+	return rules.Unit{}, false
 }

@@ -120,3 +120,11 @@ func (c *countingStore) Take(ctx context.Context, ops []sluice.Op, res []sluice.
 	c.mu.Unlock()
 	return c.next.Take(ctx, ops, res)
 }
+
+// setOverrides puts o in force as the engine's Config.Overrides, as New
+// would have (its overlays are compiled into the next check's policy).
+func (h *harness) setOverrides(o Overrides) {
+	h.eng.cfg.Overrides = o
+	h.eng.overlays = overlaySource(o)
+	h.eng.pol.Store(nil)
+}

@@ -13,9 +13,10 @@ import (
 // kill switch that turns the rule off or into shadow mode. *tenant.Registry
 // implements it.
 //
-// Resolve is called once per matched, limited rule on the hot path: it must
-// be safe for concurrent use, must not block (no I/O) and should not
-// allocate. It returns the limit to enforce instead of r.Limit (nil: keep
+// Resolve is called once per matched, limited rule on the hot path (unless
+// the Overrides is an OverlaySource: then its overlay's Resolve is, and the
+// overlay is compiled into the engine's policy): it must be safe for
+// concurrent use, must not block (no I/O) and should not allocate. It returns the limit to enforce instead of r.Limit (nil: keep
 // r.Limit), the tier of the request's tenant (rules.NumTiers when r is not
 // a tenant's rule; decisions are counted per tier, see Metrics.Tier) and
 // the rule's switch state.
@@ -31,37 +32,19 @@ type override struct {
 	shadow bool
 }
 
-// overrideFor asks the configured Overrides about rule r; the zero override
-// when there are none. A concurrency rule keeps its own limit, since
-// releasing a lease rebuilds the key from the rule.
-func (e *Engine) overrideFor(r *rules.Rule, entries []rules.Entry) override {
-	if e.cfg.Overrides == nil || r.Unlimited {
+// override asks the policy's resolver about rule r (limited, matched by
+// entries); the zero override when there is none. A concurrency rule keeps
+// its own limit, since releasing a lease rebuilds the key from the rule.
+func (pol *policy) override(r *rules.Rule, entries []rules.Entry) override {
+	if pol.resolver == nil {
 		return override{tier: rules.NumTiers}
 	}
-	tl, tier, sw := e.cfg.Overrides.Resolve(r, entries)
+	tl, tier, sw := pol.resolver.Resolve(r, entries)
 	o := override{tier: tier, off: sw == rules.SwitchOff, shadow: sw == rules.SwitchShadow}
 	if tl != nil && tl.Limit != r.Limit && r.Limit.Algorithm != sluice.Concurrency {
 		o.limit = tl
 	}
 	return o
-}
-
-// limitFor returns the limit rule r enforces under override ov (setting the
-// CurrentLimit *cur reports when it is not the rule's), and for a calendar
-// quota, how long its store window outlasts the period (negative when the
-// rule is a calendar quota but nothing needs trimming).
-func (e *Engine) limitFor(r *rules.Rule, ov *override, cur *CurrentLimit) (lim sluice.Limit, excess time.Duration) {
-	lim = r.Limit
-	if ov.limit != nil {
-		lim, *cur = ov.limit.Limit, ov.current(r)
-	}
-	if r.Calendar != nil && (ov.limit == nil || ov.limit.Calendar) {
-		lim, excess = r.Calendar.Limit(e.now(), lim.Quota)
-		if excess == 0 {
-			excess = -1 // still a calendar quota: trim nothing, but look
-		}
-	}
-	return lim, excess
 }
 
 func (e *Engine) now() time.Time {

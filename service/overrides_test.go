@@ -46,7 +46,7 @@ func admitted(t *testing.T, h *harness, req Request, n int) int {
 func TestOverrides(t *testing.T) {
 	h := newHarness(t, tenantRules, DefaultConfig())
 	reg := tenant.NewRegistry(nil, tenant.Options{Now: h.clock.Now})
-	h.eng.cfg.Overrides = reg
+	h.setOverrides(reg)
 	now := h.clock.Now()
 	reg.Set(tenant.NewSnapshot([]tenant.Record{
 		{Tenant: "pro-co", Tier: rules.TierPro},

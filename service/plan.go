@@ -1,10 +1,7 @@
 package service
 
 import (
-	"hash/fnv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice"
@@ -12,89 +9,13 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 )
 
-// compiled is what the engine derives once per snapshot.
-type compiled struct {
-	snap  *rules.Snapshot
-	rules map[*rules.Rule]*ruleInfo
-}
-
-// ruleInfo is the per-rule data the hot path needs ready-made.
-type ruleInfo struct {
-	middle  string       // key part after the hash tag
-	local   sluice.Limit // limit for the local fallback
-	mode    rules.FailureMode
-	current CurrentLimit
-	count   func(outcome string, near bool) // Metrics.Rule's recorder
-	// pen is the limit of the rule's penalty key (see penaltyLimit); zero
-	// when the rule has no penalty.
-	pen sluice.Limit
-	// last is when a check last matched the rule (unix seconds), shared
-	// by the ruleInfos of every snapshot holding the rule (Engine.LastHit).
-	last *atomic.Int64
-}
-
-// rulesFor returns the per-rule data of snapshot s, building it on the first
-// check after a reload.
-func (e *Engine) rulesFor(s *rules.Snapshot) *compiled {
-	if c := e.cache.Load(); c != nil && c.snap == s {
-		return c
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old := e.cache.Load()
-	if old != nil && old.snap == s {
-		return old
-	}
-	c := &compiled{snap: s, rules: map[*rules.Rule]*ruleInfo{}}
-	live := map[[2]string]bool{}
-	if e.lastHits == nil {
-		e.lastHits = map[[2]string]*atomic.Int64{}
-	}
-	for _, r := range s.Rules() {
-		info := &ruleInfo{mode: r.FailureMode}
-		if info.mode == rules.FailureDefault {
-			info.mode = e.cfg.DefaultFailureMode
-		}
-		if !r.Unlimited {
-			info.middle = ruleMiddle(r)
-			info.local = scaleLimit(r.Limit, e.cfg.ExpectedReplicas)
-		}
-		if r.Penalty > 0 {
-			info.pen = penaltyLimit(r.Penalty)
-		}
-		info.current = CurrentLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Window: r.Limit.Window}
-		info.count = e.m.Rule(r.Domain, r.ID)
-		id := [2]string{r.Domain, r.ID}
-		if info.last = e.lastHits[id]; info.last == nil {
-			info.last = new(atomic.Int64)
-			e.lastHits[id] = info.last
-		}
-		c.rules[r] = info
-		live[id] = true
-	}
-	if old != nil { // drop the series of rules that are gone
-		for r := range old.rules {
-			if !live[[2]string{r.Domain, r.ID}] {
-				e.m.DropRule(r.Domain, r.ID)
-			}
-		}
-	}
-	for id := range e.lastHits {
-		if !live[id] {
-			delete(e.lastHits, id)
-		}
-	}
-	e.cache.Store(c)
-	return c
-}
-
 // LastHit returns when a check last matched the rule of domain with ID id
 // in the rules in force (to the second), or the zero time when none has
 // since the engine started (or the rule is not in force). Matches of rules
 // switched off are not counted. Safe for concurrent use; a reload guard
 // (watch.Guard.InUse) uses it to tell rules in use.
 func (e *Engine) LastHit(domain, id string) time.Time {
-	e.rulesFor(e.src.Current())
+	e.policy()
 	e.mu.Lock()
 	last := e.lastHits[[2]string{domain, id}]
 	e.mu.Unlock()
@@ -222,6 +143,9 @@ type scratch struct {
 	batch    batch.Batch
 	// calendar: a planned limit is a calendar quota (trimCalendar applies).
 	calendar bool
+	// units: the unit of each descriptor's limit given in the request,
+	// found once by validate (unset for descriptors without one).
+	units []rules.Unit
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -232,172 +156,212 @@ func (s *scratch) release() {
 	for i := range s.plans {
 		s.plans[i] = plan{}
 	}
-	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs =
-		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0]
+	clear(s.units)
+	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs, s.units =
+		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0], s.units[:0]
 	s.calendar = false
 	s.batch = batch.Batch{}
 	scratchPool.Put(s)
 }
 
-// plan matches each descriptor of req against the rules in force and puts
-// one op per limit in sc (overrides as fixed windows, unlimited rules as
-// plans without an op, replaced rules dropped). It returns the response with
-// every status OK and its rule and current limit filled in; decide fills in
-// the store's answers. adj, when not nil, makes the ops those of Charge or
-// Reset (see adjust); Check passes nil. Every counter Check, Charge and
-// Reset touch is named here, so they always agree.
-func (e *Engine) plan(sc *scratch, req *Request, adj *adjust) Response {
-	snap := e.src.Current()
-	c := e.rulesFor(snap)
-	n := len(req.Descriptors)
-	resp := Response{OverallCode: CodeOK}
-	var currents []CurrentLimit // allocated once, when the first limit matches
-	if n == 1 {
-		// The common case in one allocation.
-		one := new(struct {
-			st [1]Status
-			cl [1]CurrentLimit
-		})
-		resp.Statuses, currents = one.st[:], one.cl[:]
-	} else {
-		resp.Statuses = make([]Status, n)
-	}
-
-	knownDomain := snap.HasDomain(req.Domain)
+// plan matches each descriptor of req against the policy pol and puts one
+// op per limit in sc (limits given in the request as fixed windows,
+// unlimited rules as plans without an op, replaced rules dropped). It
+// returns the response with every status OK and its rule and current limit
+// filled in; decide fills in the store's answers. adj, when not nil, makes
+// the ops those of Charge or Reset (see adjust); Check passes nil. Every
+// counter Check, Charge and Reset touch is named here, so they always
+// agree. Which limit applies is resolve's (precedence.go).
+func (e *Engine) plan(pol *policy, sc *scratch, req *Request, adj *adjust) Response {
+	resp, currents := newResponse(len(req.Descriptors))
+	dom := pol.domains[req.Domain]
 	replacing := false
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
 		st.Code = CodeOK
-		if !knownDomain || !matchable(d.Entries) {
-			continue
-		}
-		hits := req.Hits
-		if hits == 0 {
-			hits = 1
-		}
-		if d.Hits != nil {
-			hits = *d.Hits
-		}
-		cost, act := int64(hits), sluice.Take // validated: hits ≤ sluice.MaxExact
-		switch {
-		case adj != nil:
-			cost, act = adj.op(i)
-		case d.Refund && cost > 0:
-			act = sluice.Refund
-		}
+		var u rules.Unit
 		if d.Limit != nil {
-			window, _ := rules.UnitWindow(d.Limit.Unit) // validated
-			lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: int64(d.Limit.RequestsPerUnit), Window: window}
-			if currents == nil {
-				currents = make([]CurrentLimit, n)
-			}
-			currents[i] = CurrentLimit{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: strings.ToLower(d.Limit.Unit), Window: window}
-			st.CurrentLimit = &currents[i]
-			ks := len(sc.key)
-			sc.key = appendKey(sc.key, req.Domain, d.Entries, nil, string(overrideMiddle(lim)))
-			sc.plans = append(sc.plans, plan{desc: i, mode: e.cfg.DefaultFailureMode, local: scaleLimit(lim, e.cfg.ExpectedReplicas),
-				op: len(sc.ops), ks: ks, ke: len(sc.key), lim: lim, shadow: e.cfg.ShadowMode, global: e.cfg.ShadowMode, quota: e.cfg.QuotaMode})
-			sc.ops = append(sc.ops, sluice.Op{Limit: lim, Cost: cost, Action: act})
+			u = sc.units[i]
+		}
+		res := e.resolve(pol, dom, req.Domain, d, u)
+		if res.from == noLimit {
 			continue
 		}
-		r := snap.Match(req.Domain, d.Entries)
-		if r == nil {
-			continue
+		if res.from != byRequest {
+			st.Rule = res.info.rule
+			replacing = replacing || len(st.Rule.Replaces) > 0
 		}
-		ov := e.overrideFor(r, d.Entries)
-		if ov.off {
-			continue // switched off: as if no rule matched
-		}
-		info := c.rules[r]
-		st.Rule = r
-		if len(r.Replaces) > 0 {
-			replacing = true
-		}
-		if r.Unlimited {
+		if res.from == unlimited {
 			st.Unlimited = true
-			sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, op: -1})
+			sc.plans = append(sc.plans, plan{desc: i, info: res.info, rule: res.info.rule, op: -1})
 			continue
 		}
 		if currents == nil {
-			currents = make([]CurrentLimit, n)
+			currents = make([]CurrentLimit, len(req.Descriptors))
 		}
-		currents[i] = info.current
+		currents[i] = res.current
 		st.CurrentLimit = &currents[i]
-		var lease uint64 // a paired slot's lease: its request ID, hashed
-		if r.PairBy != "" && adj == nil && cost > 0 {
-			lease = pairLease(d.Entries[r.PairIndex].Value)
-		}
-		// The stream-done call of a paired slot (a refund) releases exactly
-		// the slot the request-path call acquired (nothing if none is held).
-		release := lease != 0 && act == sluice.Refund
-		if release {
-			cost, act = 0, sluice.Take
-		}
-		if r.Limit.Algorithm == sluice.Concurrency && ((adj != nil && !adj.reset) || act == sluice.Refund) {
-			if adj != nil {
-				st.Skipped = SkipConcurrency
-			}
-			sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, op: -1})
-			continue
-		}
-		probing := false
-		if adj == nil && r.SettleAfter && act == sluice.Take {
-			if cost > 0 {
-				act = sluice.Charge // spent already: charged whether or not it fits
-			} else {
-				cost, probing = 1, true
-			}
-		}
-		ks := len(sc.key)
-		lim, excess := e.limitFor(r, &ov, &currents[i])
-		local, own := info.local, (*sluice.Limit)(nil)
-		if lim != r.Limit {
-			local, own = scaleLimit(lim, e.cfg.ExpectedReplicas), &lim
-		}
-		sub := 0 // Charge and Reset spread over every sub-counter
-		if adj == nil {
-			sub = subCounter(r)
-		}
-		sc.key = appendRuleKey(sc.key, req.Domain, d.Entries, r, info.middle, sub, own)
-		sc.calendar = sc.calendar || excess != 0
-		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: r.ShadowMode || ov.shadow || e.cfg.ShadowMode, global: e.cfg.ShadowMode && !r.ShadowMode && !ov.shadow, local: local,
-			op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: excess, tenant: ov.tier < rules.NumTiers, tier: ov.tier,
-			lim: lim, own: own != nil, quota: r.QuotaMode || e.cfg.QuotaMode, probing: probing})
-		sc.ops = append(sc.ops, sluice.Op{Limit: splitLimit(lim, r.SubCounters), Cost: cost, Action: act, Lease: lease, Release: release})
-		if p := &sc.plans[len(sc.plans)-1]; r.Penalty > 0 && adj == nil && !p.shadow {
-			p.pks = len(sc.key)
-			sc.key = append(sc.key, sc.key[ks:p.ke]...)
-			sc.key = append(sc.key, penaltySuffix...)
-			p.pke, p.pen = len(sc.key), len(sc.ops)+1
-			sc.ops = append(sc.ops, sluice.Op{Limit: info.pen, Cost: 1, Action: sluice.Take})
+		cost, act := descriptorOp(req, i, adj)
+		if res.from == byRequest {
+			planGiven(pol, dom, sc, d, i, &res, cost, act)
+		} else {
+			planRule(pol, sc, st, d, i, &res, cost, act, adj)
 		}
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
 	}
 	markUndo(sc, e.cfg.Fallback != nil)
-	if len(sc.ops) > 0 {
-		// One allocation for every key of the request.
-		keys := string(sc.key)
-		for i := range sc.plans {
-			if p := &sc.plans[i]; p.op >= 0 {
-				sc.ops[p.op].Key = keys[p.ks:p.ke]
-				if p.pen > 0 {
-					sc.ops[p.pen-1].Key = keys[p.pks:p.pke]
-				}
-			}
+	finishOps(sc)
+	return resp
+}
+
+// newResponse returns a response of n statuses (OK is set by plan), and
+// for one descriptor its CurrentLimit too, in one allocation; currents is
+// nil otherwise (plan allocates it when the first limit applies).
+func newResponse(n int) (resp Response, currents []CurrentLimit) {
+	resp.OverallCode = CodeOK
+	if n == 1 {
+		one := new(struct {
+			st [1]Status
+			cl [1]CurrentLimit
+		})
+		resp.Statuses, currents = one.st[:], one.cl[:]
+		return resp, currents
+	}
+	resp.Statuses = make([]Status, n)
+	return resp, nil
+}
+
+// descriptorOp returns the cost and action of descriptor i of req: its
+// hits (its own, else the request's, else 1) taken or, with Refund, given
+// back; adj's instead for Charge and Reset.
+func descriptorOp(req *Request, i int, adj *adjust) (int64, sluice.Action) {
+	if adj != nil {
+		return adj.op(i)
+	}
+	d := &req.Descriptors[i]
+	hits := req.Hits
+	if hits == 0 {
+		hits = 1
+	}
+	if d.Hits != nil {
+		hits = *d.Hits
+	}
+	cost := int64(hits) // validated: hits ≤ sluice.MaxExact
+	if d.Refund && cost > 0 {
+		return cost, sluice.Refund
+	}
+	return cost, sluice.Take
+}
+
+// planGiven plans descriptor i's limit given in the request: its key and
+// op, in Config's default modes.
+func planGiven(pol *policy, dom *domainInfo, sc *scratch, d *Descriptor, i int, res *resolved, cost int64, act sluice.Action) {
+	ks := len(sc.key)
+	sc.key = dom.appendGivenKey(sc.key, d.Entries, res.lim)
+	p := pol.given
+	p.desc, p.local, p.op, p.ks, p.ke, p.lim = i, scaleLimit(res.lim, pol.replicas), len(sc.ops), ks, len(sc.key), res.lim
+	sc.plans = append(sc.plans, p)
+	sc.ops = append(sc.ops, sluice.Op{Limit: res.lim, Cost: cost, Action: act})
+}
+
+// planRule plans descriptor i's rule limit: the op's shape (ruleOp), its
+// key, the op, and the rule's penalty look.
+func planRule(pol *policy, sc *scratch, st *Status, d *Descriptor, i int, res *resolved, cost int64, act sluice.Action, adj *adjust) {
+	info, r := res.info, res.info.rule
+	op, probing, skip := ruleOp(r, d, cost, act, adj)
+	if skip {
+		if adj != nil {
+			st.Skipped = SkipConcurrency
 		}
-		for i := range sc.plans {
-			if p := &sc.plans[i]; p.probing && p.op >= 0 {
-				take := &sc.ops[p.op]
-				take.UndoIfUnknown = false // its refund rides in the same atomic step
-				p.probe = len(sc.ops)
-				sc.ops = append(sc.ops, sluice.Op{Key: take.Key, Limit: take.Limit, Cost: 1, Action: sluice.Refund})
+		sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, op: -1})
+		return
+	}
+	local, own := info.local, (*sluice.Limit)(nil)
+	if res.own {
+		local, own = scaleLimit(res.lim, pol.replicas), &res.lim
+	}
+	sub := 0 // Charge and Reset spread over every sub-counter
+	if adj == nil {
+		sub = subCounter(r)
+	}
+	ks := len(sc.key)
+	sc.key = info.appendKey(sc.key, d.Entries, sub, own)
+	sc.calendar = sc.calendar || res.excess != 0
+	sc.plans = append(sc.plans, plan{desc: i, info: info, rule: r, mode: info.mode, shadow: info.shadow || res.shadow, global: info.global && !res.shadow,
+		local: local, op: len(sc.ops), ks: ks, ke: len(sc.key), calExcess: res.excess, tenant: res.tier < rules.NumTiers, tier: res.tier,
+		lim: res.lim, own: res.own, quota: info.quota, probing: probing})
+	op.Limit = splitLimit(res.lim, r.SubCounters)
+	sc.ops = append(sc.ops, op)
+	if p := &sc.plans[len(sc.plans)-1]; r.Penalty > 0 && adj == nil && !p.shadow {
+		addPenalty(sc, p, info)
+	}
+}
+
+// ruleOp shapes the op (all but key and limit) of a descriptor of rule r
+// with cost and act: a paired slot's lease, or its release at stream end;
+// a settle-after rule's charge, or its probe (a look as a Take of 1 that
+// finishOps refunds). skip: a concurrency rule's refund or Charge, which
+// has no op (its lease is given back with Release).
+func ruleOp(r *rules.Rule, d *Descriptor, cost int64, act sluice.Action, adj *adjust) (op sluice.Op, probing, skip bool) {
+	if r.PairBy != "" && adj == nil && cost > 0 {
+		op.Lease = pairLease(d.Entries[r.PairIndex].Value) // the slot: its request ID, hashed
+	}
+	// The stream-done call of a paired slot (a refund) releases exactly
+	// the slot the request-path call acquired (nothing if none is held).
+	if op.Release = op.Lease != 0 && act == sluice.Refund; op.Release {
+		cost, act = 0, sluice.Take
+	}
+	if r.Limit.Algorithm == sluice.Concurrency && ((adj != nil && !adj.reset) || act == sluice.Refund) {
+		return op, false, true
+	}
+	if adj == nil && r.SettleAfter && act == sluice.Take {
+		if cost > 0 {
+			act = sluice.Charge // spent already: charged whether or not it fits
+		} else {
+			cost, probing = 1, true
+		}
+	}
+	op.Cost, op.Action = cost, act
+	return op, probing, false
+}
+
+// addPenalty adds the penalty look of plan p (its rule has a penalty): a
+// Take of 1 on the key of p's op with penaltySuffix.
+func addPenalty(sc *scratch, p *plan, info *ruleInfo) {
+	p.pks = len(sc.key)
+	sc.key = append(sc.key, sc.key[p.ks:p.ke]...)
+	sc.key = append(sc.key, penaltySuffix...)
+	p.pke, p.pen = len(sc.key), len(sc.ops)+1
+	sc.ops = append(sc.ops, sluice.Op{Limit: info.pen, Cost: 1, Action: sluice.Take})
+}
+
+// finishOps gives every op its key, cut from one string of every key of
+// the request (one allocation), and adds the refund of each settle-after
+// probe.
+func finishOps(sc *scratch) {
+	if len(sc.ops) == 0 {
+		return
+	}
+	keys := string(sc.key)
+	for i := range sc.plans {
+		if p := &sc.plans[i]; p.op >= 0 {
+			sc.ops[p.op].Key = keys[p.ks:p.ke]
+			if p.pen > 0 {
+				sc.ops[p.pen-1].Key = keys[p.pks:p.pke]
 			}
 		}
 	}
-	return resp
+	for i := range sc.plans {
+		if p := &sc.plans[i]; p.probing && p.op >= 0 {
+			take := &sc.ops[p.op]
+			take.UndoIfUnknown = false // its refund rides in the same atomic step
+			p.probe = len(sc.ops)
+			sc.ops = append(sc.ops, sluice.Op{Key: take.Key, Limit: take.Limit, Cost: 1, Action: sluice.Refund})
+		}
+	}
 }
 
 // matchable reports whether a descriptor's entries can match a rule: at
@@ -481,10 +445,13 @@ func replaced(r *rules.Rule, plans []plan) bool {
 // holds for request ID id: the same on every replica (FNV-1a, 64 bits),
 // never 0 (the store's "pick one").
 func pairLease(id string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(id))
-	if v := h.Sum64(); v != 0 {
-		return v
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint64(id[i])) * prime
+	}
+	if h != 0 {
+		return h
 	}
 	return 1
 }

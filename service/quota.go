@@ -28,12 +28,12 @@ type Quota struct {
 // Safe for concurrent use; it makes no store call.
 func (e *Engine) Quota(domain string, entries []rules.Entry) (Quota, error) {
 	req := Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}
-	if err := validate(&req, e.cfg.RequestBounds); err != nil {
-		return Quota{}, err
-	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	resp := e.plan(sc, &req, nil)
+	if err := validate(&req, e.cfg.RequestBounds, sc); err != nil {
+		return Quota{}, err
+	}
+	resp := e.plan(e.policy(), sc, &req, nil)
 	st := resp.Statuses[0]
 	q := Quota{Rule: st.Rule, Unlimited: st.Unlimited}
 	for i := range sc.plans {

@@ -52,21 +52,20 @@ func (e *Engine) Release(ctx context.Context, resp Response) error {
 // invalid or len(leases) differs from len(req.Descriptors), and an error
 // when a store could not release.
 func (e *Engine) ReleaseLeases(ctx context.Context, req Request, leases []uint64) error {
-	if err := validate(&req, e.cfg.RequestBounds); err != nil {
+	if err := validate(&req, e.cfg.RequestBounds, nil); err != nil {
 		return err
 	}
 	if len(leases) != len(req.Descriptors) {
 		return fmt.Errorf("service: %w: %d leases for %d descriptors", ErrInvalidRequest, len(leases), len(req.Descriptors))
 	}
-	snap := e.src.Current()
-	c := e.rulesFor(snap)
+	pol := e.policy()
 	var ops, local []sluice.Op
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		if d.Limit != nil { // an override is never a concurrency limit
 			continue
 		}
-		r := snap.Match(req.Domain, d.Entries)
+		r := pol.snap.Match(req.Domain, d.Entries)
 		if r == nil || r.Unlimited || r.Limit.Algorithm != sluice.Concurrency {
 			continue
 		}
@@ -78,8 +77,8 @@ func (e *Engine) ReleaseLeases(ctx context.Context, req Request, leases []uint64
 		if lease == 0 {
 			continue
 		}
-		info := c.rules[r]
-		key := string(appendRuleKey(nil, req.Domain, d.Entries, r, info.middle, 0, nil))
+		info := pol.rules[r]
+		key := string(info.appendKey(nil, d.Entries, 0, nil))
 		ops = append(ops, sluice.Op{Key: key, Limit: r.Limit, Release: true, Lease: lease})
 		if info.mode == rules.FailureLocal {
 			// The check may have been decided by the fallback store: without

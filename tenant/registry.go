@@ -233,6 +233,7 @@ type Registry struct {
 	src  Source
 	opts Options
 	snap atomic.Pointer[Snapshot]
+	view atomic.Pointer[overlay] // snap as a rules.Overlay (see Overlay)
 
 	mu     sync.Mutex
 	status Status
