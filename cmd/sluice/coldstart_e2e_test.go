@@ -94,6 +94,9 @@ func TestTenantsColdStart(t *testing.T) {
 	snapFile := filepath.Join(t.TempDir(), "cache", "tenants.snapshot")
 	edit := func(c *serveConfig) {
 		c.Tenants.PostgresURL, c.Tenants.AdminTokenFile, c.Tenants.Resync, c.Tenants.Snapshot = url, tokFile, time.Hour, snapFile
+		// The file is written at most this often: the test waits for a
+		// write after the PUT, not out the 10s default.
+		c.Tenants.FileEvery = 100 * time.Millisecond
 	}
 	a := startServer(t, dir, edit)
 	waitUntil(t, "a live", 10*time.Second, func() bool { r, _ := readyTenants(t, a.base); return r.Source == "live" && !r.Stale })
@@ -129,8 +132,16 @@ func TestTenantsColdStart(t *testing.T) {
 		r, _ := readyTenants(t, c.base)
 		return r.Source == "live" && !r.Stale && r.Records == 1
 	})
-	// Live again: a change made now reaches it.
-	if code, body := adminDo(t, "PUT", a.base+"/admin/v1/quotas/acme", e2eRW, `{"tier": "free"}`); code != 200 {
+	// Live again: a change made now reaches it. The write goes through a,
+	// whose pool may still hand out a connection to the killed server
+	// (used less than a second ago, so not pinged first): that write
+	// answers 503, "nothing was changed, try again", and is tried again.
+	var code int
+	waitUntil(t, "a takes the write once PostgreSQL is back", 20*time.Second, func() bool {
+		code, body = adminDo(t, "PUT", a.base+"/admin/v1/quotas/acme", e2eRW, `{"tier": "free"}`)
+		return code != 503
+	})
+	if code != 200 {
 		t.Fatalf("PUT acme free: %d %s", code, body)
 	}
 	waitUntil(t, "the cold-started server sees acme on free", 10*time.Second, func() bool {

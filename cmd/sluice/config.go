@@ -216,6 +216,11 @@ type tenantsConfig struct {
 	// CopyMaxBytes bounds the copy of the tenant snapshot kept in Redis
 	// with --store redis; 0 keeps none. tenants.go.
 	CopyMaxBytes int64
+	// FileEvery and CopyEvery are the least times between two writes of
+	// the snapshot file and of the Redis copy (tenant.Options); 0 is the
+	// tenant package's default, 10s. No flag sets them: tests shorten
+	// them so as not to wait out the default.
+	FileEvery, CopyEvery time.Duration
 }
 
 type logConfig struct {

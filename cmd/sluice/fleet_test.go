@@ -43,16 +43,46 @@ const (
 	fleetInFlight = 20
 )
 
-// buildSluice builds this command once into a temporary directory. The
-// binary is built without -race: the servers stand for production ones.
+// The binary is built once per test binary (each build links it anew,
+// seconds of CPU, most of a minute on a loaded machine), into a directory
+// TestMain removes.
+var (
+	buildOnce sync.Once
+	buildDir  string
+	builtBin  string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// buildSluice builds this command once into a temporary directory and
+// returns the binary's path; every test that runs it runs its own
+// processes of the one binary. It is built without -race: the servers
+// stand for production ones.
 func buildSluice(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sluice")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "sluice-cmd-test-"); buildErr != nil {
+			return
+		}
+		bin := filepath.Join(buildDir, "sluice")
+		cmd := exec.Command("go", "build", "-o", bin, ".")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		builtBin = bin
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return bin
+	return builtBin
 }
 
 // mustFreeAddr returns a loopback address that is free now.

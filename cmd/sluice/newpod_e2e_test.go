@@ -62,6 +62,9 @@ func TestNewPodPostgresDown(t *testing.T) {
 	edit := func(redisURL string) func(*serveConfig) {
 		return withRedis(redisURL, func(c *serveConfig) {
 			c.Tenants.PostgresURL, c.Tenants.AdminTokenFile, c.Tenants.Resync = url, tokFile, time.Hour
+			// The copy is written at most this often: the test waits for
+			// a write after the PUT, not out the 10s default.
+			c.Tenants.CopyEvery = 100 * time.Millisecond
 		})
 	}
 

@@ -128,8 +128,10 @@ func (s *server) openTenants(cfg tenantsConfig, reg prometheus.Registerer, log *
 		lastLog, lastCopy time.Time
 	)
 	opts := tenant.Options{
-		Resync: cfg.Resync,
-		File:   file,
+		Resync:    cfg.Resync,
+		File:      file,
+		FileEvery: cfg.FileEvery,
+		CopyEvery: cfg.CopyEvery,
 		OnError: func(err error) { // one line per 10s at most while it keeps failing
 			logMu.Lock()
 			defer logMu.Unlock()

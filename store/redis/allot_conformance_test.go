@@ -12,6 +12,7 @@ import (
 // against a real single node and a real 3-master cluster.
 
 func TestAllotConformanceSingle(t *testing.T) {
+	t.Parallel() // its own server and a fake clock, as TestConformanceSingle
 	srv := redistest.Start(t)
 	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) sluice.Allotter {
 		return newTestStore(t, srv.URL(), c)
@@ -19,6 +20,7 @@ func TestAllotConformanceSingle(t *testing.T) {
 }
 
 func TestAllotConformanceCluster(t *testing.T) {
+	t.Parallel() // its own Cluster and a fake clock, as TestConformanceCluster
 	cl := redistest.StartCluster(t)
 	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) sluice.Allotter {
 		return newTestStore(t, cl.URL(), c)

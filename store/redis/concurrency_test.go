@@ -57,6 +57,7 @@ func hammer(t *testing.T, stores []*Store, workers, tries int, limit sluice.Limi
 }
 
 func TestConcurrentNodes(t *testing.T) {
+	t.Parallel() // its own servers and keys; exact counts under a still clock, 5 s timeouts
 	for _, mode := range []string{"single", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
 			var url string
@@ -97,6 +98,7 @@ func TestConcurrentNodes(t *testing.T) {
 // once per admitted batch: refunds that race with other charges subtract
 // instead of restoring.
 func TestCrossSlotRefunds(t *testing.T) {
+	t.Parallel() // its own Cluster; exact counts, hour-long windows, 5 s timeouts
 	url := redistest.StartCluster(t).URL()
 	for _, fake := range []bool{true, false} {
 		t.Run(fmt.Sprintf("fake clock %v", fake), func(t *testing.T) { crossSlotRefunds(t, url, fake) })

@@ -130,6 +130,7 @@ func TestEvictionConfigRefused(t *testing.T) {
 // node with cluster-require-full-coverage yes, saying what it costs, and
 // about none with no.
 func TestClusterCoverageWarning(t *testing.T) {
+	t.Parallel() // its own Cluster (it mostly waits for it to form)
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster; skipped with -short")
 	}

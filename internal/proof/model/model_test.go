@@ -77,7 +77,7 @@ func TestModelMutants(t *testing.T) {
 	for _, c := range cases {
 		t.Run(strings.TrimPrefix(c.mutant, "-DMUTANT_"), func(t *testing.T) {
 			t.Parallel()
-			r, err := Verify(t.TempDir(), append(append([]string(nil), small...), c.mutant))
+			r, err := Falsify(t.TempDir(), append(append([]string(nil), small...), c.mutant))
 			needSpin(t, err)
 			if err != nil {
 				t.Fatal(err)
