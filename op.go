@@ -3,13 +3,14 @@ package sluice
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/sluice-rl/sluice/algorithm"
 )
 
-// Op is one check-and-update of one key against one limit.
+// Op is one check-and-update of one key against one limit: a Take of Cost
+// units unless Action or Release says otherwise. Ops are plain values; a
+// store never keeps or modifies the caller's. A store refuses an op that
+// store/stack.CheckOp refuses (a negative cost, an invalid Limit, an action
+// that does not apply to its algorithm).
 type Op struct {
 	// Key names the counter. Stores keep one state per key; a key must always
 	// be used with the same Limit (the service puts the rule in the key).
@@ -67,7 +68,7 @@ const (
 	Take Action = iota
 	// Charge adds Cost whether or not it fits: it was already spent. The key
 	// may go into debt, by at most one more capacity (what is in use is capped
-	// at 2 × Limit.Capacity), and is refused until the limit has refilled or
+	// at 2 × the limit's capacity, see Limit), and is refused until the limit has refilled or
 	// its window has passed. The Result is allowed and reports the state
 	// after the charge (Remaining 0 when in debt).
 	Charge
@@ -81,33 +82,9 @@ const (
 	Reset
 )
 
-// String names the action: "take", "charge", "refund" or "reset".
-func (a Action) String() string {
-	switch a {
-	case Take:
-		return "take"
-	case Charge:
-		return "charge"
-	case Refund:
-		return "refund"
-	case Reset:
-		return "reset"
-	}
-	return "unknown"
-}
-
-// KeyLister is implemented by stores that can list the keys they hold. It is
-// for operators' tools (resetting or reading every counter of one tenant),
-// never for the hot path: it may scan the whole store, in bounded steps.
-//
-// Keys returns up to max keys (max ≥ 1) that start with prefix, as Op.Key
-// names them, in no particular order, and whether there may be more. A key
-// listed may have expired since. Safe for concurrent use.
-type KeyLister interface {
-	Keys(ctx context.Context, prefix string, max int) (keys []string, more bool, err error)
-}
-
-// Reason says why a Result is what it is.
+// Reason says why a Result is what it is. The zero value is
+// ReasonAllowed. A store sets ReasonAllowed, ReasonLimited or
+// ReasonCostTooHigh; the engine (package service) adds its own two.
 type Reason uint8
 
 const (
@@ -117,19 +94,17 @@ const (
 	// would be admitted.
 	ReasonLimited
 	// ReasonCostTooHigh: the cost exceeds what the limit can ever admit
-	// (Limit.Capacity); waiting will not help and RetryAfter is zero.
+	// (its capacity, see Limit); waiting will not help and RetryAfter is
+	// zero.
 	ReasonCostTooHigh
-	// ReasonPenalty: the key exceeded its limit lately and is kept denied
-	// for the rule's penalty time (rules' rate_limit.penalty), whatever its
-	// counter says. Set by the engine, never by a store.
-	ReasonPenalty
-	// ReasonDenyList: an entry of the request is on its domain's deny list
-	// (rules' deny); waiting will not help. Set by the engine, never by a
-	// store.
-	ReasonDenyList
+	// Reasons 3 and 4 are the engine's, set by it and never by a store:
+	// service.ReasonPenalty and service.ReasonDenyList.
+	reasonPenalty
+	reasonDenyList
 )
 
-// String names the reason.
+// String names the reason: "allowed", "limited", "cost_too_high", and the
+// engine's "penalty" and "deny_list".
 func (r Reason) String() string {
 	switch r {
 	case ReasonAllowed:
@@ -138,9 +113,9 @@ func (r Reason) String() string {
 		return "limited"
 	case ReasonCostTooHigh:
 		return "cost_too_high"
-	case ReasonPenalty:
+	case reasonPenalty:
 		return "penalty"
-	case ReasonDenyList:
+	case reasonDenyList:
 		return "deny_list"
 	}
 	return "unknown"
@@ -205,8 +180,6 @@ type Store interface {
 var (
 	// ErrCostExceedsLimit: the cost is more than the limit can ever admit.
 	ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit capacity")
-	// ErrResultsLength: Take was given a results slice of the wrong length.
-	ErrResultsLength = errors.New("sluice: len(results) != len(ops)")
 	// ErrWouldExceedDeadline: Wait would have to wait past ctx's deadline.
 	ErrWouldExceedDeadline = errors.New("sluice: wait would exceed context deadline")
 	// ErrStoreUnavailable: the store declined a Take without trying it,
@@ -218,72 +191,3 @@ var (
 	// when it was queued). The outcome is unknown: the Take may have charged.
 	ErrStoreTimeout = errors.New("sluice: store did not answer in time")
 )
-
-// HealthReporter is implemented by stores that can tell the health of each
-// node they talk to (store/redis: one entry per node, each with its own
-// circuit breaker). Health must be safe for concurrent use and cheap enough
-// to call on every metrics scrape or readiness probe.
-type HealthReporter interface {
-	Health() []NodeHealth
-}
-
-// NodeHealth is one store node's health, as a HealthReporter tells it.
-type NodeHealth struct {
-	// Node names the node: a host:port, never a URL or anything carrying
-	// credentials.
-	Node string
-	// State is the node's circuit breaker: "closed" (healthy), "half-open"
-	// (probing) or "open" (Takes for its keys fail fast with
-	// ErrStoreUnavailable).
-	State string
-	// LastError is the last failure seen on the node, free of secrets; empty
-	// when none.
-	LastError string
-}
-
-// Check returns nil if a store can apply o, or an error naming the problem.
-// It does not allocate when o is valid, so stores call it on every op.
-func (o *Op) Check() error {
-	if o.Cost < 0 {
-		return fmt.Errorf("sluice: op %q: cost %d must not be negative", o.Key, o.Cost)
-	}
-	if o.Cost > MaxExact {
-		return fmt.Errorf("sluice: op %q: cost %d is above %d", o.Key, o.Cost, int64(MaxExact))
-	}
-	if !o.Limit.ok() {
-		err := o.Limit.Validate()
-		if err == nil { // ok and Validate disagree; keep the store safe anyway
-			err = errors.New("invalid limit")
-		}
-		return fmt.Errorf("sluice: op %q: limit %v: %w", o.Key, o.Limit, err)
-	}
-	if o.Release && o.Limit.Algorithm != Concurrency {
-		return fmt.Errorf("sluice: op %q: release is only for concurrency limits, not %v", o.Key, o.Limit.Algorithm)
-	}
-	switch o.Action {
-	case Take, Reset:
-	case Charge, Refund:
-		if o.Limit.Algorithm == Concurrency {
-			return fmt.Errorf("sluice: op %q: %v is not for concurrency limits (release the lease instead)", o.Key, o.Action)
-		}
-	default:
-		return fmt.Errorf("sluice: op %q: unknown action %d", o.Key, o.Action)
-	}
-	if o.Release && o.Action != Take {
-		return fmt.Errorf("sluice: op %q: a release cannot also %v", o.Key, o.Action)
-	}
-	return nil
-}
-
-// FromDecision converts an algorithm decision (microseconds) to a Result.
-func FromDecision(d algorithm.Decision) Result {
-	return Result{
-		Allowed:    d.Reason == algorithm.Allowed,
-		Reason:     Reason(d.Reason),
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
-		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
-		Delay:      time.Duration(d.Delay) * time.Microsecond,
-	}
-}

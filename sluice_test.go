@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 func TestLimitValidate(t *testing.T) {
@@ -56,14 +57,14 @@ func TestLimitValidate(t *testing.T) {
 		}
 		// A store's fast check must refuse whatever Validate refuses.
 		op := sluice.Op{Key: "k", Limit: tt.limit, Cost: 1}
-		if op.Check() == nil {
+		if stack.CheckOp(&op) == nil {
 			t.Errorf("%s: Op.Check accepted a limit Validate refuses", tt.name)
 		}
 	}
 }
 
 func TestParseAlgorithm(t *testing.T) {
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		got, err := sluice.ParseAlgorithm(strings.ToUpper(a.String()))
 		if err != nil || got != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", strings.ToUpper(a.String()), got, err, a)

@@ -12,6 +12,19 @@
 // microseconds since the Unix epoch. Quotas and costs are int64 counts.
 package algorithm
 
+// Bounds that keep every store's arithmetic exact: stores count time in
+// integer microseconds, and Lua numbers are doubles, exact below 2^53
+// (MaxExact, settle.go). sluice.Limit.Validate refuses a limit outside them.
+const (
+	// MaxLogQuota caps the quota of sliding_log and concurrency, whose
+	// state grows with it (an entry per admitted hit or lease).
+	MaxLogQuota = 100_000
+	// MinWindow is the shortest window a limit may have, in µs (1ms).
+	MinWindow = 1_000
+	// MaxWindow is the longest window a limit may have, in µs (3,660 days).
+	MaxWindow = 10 * 366 * 24 * 3600 * 1_000_000
+)
+
 // Params are the numbers an algorithm needs, derived once from a limit.
 //
 // The zero value is not valid; build Params with NewParams.

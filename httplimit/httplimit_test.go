@@ -189,7 +189,7 @@ func TestFailures(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	mem := memory.New(memory.Options{})
 	defer mem.Close()
-	rate, _ := sluice.NewLimiter(mem, sluice.PerSecond(sluice.GCRA, 1))
+	rate, _ := sluice.NewLimiter(mem, sluice.Limit{Algorithm: sluice.GCRA, Quota: 1, Window: time.Second})
 	tests := []struct {
 		name string
 		next http.Handler

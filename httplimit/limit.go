@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/headers/edge"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // ErrSkip is what a LimitKey returns to let a request through unlimited (a
@@ -241,7 +242,7 @@ func policyOf(lim sluice.Limit, res sluice.Result) (quota int64, window time.Dur
 	if quota <= 0 {
 		quota = lim.Quota
 	}
-	if lim.Algorithm.HasBurst() && quota != lim.Quota && lim.Quota > 0 {
+	if stack.HasBurst(lim.Algorithm) && quota != lim.Quota && lim.Quota > 0 {
 		secs := math.Ceil(float64(quota) * window.Seconds() / float64(lim.Quota))
 		window = time.Duration(min(secs, float64(math.MaxInt64/int64(time.Second))) * float64(time.Second))
 	}

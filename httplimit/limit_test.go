@@ -283,7 +283,7 @@ func TestLimitStoreDown(t *testing.T) {
 		t.Fatalf("redis.New: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	l, err := sluice.NewLimiter(s, sluice.PerSecond(sluice.GCRA, 10))
+	l, err := sluice.NewLimiter(s, sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Second})
 	if err != nil {
 		t.Fatalf("NewLimiter: %v", err)
 	}
@@ -320,7 +320,7 @@ func TestLimitStoreDown(t *testing.T) {
 func TestLimitConfigErrors(t *testing.T) {
 	s := memory.New(memory.Options{})
 	defer s.Close()
-	l, err := sluice.NewLimiter(s, sluice.PerSecond(sluice.GCRA, 1))
+	l, err := sluice.NewLimiter(s, sluice.Limit{Algorithm: sluice.GCRA, Quota: 1, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestLimitConfigErrors(t *testing.T) {
 func ExampleLimit() {
 	store := memory.New(memory.Options{})
 	defer store.Close()
-	limiter, err := sluice.NewLimiter(store, sluice.PerMinute(sluice.FixedWindow, 2))
+	limiter, err := sluice.NewLimiter(store, sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 2, Window: time.Minute})
 	if err != nil {
 		panic(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -127,7 +127,7 @@ func (h *Handler) settleCharge(r *http.Request, sc *scratch, rep *costReport, re
 	default:
 		return
 	}
-	cost := int64(min(actual, sluice.MaxExact))
+	cost := int64(min(actual, algorithm.MaxExact))
 	h.charge(r, sc, func(charged int64) int64 { return cost - charged })
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Calendar quotas: Sluice's extension for quotas that reset at the start of
@@ -82,7 +83,7 @@ func (c *Calendar) Limit(now time.Time, quota int64) (sluice.Limit, time.Duratio
 	n := end/p - 1
 	w := (end + n - 1) / n
 	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: quota, Window: time.Duration(w) * time.Microsecond}
-	if (n-1)*w > start || lim.Window > sluice.MaxWindow { // not for any date after 1970; kept safe
+	if (n-1)*w > start || lim.Window > stack.MaxWindow { // not for any date after 1970; kept safe
 		return sluice.Limit{Algorithm: sluice.FixedWindow, Quota: quota, Window: time.Duration(p) * time.Microsecond}, 0
 	}
 	return lim, time.Duration(n*w-end) * time.Microsecond

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice"
+	sluicealgorithm "github.com/sluice-rl/sluice/algorithm"
 )
 
 // Options control how rule files are read.
@@ -578,7 +579,7 @@ const MaxPenalty = 7 * 24 * time.Hour
 
 // maxOf bounds each whole-number field, for the message of a value that is
 // no whole number at all (the range itself is Spec's to check).
-var maxOf = map[Field]uint64{FieldRequestsPerUnit: math.MaxUint32, FieldBurst: sluice.MaxExact, FieldSubCounters: MaxSubCounters}
+var maxOf = map[Field]uint64{FieldRequestsPerUnit: math.MaxUint32, FieldBurst: sluicealgorithm.MaxExact, FieldSubCounters: MaxSubCounters}
 
 // spec is the YAML decoder of a Spec: it reads mapping n, whose keys must
 // be among known, checking only each value's YAML type (string, boolean,

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Placement says where a rule's counters are decided (rate_limit.placement).
@@ -48,7 +49,7 @@ func parsePlacement(s string) (Placement, bool) {
 // HybridAlgorithm reports whether a rule with algorithm a may be placed
 // hybrid: its quota can be leased in allotments with a stated bound.
 func HybridAlgorithm(a sluice.Algorithm) bool {
-	return sluice.AllotAlgorithm(a) || a == sluice.TokenBucket
+	return stack.AllotAlgorithm(a) || a == sluice.TokenBucket
 }
 
 // MaxSubCounters bounds rate_limit.sub_counters.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Spec is a limit as written: a rule file's rate_limit, one tier's limit
@@ -344,7 +346,7 @@ func (c *checker) fields(u Use, p *limitPart, alg *sluice.Algorithm) {
 			*alg = a
 		}
 	}
-	if s.has(FieldBurst) && c.count(FieldBurst, s.Burst, sluice.MaxExact) {
+	if s.has(FieldBurst) && c.count(FieldBurst, s.Burst, algorithm.MaxExact) {
 		p.lim.Burst = s.Burst
 	}
 	if s.has(FieldWindow) {
@@ -394,7 +396,7 @@ func (c *checker) finish(p *limitPart, alg sluice.Algorithm) bool {
 	if err == nil {
 		return true
 	}
-	fes := sluice.FieldErrors(err)
+	fes := stack.FieldErrors(err)
 	if len(fes) == 0 {
 		c.errs = append(c.errs, SpecError{Line: s.Line, Msg: err.Error()})
 		return false
@@ -469,7 +471,7 @@ func (s *Spec) TierLimit(u Use) (*TierLimit, error) {
 	if u.RequireQuota && !s.has(FieldRequestsPerUnit) {
 		c.bad(FieldRequestsPerUnit, "required")
 	}
-	if s.has(FieldBurst) && !alg.HasBurst() {
+	if s.has(FieldBurst) && !stack.HasBurst(alg) {
 		c.bad(FieldBurst, "%v has no burst; remove it", alg)
 	}
 	if len(c.errs) > 0 || !c.finish(&p, alg) {
@@ -531,7 +533,7 @@ func (s *Spec) Rule(u Use) (*Rule, error) {
 		valid = false
 	}
 	r.Unit, r.RequestsPerUnit = p.unit, p.rpu
-	if s.has(FieldBurst) && !alg.HasBurst() {
+	if s.has(FieldBurst) && !stack.HasBurst(alg) {
 		c.bad(FieldBurst, "%v has no burst; remove it or use token_bucket, gcra or leaky_bucket", alg)
 		valid = false
 	}

@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // After-the-fact changes to the counters Check uses: Charge and refund a
@@ -16,10 +18,10 @@ import (
 // the code that names Check's, so they touch exactly Check's counters.
 
 // ErrNoKeyLister: the store cannot list its keys (it is not a
-// sluice.KeyLister, or a layer of it forwards to one that cannot), so a
-// tenant's counters cannot be found. It is sluice.ErrNoKeyLister, which
+// stack.KeyLister, or a layer of it forwards to one that cannot), so a
+// tenant's counters cannot be found. It is stack.ErrNoKeyLister, which
 // composed stores wrap; test with errors.Is.
-var ErrNoKeyLister = sluice.ErrNoKeyLister
+var ErrNoKeyLister = stack.ErrNoKeyLister
 
 // Charge settles costs known only after the fact on the counters a Check of
 // the same descriptors uses (tenant overrides and tiers, calendar quotas,
@@ -39,7 +41,7 @@ var ErrNoKeyLister = sluice.ErrNoKeyLister
 // period in force now.
 //
 // Charge returns an error wrapping ErrInvalidRequest for an invalid
-// request (as Check validates it, and |Cost| ≤ sluice.MaxExact), and an
+// request (as Check validates it, and |Cost| ≤ algorithm.MaxExact), and an
 // error wrapping the store's when the store fails or ctx ends: charges know
 // no failure mode, and nothing may be assumed charged.
 func (e *Engine) Charge(ctx context.Context, creq ChargeRequest) (Response, error) {
@@ -55,8 +57,8 @@ func (e *Engine) Charge(ctx context.Context, creq ChargeRequest) (Response, erro
 		return Response{}, err
 	}
 	for i, c := range costs {
-		if c > sluice.MaxExact || c < -sluice.MaxExact {
-			return Response{}, fmt.Errorf("service: %w: descriptor %d: cost %d beyond ±%d", ErrInvalidRequest, i, c, int64(sluice.MaxExact))
+		if c > algorithm.MaxExact || c < -algorithm.MaxExact {
+			return Response{}, fmt.Errorf("service: %w: descriptor %d: cost %d beyond ±%d", ErrInvalidRequest, i, c, int64(algorithm.MaxExact))
 		}
 	}
 	resp := e.plan(e.policy(), sc, &req, &adjust{costs: costs})
@@ -224,7 +226,7 @@ func (e *Engine) Reset(ctx context.Context, req Request, opts ResetOptions) (Res
 // tiers and overrides (current and past limits), of every calendar period,
 // of every sub-counter, and of every value of rules that count per value
 // below the tenant key (a wildcard or a bare key). It finds them with the
-// store's sluice.KeyLister, by key prefix (see keys.go): the prefix of the
+// store's stack.KeyLister, by key prefix (see keys.go): the prefix of the
 // tenant's own hash tag for rules whose first entry is the tenant, and for
 // a rule whose tenant key is deeper, the prefix of its first entry, whose
 // keys are listed (up to 16 × the bound) and filtered. Counters shared by
@@ -264,7 +266,7 @@ func (e *Engine) ResetTenant(ctx context.Context, tenant string, opts ResetOptio
 // below the domain's tenant key that counts per value (a wildcard or a bare
 // key): each as the entries of a descriptor that Check (with zero hits, to
 // read it) would count there, up to max (≥ 1), and whether there may be
-// more. It reads keys from the store's sluice.KeyLister; nothing is
+// more. It reads keys from the store's stack.KeyLister; nothing is
 // charged. A rule the tenant has no counters of its own under (a shared
 // wildcard tenant step, an exact tenant step naming another tenant) has
 // none.
@@ -378,7 +380,7 @@ const maxBroad = 1 << 16
 // list runs scans against the store's KeyLister, keeping at most max keys
 // in all, and says whether more may remain.
 func (e *Engine) list(ctx context.Context, scans []scan, max int) ([]found, bool, error) {
-	kl, ok := e.store.(sluice.KeyLister)
+	kl, ok := e.store.(stack.KeyLister)
 	if !ok {
 		return nil, false, ErrNoKeyLister
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -228,7 +229,7 @@ func TestChargeTenantOverride(t *testing.T) {
 	reg := tenant.NewRegistry(nil, tenant.Options{Now: h.clock.Now})
 	h.setOverrides(reg)
 	reg.Set(tenant.NewSnapshot([]tenant.Record{{Tenant: "big", Tier: rules.TierCustom, Overrides: []tenant.Override{
-		{Descriptor: "", Limit: sluice.PerMinute(sluice.FixedWindow, 50), RequestsPerUnit: 50, Unit: "minute"},
+		{Descriptor: "", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 50, Window: time.Minute}, RequestsPerUnit: 50, Unit: "minute"},
 	}}}, nil, h.clock.Now()))
 	d := desc("api_key", "big")
 	st := h.charge(t, 20, d)
@@ -248,8 +249,8 @@ func TestChargeInvalid(t *testing.T) {
 	}{
 		{"empty domain", ChargeRequest{Descriptors: []ChargeDescriptor{{Entries: desc("api_key", "a").Entries, Cost: 1}}}},
 		{"no descriptors", ChargeRequest{Domain: "api"}},
-		{"cost too high", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: desc("api_key", "a").Entries, Cost: sluice.MaxExact + 1}}}},
-		{"refund too high", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: desc("api_key", "a").Entries, Cost: -sluice.MaxExact - 1}}}},
+		{"cost too high", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: desc("api_key", "a").Entries, Cost: algorithm.MaxExact + 1}}}},
+		{"refund too high", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: desc("api_key", "a").Entries, Cost: -algorithm.MaxExact - 1}}}},
 		{"value too long", ChargeRequest{Domain: "api", Descriptors: []ChargeDescriptor{{Entries: []rules.Entry{{Key: "api_key", Value: strings.Repeat("x", DefaultMaxValueBytes+1)}}, Cost: 1}}}},
 	} {
 		if _, err := h.eng.Charge(context.Background(), tc.req); !errors.Is(err, ErrInvalidRequest) {
@@ -387,7 +388,7 @@ func TestReset(t *testing.T) {
 	t.Run("a tenant override's counter", func(t *testing.T) {
 		reg := tenant.NewRegistry(nil, tenant.Options{Now: h.clock.Now})
 		reg.Set(tenant.NewSnapshot([]tenant.Record{{Tenant: "r4", Tier: rules.TierCustom, Overrides: []tenant.Override{
-			{Descriptor: "", Limit: sluice.PerMinute(sluice.FixedWindow, 2), RequestsPerUnit: 2, Unit: "minute"},
+			{Descriptor: "", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 2, Window: time.Minute}, RequestsPerUnit: 2, Unit: "minute"},
 		}}}, nil, h.clock.Now()))
 		h.setOverrides(reg)
 		t.Cleanup(func() { h.setOverrides(nil) })
@@ -424,7 +425,7 @@ func TestResetTenant(t *testing.T) {
 	h := newAdjustHarness(t)
 	reg := tenant.NewRegistry(nil, tenant.Options{Now: h.clock.Now})
 	reg.Set(tenant.NewSnapshot([]tenant.Record{{Tenant: "acme", Tier: rules.TierCustom, Overrides: []tenant.Override{
-		{Descriptor: "endpoint", Limit: sluice.PerMinute(sluice.FixedWindow, 8), RequestsPerUnit: 8, Unit: "minute"},
+		{Descriptor: "endpoint", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 8, Window: time.Minute}, RequestsPerUnit: 8, Unit: "minute"},
 	}}}, nil, h.clock.Now()))
 	h.setOverrides(reg)
 	ctx := context.Background()
@@ -640,7 +641,7 @@ func TestPlacedKeys(t *testing.T) {
 	}
 	g, l := mk(), mk()
 	p := &compose.Placed{Global: g, Local: l}
-	lim := sluice.PerMinute(sluice.FixedWindow, 5)
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Minute}
 	ops := []sluice.Op{{Key: "{a}1", Limit: lim, Cost: 1}, {Key: "l{a}2", Limit: lim, Cost: 1}, {Key: "h{a}3", Limit: lim, Cost: 1}}
 	if err := p.Take(context.Background(), ops, make([]sluice.Result, len(ops))); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package service
 
 import (
 	"testing"
-
-	"github.com/sluice-rl/sluice"
 )
 
 // TestDenyList: a request naming a deny-listed entry is refused with
@@ -20,7 +18,7 @@ descriptors:
 `, DefaultConfig())
 	resp := h.check(t, Request{Domain: "edge", Descriptors: []Descriptor{desc("user", "u"), desc("ip", "10.2.3.4")}})
 	if resp.OverallCode != CodeOverLimit || resp.Statuses[0].Code != CodeOK || resp.Statuses[1].Code != CodeOverLimit ||
-		resp.Statuses[1].Result.Reason != sluice.ReasonDenyList {
+		resp.Statuses[1].Result.Reason != ReasonDenyList {
 		t.Fatalf("deny-listed address: %+v, want OVER_LIMIT with reason deny_list on descriptor 1", resp)
 	}
 	// user's counter was not charged: two more fit.

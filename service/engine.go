@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/batch"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // ErrInvalidRequest marks a request the engine refuses to decide: an empty
 // domain, no descriptors, an unknown override unit, or a hit count above
-// sluice.MaxExact. (A descriptor without entries, or with an entry whose key
+// algorithm.MaxExact. (A descriptor without entries, or with an entry whose key
 // is empty, matches no rule and is answered OK, as envoyproxy/ratelimit
 // answers it; the request's other descriptors are decided as usual.)
 // Servers map it to InvalidArgument (gRPC) or 400 (HTTP); test with
@@ -103,9 +105,9 @@ func New(cfg Config, src RuleSource, store sluice.Store, m Metrics, logger *slog
 }
 
 // Health returns the health of each store node, or nil when the store does
-// not report it (sluice.HealthReporter).
-func (e *Engine) Health() []sluice.NodeHealth {
-	if hr, ok := e.store.(sluice.HealthReporter); ok {
+// not report it (stack.HealthReporter).
+func (e *Engine) Health() []stack.NodeHealth {
+	if hr, ok := e.store.(stack.HealthReporter); ok {
 		return hr.Health()
 	}
 	return nil
@@ -132,7 +134,7 @@ func (e *Engine) Ready(ctx context.Context) error {
 			return fmt.Errorf("service: every store node is out (circuit breaker open): %s", strings.Join(out, ", "))
 		}
 	}
-	ops := []sluice.Op{{Key: "{sluice}|ready", Limit: sluice.PerSecond(sluice.FixedWindow, 1)}}
+	ops := []sluice.Op{{Key: "{sluice}|ready", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Second}}}
 	res := make([]sluice.Result, 1)
 	if err := e.store.Take(ctx, ops, res); err != nil {
 		return fmt.Errorf("service: store not answering: %w", err)
@@ -228,13 +230,13 @@ func validate(req *Request, lim RequestBounds, sc *scratch) error {
 	if err := lim.Check(req); err != nil {
 		return fmt.Errorf("service: %w: %w", ErrInvalidRequest, err)
 	}
-	if req.Hits > sluice.MaxExact {
-		return fmt.Errorf("service: %w: hits %d above %d", ErrInvalidRequest, req.Hits, uint64(sluice.MaxExact))
+	if req.Hits > algorithm.MaxExact {
+		return fmt.Errorf("service: %w: hits %d above %d", ErrInvalidRequest, req.Hits, uint64(algorithm.MaxExact))
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
-		if d.Hits != nil && *d.Hits > sluice.MaxExact {
-			return fmt.Errorf("service: %w: descriptor %d: hits %d above %d", ErrInvalidRequest, i, *d.Hits, uint64(sluice.MaxExact))
+		if d.Hits != nil && *d.Hits > algorithm.MaxExact {
+			return fmt.Errorf("service: %w: descriptor %d: hits %d above %d", ErrInvalidRequest, i, *d.Hits, uint64(algorithm.MaxExact))
 		}
 		if d.Limit != nil {
 			u, ok := requestUnit(d.Limit.Unit)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -226,7 +227,7 @@ func TestCheckInvalidRequests(t *testing.T) {
 	badUnit := desc("ip", "1")
 	badUnit.Limit = &LimitOverride{RequestsPerUnit: 1, Unit: "fortnight"}
 	tooMany := desc("ip", "1")
-	tooMany.Hits = u64(sluice.MaxExact + 1)
+	tooMany.Hits = u64(algorithm.MaxExact + 1)
 	tests := []struct {
 		name string
 		req  Request
@@ -592,10 +593,10 @@ func TestScaleLimit(t *testing.T) {
 		replicas int
 		want     sluice.Limit
 	}{
-		{sluice.PerMinute(sluice.FixedWindow, 10), 1, sluice.PerMinute(sluice.FixedWindow, 10)},
-		{sluice.PerMinute(sluice.FixedWindow, 10), 3, sluice.PerMinute(sluice.FixedWindow, 4)},
-		{sluice.PerMinute(sluice.FixedWindow, 1), 5, sluice.PerMinute(sluice.FixedWindow, 1)},
-		{sluice.PerMinute(sluice.FixedWindow, 0), 5, sluice.PerMinute(sluice.FixedWindow, 0)},
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}, 1, sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}},
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}, 3, sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 4, Window: time.Minute}},
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Minute}, 5, sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Minute}},
+		{sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 0, Window: time.Minute}, 5, sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 0, Window: time.Minute}},
 		{sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 100, Window: time.Second, Burst: 20}, 4,
 			sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 25, Window: time.Second, Burst: 5}},
 	}

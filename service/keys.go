@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Store keys.
@@ -121,7 +122,7 @@ func appendKey(b []byte, domain string, entries []rules.Entry, path []rules.Step
 }
 
 // storedKey is a store key taken apart: what ResetTenant and TenantEntries
-// read from the keys a sluice.KeyLister lists. Strings stay escaped as in the
+// read from the keys a stack.KeyLister lists. Strings stay escaped as in the
 // key, except in entries.
 type storedKey struct {
 	key   string
@@ -185,7 +186,7 @@ func parseLimit(s string) (sluice.Limit, bool) {
 	}
 	q, err1 := strconv.ParseInt(parts[1], 10, 64)
 	w, err2 := strconv.ParseInt(parts[2], 10, 64)
-	if err1 != nil || err2 != nil || w <= 0 || w > int64(sluice.MaxWindow/time.Microsecond) {
+	if err1 != nil || err2 != nil || w <= 0 || w > int64(stack.MaxWindow/time.Microsecond) {
 		return l, false
 	}
 	l.Quota, l.Window = q, time.Duration(w)*time.Microsecond

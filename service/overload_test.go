@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service/promstats"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // TestStoreErrorReasons: each kind of store error applies the failure mode
@@ -149,10 +150,10 @@ func TestCallerGivingUpIsNotAStoreFailure(t *testing.T) {
 // healthStore is a store reporting fixed node health.
 type healthStore struct {
 	sluice.Store
-	nodes []sluice.NodeHealth
+	nodes []stack.NodeHealth
 }
 
-func (h *healthStore) Health() []sluice.NodeHealth { return h.nodes }
+func (h *healthStore) Health() []stack.NodeHealth { return h.nodes }
 
 // TestHealthReadyAndMetrics: readiness fails only when every node is out,
 // naming them; the per-node breaker gauge follows Health.
@@ -164,7 +165,7 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 	hs := &healthStore{}
 	h := newHarnessSnap(t, snap, DefaultConfig(), hs)
 	hs.Store = h.store
-	hs.nodes = []sluice.NodeHealth{{Node: "10.0.0.1:6379", State: "closed"}, {Node: "10.0.0.2:6379", State: "open"}}
+	hs.nodes = []stack.NodeHealth{{Node: "10.0.0.1:6379", State: "closed"}, {Node: "10.0.0.2:6379", State: "open"}}
 	if err := h.eng.Ready(context.Background()); err != nil {
 		t.Errorf("Ready with one of two nodes out = %v, want nil (the other node's keys are decided)", err)
 	}

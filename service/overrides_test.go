@@ -51,8 +51,8 @@ func TestOverrides(t *testing.T) {
 	reg.Set(tenant.NewSnapshot([]tenant.Record{
 		{Tenant: "pro-co", Tier: rules.TierPro},
 		{Tenant: "acme", Tier: rules.TierCustom, Overrides: []tenant.Override{
-			{Descriptor: "", Limit: sluice.PerMinute(sluice.FixedWindow, 10), RequestsPerUnit: 10, Unit: "minute"},
-			{Descriptor: "endpoint:POST /orders", Limit: sluice.PerMinute(sluice.FixedWindow, 1), RequestsPerUnit: 1, Unit: "minute",
+			{Descriptor: "", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}, RequestsPerUnit: 10, Unit: "minute"},
+			{Descriptor: "endpoint:POST /orders", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Minute}, RequestsPerUnit: 1, Unit: "minute",
 				ExpiresAt: now.Add(time.Minute)},
 		}},
 		{Tenant: "later", Tier: rules.TierPro, EffectiveAt: now.Add(time.Hour)},
@@ -127,7 +127,7 @@ func TestOverrideKeys(t *testing.T) {
 	if same != plain {
 		t.Errorf("appendKeyWith with the rule's own limit = %q, want %q", same, plain)
 	}
-	other := string(appendKeyWith(nil, "api", entries, r.Path, middle, sluice.PerMinute(sluice.FixedWindow, 7)))
+	other := string(appendKeyWith(nil, "api", entries, r.Path, middle, sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 7, Window: time.Minute}))
 	want := "{api|api_key=a%7Cb}|r:api_key.endpoint=POST /orders|fixed_window:7:60000000|endpoint=POST /orders"
 	if other != want {
 		t.Errorf("appendKeyWith = %q, want %q", other, want)
@@ -159,7 +159,7 @@ func BenchmarkCheckOverrides(b *testing.B) {
 	for i := range recs {
 		recs[i] = tenant.Record{Tenant: "t" + strconv.Itoa(i), Tier: rules.Tier(i % 2)}
 		if i%16 == 0 {
-			recs[i].Overrides = []tenant.Override{{Descriptor: "", Limit: sluice.PerMinute(sluice.FixedWindow, 1e6), RequestsPerUnit: 1e6, Unit: "minute"}}
+			recs[i].Overrides = []tenant.Override{{Descriptor: "", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1e6, Window: time.Minute}, RequestsPerUnit: 1e6, Unit: "minute"}}
 		}
 	}
 	reg := tenant.NewRegistry(nil, tenant.Options{})

@@ -39,7 +39,7 @@ func penalize(sc *scratch) {
 		}
 		if pr := sc.results[p.pen-1]; !pr.Allowed {
 			r := &sc.results[p.op]
-			*r = sluice.Result{Reason: sluice.ReasonPenalty, Limit: r.Limit, RetryAfter: pr.RetryAfter,
+			*r = sluice.Result{Reason: ReasonPenalty, Limit: r.Limit, RetryAfter: pr.RetryAfter,
 				ResetAfter: max(r.ResetAfter, pr.RetryAfter)}
 		}
 	}

@@ -97,7 +97,7 @@ func testPenalty(t *testing.T, clock *storetest.Clock, a, b sluice.Store) {
 			e = eb
 		}
 		st := check(e, "user")
-		if st.Code != CodeOverLimit || st.Result.Reason != sluice.ReasonPenalty {
+		if st.Code != CodeOverLimit || st.Result.Reason != ReasonPenalty {
 			t.Fatalf("%v after the penalty began: code %v reason %v, want OVER_LIMIT, penalty", time.Duration(i+1)*500*time.Millisecond, st.Code, st.Result.Reason)
 		}
 		want := 10*time.Second - time.Duration(i+1)*500*time.Millisecond
@@ -127,7 +127,7 @@ func testPenalty(t *testing.T, clock *storetest.Clock, a, b sluice.Store) {
 	}
 	// That third check went over again: a new penalty.
 	clock.Advance(time.Second)
-	if st := check(ea, "user"); st.Result.Reason != sluice.ReasonPenalty {
+	if st := check(ea, "user"); st.Result.Reason != ReasonPenalty {
 		t.Errorf("after going over again: reason %v, want penalty", st.Result.Reason)
 	}
 }

@@ -6,12 +6,13 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Placement (rate_limit.placement) and sub-counters (rate_limit.sub_counters).
 //
-// The key of a rule placed hybrid starts with sluice.KeyHybrid ('h'), of a
-// rule placed local with sluice.KeyLocal ('l'), before its hash tag (global
+// The key of a rule placed hybrid starts with stack.KeyHybrid ('h'), of a
+// rule placed local with stack.KeyLocal ('l'), before its hash tag (global
 // keys start with the tag's '{'), so a composed store (store/compose) routes
 // each op by its key's first byte, and a change of
 // placement starts fresh counters, as a change of limit does. With
@@ -23,9 +24,9 @@ import (
 func placementByte(p rules.Placement) byte {
 	switch p {
 	case rules.PlacementHybrid:
-		return sluice.KeyHybrid
+		return stack.KeyHybrid
 	case rules.PlacementLocal:
-		return sluice.KeyLocal
+		return stack.KeyLocal
 	}
 	return 0
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -113,8 +114,8 @@ descriptors:
 
 type healthyStore struct{ sluice.Store }
 
-func (healthyStore) Health() []sluice.NodeHealth {
-	return []sluice.NodeHealth{{Node: "n1:6379", State: "open"}}
+func (healthyStore) Health() []stack.NodeHealth {
+	return []stack.NodeHealth{{Node: "n1:6379", State: "open"}}
 }
 
 // Placed passes the global store's node health through.

@@ -249,7 +249,7 @@ func descriptorOp(req *Request, i int, adj *adjust) (int64, sluice.Action) {
 	if d.Hits != nil {
 		hits = *d.Hits
 	}
-	cost := int64(hits) // validated: hits ≤ sluice.MaxExact
+	cost := int64(hits) // validated: hits ≤ algorithm.MaxExact
 	if d.Refund && cost > 0 {
 		return cost, sluice.Refund
 	}

@@ -172,7 +172,7 @@ func testSourceChangeSeen(t *testing.T, overrides func(*tenant.Registry) Overrid
 		}},
 		{"tenant override", func() {
 			reg.Set(tenant.NewSnapshot([]tenant.Record{{Tenant: "a", Tier: rules.TierCustom, Overrides: []tenant.Override{
-				{Domain: "api", Limit: sluice.PerMinute(sluice.FixedWindow, 7), RequestsPerUnit: 7, Unit: "minute"}}}}, nil, time.Now()))
+				{Domain: "api", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 7, Window: time.Minute}, RequestsPerUnit: 7, Unit: "minute"}}}}, nil, time.Now()))
 		}, "a", func(s Status) error {
 			if quota(s) != 7 {
 				return fmt.Errorf("requests_per_unit %d, want the override's 7", quota(s))
@@ -190,7 +190,7 @@ func testSourceChangeSeen(t *testing.T, overrides func(*tenant.Registry) Overrid
 		{"deny entry", func() {
 			reg.Set(tenant.NewSnapshot(nil, nil, time.Now()).WithDeny([]tenant.DenyEntry{{Domain: "api", Key: "tenant", Value: "a"}}))
 		}, "a", func(s Status) error {
-			if s.Code != CodeOverLimit || s.Result.Reason != sluice.ReasonDenyList {
+			if s.Code != CodeOverLimit || s.Result.Reason != ReasonDenyList {
 				return fmt.Errorf("code %v reason %q, want OVER_LIMIT deny_list", s.Code, s.Result.Reason)
 			}
 			return nil
@@ -238,7 +238,7 @@ func TestOnePolicyPerCheck(t *testing.T) {
 	overlays := make([]*tenant.Snapshot, gens)
 	for g := range gens {
 		snaps[g] = parseRules(t, fmt.Sprintf(genRules, 100+g, 100+g))
-		ov := []tenant.Override{{Domain: "api", Limit: sluice.PerMinute(sluice.FixedWindow, int64(100000+g)), RequestsPerUnit: uint32(100000 + g), Unit: "minute"}}
+		ov := []tenant.Override{{Domain: "api", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: int64(100000 + g), Window: time.Minute}, RequestsPerUnit: uint32(100000 + g), Unit: "minute"}}
 		overlays[g] = tenant.NewSnapshot([]tenant.Record{
 			{Tenant: "b", Tier: rules.TierCustom, Overrides: ov},
 			{Tenant: "c", Tier: rules.TierCustom, Overrides: ov},

@@ -115,7 +115,7 @@ func (e *Engine) resolve(pol *policy, dom *domainInfo, domain string, d *Descrip
 // denied applies step 0 of the order of precedence: it answers a request
 // that names an entry on its domain's deny list (the rule file's, or the
 // one of DenyLists): those descriptors are OVER_LIMIT with reason
-// sluice.ReasonDenyList, the others OK, and no counter is looked at or
+// service.ReasonDenyList, the others OK, and no counter is looked at or
 // charged. ok is false when no entry is on a list.
 func (pol *policy) denied(req *Request) (resp Response, ok bool) {
 	var dl, extra *rules.DenyList
@@ -141,7 +141,7 @@ func (pol *policy) denied(req *Request) (resp Response, ok bool) {
 				}
 			}
 			resp.Statuses[i].Code = CodeOverLimit
-			resp.Statuses[i].Result = sluice.Result{Reason: sluice.ReasonDenyList}
+			resp.Statuses[i].Result = sluice.Result{Reason: ReasonDenyList}
 			break
 		}
 	}

@@ -153,7 +153,7 @@ type ChargeDescriptor struct {
 	Limit *LimitOverride
 	// Cost is the units to settle: positive charges them (whether or not
 	// they fit: they were spent), negative refunds them, zero only reads the
-	// state. |Cost| is at most sluice.MaxExact.
+	// state. |Cost| is at most algorithm.MaxExact.
 	Cost int64
 }
 

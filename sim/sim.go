@@ -219,8 +219,8 @@ feed:
 func (s Scenario) validate() error {
 	l := s.Limit
 	l.Algorithm = sluice.SlidingLog
-	if l.Quota > sluice.MaxLogQuota {
-		return fmt.Errorf("scenario %q: quota %d is above %d, the most the exact reference keeps", s.Name, l.Quota, sluice.MaxLogQuota)
+	if l.Quota > algorithm.MaxLogQuota {
+		return fmt.Errorf("scenario %q: quota %d is above %d, the most the exact reference keeps", s.Name, l.Quota, algorithm.MaxLogQuota)
 	}
 	if l.Burst != 0 {
 		l.Algorithm = sluice.GCRA

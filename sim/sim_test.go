@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 )
 
 // quickScale keeps the default suite's shape at a fraction of its length so
@@ -252,7 +253,7 @@ func TestRunRejectsBadScenarios(t *testing.T) {
 		mod  func(*Scenario)
 	}{
 		{"quota 0", func(s *Scenario) { s.Limit.Quota = 0 }},
-		{"quota above the log's bound", func(s *Scenario) { s.Limit.Quota = sluice.MaxLogQuota + 1 }},
+		{"quota above the log's bound", func(s *Scenario) { s.Limit.Quota = algorithm.MaxLogQuota + 1 }},
 		{"concurrency", func(s *Scenario) { s.Algorithms = []sluice.Algorithm{sluice.Concurrency} }},
 		{"short duration", func(s *Scenario) { s.Workload.Duration = time.Millisecond }},
 		{"unknown workload", func(s *Scenario) { s.Workload.Kind = "nope" }},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 )
 
 // The scenario groups of the default suite.
@@ -140,7 +141,7 @@ func DefaultSuite(o SuiteOptions) []Scenario {
 	high := lim
 	high.Quota *= 100
 	highAlgs := slices.DeleteFunc(slices.Clone(fleetAlgs), func(a sluice.Algorithm) bool { return a == sluice.SlidingLog })
-	if high.Quota <= sluice.MaxLogQuota && len(highAlgs) > 0 {
+	if high.Quota <= algorithm.MaxLogQuota && len(highAlgs) > 0 {
 		for _, load := range []float64{0.5, 1.5} {
 			for _, pl := range []Placement{
 				{Kind: Global, Instances: 8, DeniedCache: true},

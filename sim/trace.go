@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // TraceData is a recorded workload: per key, its hits in time order, with
@@ -53,7 +53,7 @@ const (
 	maxTraceSeconds = 1e11
 	// maxTraceSpan bounds the time from the first hit to the last (µs):
 	// ten years, the longest window a limit may have.
-	maxTraceSpan = int64(sluice.MaxWindow / time.Microsecond)
+	maxTraceSpan = int64(stack.MaxWindow / time.Microsecond)
 )
 
 // ParseTrace reads a recorded workload, one hit per line, in either of two

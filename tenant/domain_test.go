@@ -76,7 +76,9 @@ func TestOverrideAnyDomain(t *testing.T) {
 	rs := twoDomainRules(t)
 	entries := []rules.Entry{{Key: "api_key", Value: "acme"}}
 	api, billing := rs.Match("api", entries), rs.Match("billing", entries)
-	perMin := func(n int64) sluice.Limit { return sluice.PerMinute(sluice.FixedWindow, n) }
+	perMin := func(n int64) sluice.Limit {
+		return sluice.Limit{Algorithm: sluice.FixedWindow, Quota: n, Window: time.Minute}
+	}
 	for _, legacy := range []string{AnyDomain, ""} {
 		snap := NewSnapshot([]Record{{Tenant: "acme", Tier: rules.TierCustom, Overrides: []Override{
 			{Domain: legacy, Descriptor: "", Limit: perMin(3), RequestsPerUnit: 3, Unit: "minute"},

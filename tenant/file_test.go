@@ -19,7 +19,7 @@ func TestFileRoundTrip(t *testing.T) {
 	exp := at.Add(24 * time.Hour)
 	base := NewSnapshot([]Record{
 		{Tenant: "acme", Tier: rules.TierPro, ExpiresAt: exp, Overrides: []Override{
-			{Domain: "api", Descriptor: "endpoint:POST /orders", Limit: sluice.PerMinute(sluice.FixedWindow, 7), RequestsPerUnit: 7, Unit: "minute"},
+			{Domain: "api", Descriptor: "endpoint:POST /orders", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 7, Window: time.Minute}, RequestsPerUnit: 7, Unit: "minute"},
 			{Domain: AnyDomain, Descriptor: "", Limit: sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 9, Window: 90 * time.Second, Burst: 12}, RequestsPerUnit: 9},
 		}},
 		{Tenant: "gone", Tier: rules.TierEnterprise},
@@ -127,7 +127,7 @@ func FuzzReadFile(f *testing.F) {
 	dir := f.TempDir()
 	good := filepath.Join(dir, "good")
 	snap := NewSnapshot([]Record{{Tenant: "acme", Tier: rules.TierPro, Overrides: []Override{
-		{Domain: "api", Descriptor: "", Limit: sluice.PerMinute(sluice.FixedWindow, 7), RequestsPerUnit: 7, Unit: "minute"}}}},
+		{Domain: "api", Descriptor: "", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 7, Window: time.Minute}, RequestsPerUnit: 7, Unit: "minute"}}}},
 		[]RuleSwitch{{Domain: "api", Rule: "r", State: rules.SwitchOff}}, time.Now())
 	if err := WriteFile(good, snap, 0); err != nil {
 		f.Fatal(err)

@@ -58,7 +58,9 @@ func TestResolveOrder(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := t0
 	now := func() time.Time { return clock }
-	lim := func(n int64) sluice.Limit { return sluice.PerMinute(sluice.FixedWindow, n) }
+	lim := func(n int64) sluice.Limit {
+		return sluice.Limit{Algorithm: sluice.FixedWindow, Quota: n, Window: time.Minute}
+	}
 	snap := NewSnapshot([]Record{
 		{Tenant: "pro", Tier: rules.TierPro},
 		{Tenant: "ent", Tier: rules.TierEnterprise},
@@ -140,7 +142,7 @@ func TestSnapshotDelta(t *testing.T) {
 func TestResolveDoesNotAllocate(t *testing.T) {
 	rs := testSnapshot(t)
 	snap := NewSnapshot([]Record{{Tenant: "acme", Tier: rules.TierPro, Overrides: []Override{
-		{Descriptor: "endpoint:POST /orders", Limit: sluice.PerMinute(sluice.FixedWindow, 5)}}}}, nil, time.Now())
+		{Descriptor: "endpoint:POST /orders", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Minute}}}}}, nil, time.Now())
 	r, es := match(t, rs, "api_key", "acme", "endpoint", "POST /orders")
 	if n := testing.AllocsPerRun(100, func() { snap.Resolve(r, es, time.Now) }); n != 0 {
 		t.Errorf("Resolve allocates %v times, want 0", n)
@@ -152,7 +154,7 @@ func millionRecords() []Record {
 	for i := range recs {
 		recs[i] = Record{Tenant: "tenant-" + strconv.Itoa(i), Tier: rules.Tier(i % 3)}
 		if i%16 == 0 {
-			recs[i].Overrides = []Override{{Descriptor: "endpoint:POST /orders", Limit: sluice.PerMinute(sluice.FixedWindow, 500), RequestsPerUnit: 500, Unit: "minute"}}
+			recs[i].Overrides = []Override{{Descriptor: "endpoint:POST /orders", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 500, Window: time.Minute}, RequestsPerUnit: 500, Unit: "minute"}}
 		}
 	}
 	return recs

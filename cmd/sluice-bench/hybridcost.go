@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/hybrid"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // The Redis cost of placement hybrid against placement global (sluice-bench
@@ -251,7 +252,7 @@ func (o *costOptions) runOne(ctx context.Context, w, placement, url string, next
 	// of a counter placed hybrid (store/compose routes by it).
 	place := "{"
 	if placement == "hybrid" {
-		place = string(sluice.KeyHybrid) + "{"
+		place = string(stack.KeyHybrid) + "{"
 	}
 	redisAddr := strings.TrimSuffix(strings.TrimPrefix(url, "redis://"), "/0")
 	var decisions, degraded atomic.Int64

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/tenant"
 )
 
@@ -313,7 +314,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 
 func algorithmList() string {
 	var names []string
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		names = append(names, a.String())
 	}
 	return strings.Join(names, ", ")

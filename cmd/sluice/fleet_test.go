@@ -29,8 +29,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Fleet test sizes: each algorithm's key gets fleetCalls checks from
@@ -162,7 +162,7 @@ func fleetRules(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("domain: fleet\ndescriptors:\n")
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		fmt.Fprintf(&b, "  - key: %s\n    rate_limit: {unit: day, requests_per_unit: %d, algorithm: %s}\n", a, fleetLimit, a)
 	}
 	fmt.Fprintf(&b, "  - key: inflight\n    rate_limit: {unit: minute, requests_per_unit: %d, algorithm: concurrency}\n", fleetInFlight)
@@ -188,7 +188,7 @@ func TestFleetUnderLoad(t *testing.T) {
 	}
 	spin(t, runtime.NumCPU())
 
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
 			var admitted, denied atomic.Int64
 			var next atomic.Int64

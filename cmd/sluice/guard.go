@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/server/admin"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // guardConfig is the admin surface's guards and the meaning of /readyz
@@ -55,8 +56,8 @@ func (c guardConfig) validate(bad func(string, ...any)) {
 	if c.AuthFailureLimit < 0 {
 		bad("--auth-failure-limit: %d, want 0 (off) or more", c.AuthFailureLimit)
 	}
-	if c.AuthFailureLimit > 0 && (c.AuthFailureWindow < time.Second || c.AuthFailureWindow > sluice.MaxWindow) {
-		bad("--auth-failure-window: %v, want from 1s to %v", c.AuthFailureWindow, sluice.MaxWindow)
+	if c.AuthFailureLimit > 0 && (c.AuthFailureWindow < time.Second || c.AuthFailureWindow > stack.MaxWindow) {
+		bad("--auth-failure-window: %v, want from 1s to %v", c.AuthFailureWindow, stack.MaxWindow)
 	}
 	for _, o := range c.origins() {
 		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || u.Path != "" {

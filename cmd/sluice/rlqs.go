@@ -5,9 +5,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/server/rlqs"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // registerRLQS serves Envoy's rate limit quota service on the gRPC server
@@ -19,7 +19,7 @@ func (s *server) registerRLQS(reg prometheus.Registerer, limits service.RequestB
 		return fmt.Errorf("--rlqs-unmatched: %w", err)
 	}
 	log := s.log.With("component", "rlqs")
-	allotter, _ := s.store.(sluice.Allotter)
+	allotter, _ := s.store.(stack.Allotter)
 	s.rlqs, err = rlqs.New(s.engine, s.watcher, rlqs.Options{Unmatched: un, RequestBounds: limits, Logger: log, Allotter: allotter,
 		MaxStreamAge: s.cfg.Listen.RLQSMaxStreamAge, ReconnectGrace: s.cfg.Listen.RLQSReconnectGrace})
 	if err != nil {

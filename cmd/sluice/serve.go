@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-rl/sluice/service/promstats"
 	"github.com/sluice-rl/sluice/store/compose"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/tenant"
 	"github.com/sluice-rl/sluice/tenant/pg"
 )
@@ -202,7 +203,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	} else {
 		memStores["memory"] = st.Memory()
 	}
-	if hr, ok := s.store.(sluice.HealthReporter); ok && cfg.Store.Kind == compose.KindRedis {
+	if hr, ok := s.store.(stack.HealthReporter); ok && cfg.Store.Kind == compose.KindRedis {
 		reg.MustRegister(promstats.NewHealthCollector(hr))
 	}
 	reg.MustRegister(newMemoryCollector(cfg.Store.Memory.MaxKeys, memStores))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 func init() {
@@ -106,7 +107,7 @@ func load(path string, opts rules.Options) (*rules.Snapshot, error) {
 
 func algorithmNames() string {
 	s := ""
-	for i, a := range sluice.Algorithms() {
+	for i, a := range stack.Algorithms() {
 		if i > 0 {
 			s += ", "
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Decision is how one rate-limit decision appears on the wire: the members
@@ -84,7 +85,7 @@ func (d *Decision) Add(resp *service.Response) {
 		switch {
 		case st.Rule != nil && st.Rule.ShadowMode, st.Shadowed:
 			continue // counted, never enforced, not advertised
-		case st.Code == service.CodeOverLimit && st.Result.Reason == sluice.ReasonDenyList:
+		case st.Code == service.CodeOverLimit && st.Result.Reason == service.ReasonDenyList:
 			d.denyList = true
 			d.Violated = append(d.Violated, headers.ReasonDenyList)
 			continue
@@ -115,7 +116,7 @@ func (d *Decision) Add(resp *service.Response) {
 // generic client reads, and r ≤ q still holds. Otherwise it is window.
 func burstWindow(st *service.Status, quota int64, window time.Duration) time.Duration {
 	rate := int64(st.CurrentLimit.RequestsPerUnit)
-	if st.Rule == nil || !st.Rule.Limit.Algorithm.HasBurst() || rate <= 0 || quota == rate || window <= 0 {
+	if st.Rule == nil || !stack.HasBurst(st.Rule.Limit.Algorithm) || rate <= 0 || quota == rate || window <= 0 {
 		return window
 	}
 	secs := math.Ceil(float64(quota) * window.Seconds() / float64(rate))
@@ -141,7 +142,7 @@ func (d *Decision) add(name string, quota int64, window time.Duration, unit head
 	case !refused:
 	case res.Reason == sluice.ReasonCostTooHigh:
 		d.costTooHigh = true
-	case res.Reason == sluice.ReasonPenalty:
+	case res.Reason == service.ReasonPenalty:
 		d.penalty = true
 		reset = max(headers.Seconds(res.RetryAfter), 1)
 		d.RetryAfter = max(d.RetryAfter, reset)

@@ -23,8 +23,8 @@ func TestDecision(t *testing.T) {
 	tooHigh := service.Status{Code: service.CodeOverLimit, CurrentLimit: perMin, Rule: &rules.Rule{Name: "big"},
 		Result: sluice.Result{Reason: sluice.ReasonCostTooHigh, Limit: 20, Remaining: 7, ResetAfter: 40 * time.Second}}
 	penalty := service.Status{Code: service.CodeOverLimit, CurrentLimit: perMin, Rule: &rules.Rule{Name: "box"},
-		Result: sluice.Result{Reason: sluice.ReasonPenalty, Limit: 20, ResetAfter: 400 * time.Second, RetryAfter: 399500 * time.Millisecond}}
-	denied := service.Status{Code: service.CodeOverLimit, Result: sluice.Result{Reason: sluice.ReasonDenyList}}
+		Result: sluice.Result{Reason: service.ReasonPenalty, Limit: 20, ResetAfter: 400 * time.Second, RetryAfter: 399500 * time.Millisecond}}
+	denied := service.Status{Code: service.CodeOverLimit, Result: sluice.Result{Reason: service.ReasonDenyList}}
 	closed := service.Status{Code: service.CodeOverLimit, CurrentLimit: perMin, Rule: &rules.Rule{ID: "strict"}, Degraded: service.FailedClosed}
 	shadow := service.Status{Code: service.CodeOK, Shadowed: true, CurrentLimit: perMin, Rule: &rules.Rule{ID: "trial", ShadowMode: true},
 		Result: sluice.Result{Reason: sluice.ReasonLimited, Limit: 20}}

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/httplimit"
 )
@@ -157,8 +158,8 @@ func (c Config) Validate() error {
 		if cc.Name == "" {
 			bad("concurrency[%d].name: required", i)
 		}
-		if cc.Limit < 1 || cc.Limit > sluice.MaxLogQuota {
-			bad("concurrency[%d].limit: %d is outside 1..%d", i, cc.Limit, sluice.MaxLogQuota)
+		if cc.Limit < 1 || cc.Limit > algorithm.MaxLogQuota {
+			bad("concurrency[%d].limit: %d is outside 1..%d", i, cc.Limit, algorithm.MaxLogQuota)
 		}
 		if cc.Timeout < time.Second {
 			bad("concurrency[%d].timeout: %v is shorter than 1s", i, cc.Timeout)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -58,7 +57,7 @@ func countDenied(t *testing.T, eng *service.Engine, addrs []string) (denied, ok 
 			t.Fatal(err)
 		}
 		switch st := resp.Statuses[0]; {
-		case st.Code == service.CodeOverLimit && st.Result.Reason == sluice.ReasonDenyList:
+		case st.Code == service.CodeOverLimit && st.Result.Reason == service.ReasonDenyList:
 			denied++
 		case st.Code == service.CodeOK:
 			ok++
@@ -125,7 +124,7 @@ func TestDenyAcrossInstances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.Statuses[0].Result.Reason == sluice.ReasonDenyList && resp.Statuses[1].Code == service.CodeOK {
+		if resp.Statuses[0].Result.Reason == service.ReasonDenyList && resp.Statuses[1].Code == service.CodeOK {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Reasons of a failed authentication, the values of the reason label of
@@ -108,7 +109,7 @@ func newGuard(opts GuardOptions) (*guard, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if f := opts.Failures; f != nil && (!f.Limit().Algorithm.HasBurst() || f.Limit().Quota < 1) {
+	if f := opts.Failures; f != nil && (!stack.HasBurst(f.Limit().Algorithm) || f.Limit().Quota < 1) {
 		return nil, fmt.Errorf("failure limit %v: want a bucket algorithm (gcra, token_bucket) with a quota", f.Limit())
 	}
 	g := &guard{opts: opts, origins: http.NewCrossOriginProtection(), seen: map[string]*failEntry{}}
@@ -200,7 +201,7 @@ func (g *guard) throttled(ctx context.Context, addr string) time.Duration {
 	// (capacity − 1) intervals.
 	lim := g.opts.Failures.Limit()
 	interval := lim.Window / time.Duration(lim.Quota)
-	wait := res.ResetAfter - time.Duration(lim.Capacity()-1)*interval
+	wait := res.ResetAfter - time.Duration(stack.Capacity(lim)-1)*interval
 	return max(wait, time.Second)
 }
 

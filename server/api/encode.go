@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // appendCheckResponse appends r as marshal writes it (encoding/json, HTML
@@ -63,7 +64,7 @@ func appendCheck(b []byte, resp *service.Response) []byte {
 		var lj LimitJSON
 		if cl := s.CurrentLimit; cl != nil && !s.Unlimited {
 			lj = LimitJSON{Name: cl.Name, RequestsPerUnit: cl.RequestsPerUnit, Unit: cl.Unit, WindowMs: ms(cl.Window)}
-			if s.Rule != nil && s.Rule.Limit.Algorithm.Valid() {
+			if s.Rule != nil && stack.ValidAlgorithm(s.Rule.Limit.Algorithm) {
 				lj.Algorithm = s.Rule.Limit.Algorithm.String()
 			}
 			cs.Limit = &lj

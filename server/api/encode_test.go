@@ -60,7 +60,7 @@ func TestAppendCheckMatches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	names := []string{"", "bench", "a<b>&c", "bad\xffname", "line\u2028"}
 	degraded := []service.Degraded{service.NotDegraded, service.FailedOpen, service.FailedClosed, service.Local}
-	reasons := []sluice.Reason{sluice.ReasonAllowed, sluice.ReasonLimited, sluice.ReasonCostTooHigh, sluice.ReasonPenalty, sluice.ReasonDenyList}
+	reasons := []sluice.Reason{sluice.ReasonAllowed, sluice.ReasonLimited, sluice.ReasonCostTooHigh, service.ReasonPenalty, service.ReasonDenyList}
 	dur := func() time.Duration { return time.Duration(rng.Int64N(int64(2*time.Hour))) - time.Minute }
 	for i := range 20_000 {
 		resp := service.Response{OverallCode: service.Code(rng.IntN(3)), Statuses: make([]service.Status, rng.IntN(4))}

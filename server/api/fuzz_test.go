@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -198,7 +198,7 @@ func FuzzDecodeChargeRequest(f *testing.F) {
 			t.Fatalf("decoded a request without domain or descriptors: %+v", req)
 		}
 		for i, d := range req.Descriptors {
-			if len(d.Entries) == 0 || d.Cost > sluice.MaxExact || d.Cost < -sluice.MaxExact {
+			if len(d.Entries) == 0 || d.Cost > algorithm.MaxExact || d.Cost < -algorithm.MaxExact {
 				t.Fatalf("descriptor %d decoded without entries or with cost %d", i, d.Cost)
 			}
 		}

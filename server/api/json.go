@@ -12,11 +12,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/headers/edge"
 	"github.com/sluice-rl/sluice/internal/strictjson"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // CheckRequest is the body of POST /v1/check.
@@ -443,7 +445,7 @@ func decodeCharge(r io.Reader, lim service.RequestBounds) (service.ChargeRequest
 		return service.ChargeRequest{}, err
 	}
 	if req.Hits != nil && !exact(*req.Hits) {
-		return service.ChargeRequest{}, fmt.Errorf("hits: %d is beyond ±%d", *req.Hits, int64(sluice.MaxExact))
+		return service.ChargeRequest{}, fmt.Errorf("hits: %d is beyond ±%d", *req.Hits, int64(algorithm.MaxExact))
 	}
 	out := service.ChargeRequest{Domain: conv.Domain, Descriptors: make([]service.ChargeDescriptor, len(conv.Descriptors))}
 	for i, d := range req.Descriptors {
@@ -455,7 +457,7 @@ func decodeCharge(r io.Reader, lim service.RequestBounds) (service.ChargeRequest
 		case hits == nil:
 			return service.ChargeRequest{}, fmt.Errorf("descriptors[%d].hits: missing, and no top-level hits (positive charges, negative refunds)", i)
 		case !exact(*hits):
-			return service.ChargeRequest{}, fmt.Errorf("descriptors[%d].hits: %d is beyond ±%d", i, *hits, int64(sluice.MaxExact))
+			return service.ChargeRequest{}, fmt.Errorf("descriptors[%d].hits: %d is beyond ±%d", i, *hits, int64(algorithm.MaxExact))
 		}
 		out.Descriptors[i] = service.ChargeDescriptor{Entries: conv.Descriptors[i].Entries, Limit: conv.Descriptors[i].Limit, Cost: *hits}
 	}
@@ -463,7 +465,7 @@ func decodeCharge(r io.Reader, lim service.RequestBounds) (service.ChargeRequest
 }
 
 // exact reports whether n is a cost every store represents: |n| ≤ 2^53−1.
-func exact(n int64) bool { return n <= sluice.MaxExact && n >= -sluice.MaxExact }
+func exact(n int64) bool { return n <= algorithm.MaxExact && n >= -algorithm.MaxExact }
 
 // EncodeChargeResponse renders Engine.Charge's answer as a ChargeResponse.
 func EncodeChargeResponse(resp service.Response) ChargeResponse {
@@ -529,7 +531,7 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 func limitJSON(s *service.Status) *LimitJSON {
 	cl := s.CurrentLimit
 	lj := &LimitJSON{Name: cl.Name, RequestsPerUnit: cl.RequestsPerUnit, Unit: cl.Unit, WindowMs: ms(cl.Window)}
-	if s.Rule != nil && s.Rule.Limit.Algorithm.Valid() {
+	if s.Rule != nil && stack.ValidAlgorithm(s.Rule.Limit.Algorithm) {
 		lj.Algorithm = s.Rule.Limit.Algorithm.String()
 	}
 	return lj
@@ -550,9 +552,9 @@ func statusReason(s *service.Status) string {
 		return headers.ReasonUnavailable
 	case s.Result.Reason == sluice.ReasonCostTooHigh:
 		return headers.ReasonCostTooHigh
-	case s.Result.Reason == sluice.ReasonPenalty:
+	case s.Result.Reason == service.ReasonPenalty:
 		return headers.ReasonPenalty
-	case s.Result.Reason == sluice.ReasonDenyList:
+	case s.Result.Reason == service.ReasonDenyList:
 		return headers.ReasonDenyList
 	}
 	return headers.ReasonLimited

@@ -29,9 +29,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/headers"
 	"github.com/sluice-rl/sluice/observe"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 //go:embed assets
@@ -61,7 +61,7 @@ type Options struct {
 	// Gatherer is the registry the engine's metrics are in.
 	Gatherer prometheus.Gatherer
 	// Health reports the store's nodes; nil reports none.
-	Health func() []sluice.NodeHealth
+	Health func() []stack.NodeHealth
 	// Reload reports the rules' reload status; nil reports none.
 	Reload func() ReloadStatus
 	// Auth wraps every route (the admin API's read access). Required: the
@@ -102,10 +102,10 @@ type Stats struct {
 	Decisions []Decision `json:"decisions"`
 	// Tiers are cumulative decisions of tenants' rules by tier (rule
 	// "tier" holds the tier's name; domain is empty).
-	Tiers    []Decision          `json:"tiers"`
-	Latency  Histogram           `json:"latency"`
-	Breakers []sluice.NodeHealth `json:"breakers"`
-	Reload   []InstanceReload    `json:"reload"`
+	Tiers    []Decision         `json:"tiers"`
+	Latency  Histogram          `json:"latency"`
+	Breakers []stack.NodeHealth `json:"breakers"`
+	Reload   []InstanceReload   `json:"reload"`
 }
 
 // Decision is one counter of sluice_decisions_total.
@@ -278,7 +278,7 @@ func mergeStats(snaps []Snapshot) Stats {
 	var out Stats
 	type dk struct{ d, r, o string }
 	sum, tiers := map[dk]float64{}, map[dk]float64{}
-	breakers := map[string]sluice.NodeHealth{}
+	breakers := map[string]stack.NodeHealth{}
 	for _, s := range snaps {
 		out.Instances = append(out.Instances, s.Instance)
 		if s.Time.After(out.Time) {
@@ -343,7 +343,7 @@ func mergeStats(snaps []Snapshot) Stats {
 		out.Decisions = []Decision{}
 	}
 	if out.Breakers == nil {
-		out.Breakers = []sluice.NodeHealth{}
+		out.Breakers = []stack.NodeHealth{}
 	}
 	return out
 }
@@ -360,7 +360,7 @@ func severity(state string) int {
 
 // localStats reads this instance's figures from the metrics registry.
 func (h *Handler) localStats(now time.Time) (Stats, error) {
-	st := Stats{Time: now, Instances: []string{h.instance()}, Decisions: []Decision{}, Breakers: []sluice.NodeHealth{}}
+	st := Stats{Time: now, Instances: []string{h.instance()}, Decisions: []Decision{}, Breakers: []stack.NodeHealth{}}
 	mfs, err := h.opts.Gatherer.Gather()
 	if err != nil {
 		return st, fmt.Errorf("dashboard: gathering metrics: %w", err)

@@ -12,12 +12,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/observe"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/service/promstats"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/tenant"
 )
 
@@ -82,7 +82,7 @@ func newInstance(t testing.TB, name string, fleet Fleet) *instance {
 		t.Fatal(err)
 	}
 	h, err := New(Options{Tracker: tr, Gatherer: reg, Auth: bearerAuth, Fleet: fleet, Instance: name,
-		Health: func() []sluice.NodeHealth { return []sluice.NodeHealth{{Node: "127.0.0.1:6379", State: "closed"}} },
+		Health: func() []stack.NodeHealth { return []stack.NodeHealth{{Node: "127.0.0.1:6379", State: "closed"}} },
 		Reload: func() ReloadStatus { return ReloadStatus{OK: true, LastReload: time.Now()} }})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -26,7 +27,7 @@ import (
 // it: the requests of each Allot call, and the Takes. Allot call failCall
 // (1-based; 0: none) fails without reaching the store.
 type countingAllotter struct {
-	sluice.Allotter
+	stack.Allotter
 	failCall int
 
 	mu     sync.Mutex
@@ -36,7 +37,7 @@ type countingAllotter struct {
 
 var errInjected = errors.New("injected store failure")
 
-func (c *countingAllotter) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (c *countingAllotter) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	c.mu.Lock()
 	c.allots = append(c.allots, len(reqs))
 	n := len(c.allots)
@@ -133,7 +134,7 @@ func TestReportLeasesInOneCall(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				clock := storetest.NewClock()
-				var st sluice.Allotter
+				var st stack.Allotter
 				var rs *redis.Store
 				if kind == "redis" {
 					rs = newRedisStore(t, url, clock.Now)

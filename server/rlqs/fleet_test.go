@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -282,7 +283,7 @@ func eachStore(t *testing.T, f func(t *testing.T, kind string)) {
 
 // newSimStore returns a fresh store of kind ("memory" or "redis") whose
 // time is now (nil: the real clock).
-func newSimStore(t testing.TB, kind string, now func() time.Time) sluice.Allotter {
+func newSimStore(t testing.TB, kind string, now func() time.Time) stack.Allotter {
 	t.Helper()
 	if kind == "memory" {
 		s := memory.New(memory.Options{Now: now})

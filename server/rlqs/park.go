@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Grants that outlive a stream.
@@ -42,7 +42,7 @@ import (
 //
 // When the grace period ends, a parked bucket's unspent units go back to
 // the store (for a fixed_window or gcra rule, leased by Allot: the give-back
-// of sluice.AllotRequest, void once the window has passed): the units
+// of stack.AllotRequest, void once the window has passed): the units
 // granted less those reported allowed since, and less what the client
 // could have spent between its last report and the end of the stream at
 // its estimated demand × Options.Headroom. By then an Envoy that is alive
@@ -173,19 +173,19 @@ func (s *Server) reap(ctx context.Context, now time.Time) int64 {
 	if len(due) == 0 {
 		return 0
 	}
-	var reqs []sluice.AllotRequest
+	var reqs []stack.AllotRequest
 	for _, p := range due {
 		s.parkExpired.Add(uint64(len(p.buckets)))
 		for _, b := range p.buckets {
 			if g := s.unspent(p, b, now); g > 0 {
-				reqs = append(reqs, sluice.AllotRequest{Key: b.quota.Key, Limit: b.quota.Limit, Give: g, Epoch: b.epoch, Split: 1})
+				reqs = append(reqs, stack.AllotRequest{Key: b.quota.Key, Limit: b.quota.Limit, Give: g, Epoch: b.epoch, Split: 1})
 			}
 		}
 	}
 	if len(reqs) == 0 {
 		return 0
 	}
-	out := make([]sluice.Allotment, len(reqs))
+	out := make([]stack.Allotment, len(reqs))
 	if err := s.allot(ctx, reqs, out); err != nil {
 		s.allotErrors.Add(1)
 		s.logAllotError(err)

@@ -8,7 +8,7 @@
 // the order of its keys). A bucket whose rule has a fixed_window, gcra,
 // token_bucket or sliding_window limit is served token buckets of exactly
 // the units leased for it from the store, on the same counter as Check
-// (fixed_window and gcra through sluice.Allotter, the allotments of
+// (fixed_window and gcra through stack.Allotter, the allotments of
 // placement: hybrid; token_bucket and sliding_window, and rules placed
 // local, by Takes of the units on Check's own op), so Envoys never admit
 // more than the store granted: per fixed window, at most the limit
@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Unmatched is what a bucket that matches no rule gets.
@@ -107,7 +108,7 @@ type Options struct {
 	// rule placed local, with Takes of the units on Check's op (the
 	// Allotter's Take, so the stack routes it as Check's). Nil: nothing is
 	// leased, every bucket of a limited rule is served DENY_ALL.
-	Allotter sluice.Allotter
+	Allotter stack.Allotter
 	// ReconnectGrace is how long the buckets of a stream that ended are
 	// kept, with their grants, for the same data plane to take over on a
 	// new stream (park.go, docs/rlqs.md); when it ends, their unspent
@@ -317,7 +318,7 @@ func (s *Server) Stats() Stats {
 }
 
 // allot leases from Options.Allotter (never nil when called: see leaseBy).
-func (s *Server) allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (s *Server) allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	return s.opts.Allotter.Allot(ctx, reqs, out)
 }
 
@@ -329,9 +330,9 @@ func (s *Server) leaseBy(q service.Quota) lease {
 	}
 	alg := q.Limit.Algorithm
 	switch {
-	case sluice.AllotAlgorithm(alg) && q.Rule.Placement != rules.PlacementLocal:
+	case stack.AllotAlgorithm(alg) && q.Rule.Placement != rules.PlacementLocal:
 		return leaseAllot
-	case sluice.AllotAlgorithm(alg), alg == sluice.TokenBucket, alg == sluice.SlidingWindow:
+	case stack.AllotAlgorithm(alg), alg == sluice.TokenBucket, alg == sluice.SlidingWindow:
 		return leaseTake
 	}
 	return leaseNone

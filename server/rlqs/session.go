@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // kind is how a bucket is served.
@@ -35,7 +36,7 @@ type lease uint8
 
 const (
 	leaseNone  lease = iota // it cannot be: the bucket is denied
-	leaseAllot              // sluice.Allotter.Allot (fixed_window, gcra)
+	leaseAllot              // stack.Allotter.Allot (fixed_window, gcra)
 	leaseTake               // Takes of the units on Check's op (see takeLease)
 )
 
@@ -93,8 +94,8 @@ type session struct {
 	orders  *keyOrders
 	bt      batch // the actions of the message (or tick) being answered
 	// scratch of leaseAll's Allot calls
-	areqs []sluice.AllotRequest
-	aout  []sluice.Allotment
+	areqs []stack.AllotRequest
+	aout  []stack.Allotment
 	aidx  []int // gs index of each request
 	aidx2 []int // the same, of the one-unit retries
 	// counters for Stats
@@ -116,7 +117,7 @@ type grant struct {
 	slot    int // its action's index in batch.acts
 	want    int64
 	inForce bool
-	a       sluice.Allotment
+	a       stack.Allotment
 	err     error
 }
 
@@ -396,7 +397,7 @@ func (ss *session) act(now time.Time, b *bucket, starved bool) {
 		want = b.rate * l.Window.Seconds() * o.Headroom
 	}
 	w := int64(math.Ceil(max(want, 1)))
-	w = min(w, l.Capacity(), math.MaxUint32)
+	w = min(w, stack.Capacity(l), math.MaxUint32)
 	b.leasing = true
 	bt.grants = append(bt.grants, grant{b: b, slot: len(bt.acts), want: w, inForce: inForce})
 	bt.acts = append(bt.acts, nil)
@@ -483,7 +484,7 @@ func (s *Server) blanket(id *rlqspb.BucketId, ttl time.Duration, act Action) *rl
 // for those that came back with nothing granted and units left (fewer than
 // Split: 1/Split of them rounds down to nothing), one unit each; both calls
 // share one Options.AllotTimeout. An error of a call is the error of every
-// bucket in it (sluice.Allotter: nothing may be assumed granted). The
+// bucket in it (stack.Allotter: nothing may be assumed granted). The
 // buckets leased by Takes are leased one after another, each with its own
 // AllotTimeout: a batch of Takes is all or nothing (sluice.Store), so one
 // bucket's refusal would refuse the others'.
@@ -497,7 +498,7 @@ func (ss *session) leaseAll(ctx context.Context, gs []grant) {
 			continue
 		}
 		idx = append(idx, i)
-		reqs = append(reqs, sluice.AllotRequest{Key: g.b.quota.Key, Limit: g.b.quota.Limit, Want: g.want, Split: o.Split})
+		reqs = append(reqs, stack.AllotRequest{Key: g.b.quota.Key, Limit: g.b.quota.Limit, Want: g.want, Split: o.Split})
 	}
 	if len(reqs) > 0 {
 		out := slices.Grow(ss.aout[:0], len(reqs))[:len(reqs)]
@@ -542,7 +543,7 @@ func (ss *session) leaseAll(ctx context.Context, gs []grant) {
 			cancel()
 		}
 		if g.err != nil {
-			g.a = sluice.Allotment{}
+			g.a = stack.Allotment{}
 			continue
 		}
 		if g.a.Granted == 0 && g.b.quota.Limit.Algorithm != sluice.FixedWindow {
@@ -566,12 +567,12 @@ func (ss *session) leaseAll(ctx context.Context, gs []grant) {
 // (so a sliding window's units are spent within the window that counts
 // them); for gcra and token_bucket (tokens taken now), min(Window, 1 h).
 // Granted 0 comes with the RetryAfter of the last Take as ResetAfter.
-func (s *Server) takeLease(ctx context.Context, q service.Quota, want int64) (sluice.Allotment, error) {
+func (s *Server) takeLease(ctx context.Context, q service.Quota, want int64) (stack.Allotment, error) {
 	st := s.opts.Allotter
 	ops := []sluice.Op{{Key: q.Key, Limit: q.Limit}}
 	res := make([]sluice.Result, 1)
 	if err := st.Take(ctx, ops, res); err != nil {
-		return sluice.Allotment{}, fmt.Errorf("rlqs: lease %q: %w", q.Key, err)
+		return stack.Allotment{}, fmt.Errorf("rlqs: lease %q: %w", q.Key, err)
 	}
 	left := res[0].Remaining
 	split := max(s.opts.Split, 1)
@@ -579,11 +580,11 @@ func (s *Server) takeLease(ctx context.Context, q service.Quota, want int64) (sl
 		n := max(min(want, left/split), 1)
 		ops[0].Cost = n
 		if err := st.Take(ctx, ops, res); err != nil {
-			return sluice.Allotment{}, fmt.Errorf("rlqs: lease %q: %w", q.Key, err)
+			return stack.Allotment{}, fmt.Errorf("rlqs: lease %q: %w", q.Key, err)
 		}
 		r := &res[0]
 		if r.Allowed {
-			a := sluice.Allotment{Granted: n, Remaining: r.Remaining, ResetAfter: r.ResetAfter}
+			a := stack.Allotment{Granted: n, Remaining: r.Remaining, ResetAfter: r.ResetAfter}
 			switch q.Limit.Algorithm {
 			case sluice.FixedWindow:
 				a.TTL = r.ResetAfter // the window's end (the count is > 0)
@@ -595,11 +596,11 @@ func (s *Server) takeLease(ctx context.Context, q service.Quota, want int64) (sl
 			return a, nil
 		}
 		if r.Remaining == 0 {
-			return sluice.Allotment{ResetAfter: r.RetryAfter}, nil
+			return stack.Allotment{ResetAfter: r.RetryAfter}, nil
 		}
 		left = r.Remaining
 	}
-	return sluice.Allotment{ResetAfter: res[0].RetryAfter}, nil
+	return stack.Allotment{ResetAfter: res[0].RetryAfter}, nil
 }
 
 // maxLease caps how long a bucket algorithm's grant may be spent (as the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // The outcome label values, as the engine reports them (service.Outcome*).
@@ -214,7 +214,7 @@ var breakerStates = map[string]float64{"closed": 0, "half-open": 1, "open": 2}
 
 // healthCollector exports a store's per-node health at each scrape.
 type healthCollector struct {
-	hr   sluice.HealthReporter
+	hr   stack.HealthReporter
 	desc *prometheus.Desc
 }
 
@@ -223,8 +223,8 @@ type healthCollector struct {
 //	sluice_store_breaker_state{node}   gauge  0 closed, 1 half-open, 2 open
 //
 // read from hr at each scrape: one series per store node (host:port). Register
-// it when the store implements sluice.HealthReporter.
-func NewHealthCollector(hr sluice.HealthReporter) prometheus.Collector {
+// it when the store implements stack.HealthReporter.
+func NewHealthCollector(hr stack.HealthReporter) prometheus.Collector {
 	return &healthCollector{hr: hr, desc: prometheus.NewDesc("sluice_store_breaker_state",
 		"State of the circuit breaker of each store node: 0 closed, 1 half-open, 2 open.", []string{"node"}, nil)}
 }

@@ -7,17 +7,18 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/hybrid"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // global is what the Redis side of a stack offers: decisions, allotments,
 // key listings, and whether it is a Cluster.
 type global interface {
-	sluice.Allotter
-	sluice.KeyLister
+	stack.Allotter
+	stack.KeyLister
 	Cluster() bool
 }
 
-// ErrNoAllotter: the store under a layer that forwards sluice.Allotter
+// ErrNoAllotter: the store under a layer that forwards stack.Allotter
 // leases no allotments.
 var ErrNoAllotter = errors.New("compose: the store leases no allotments")
 
@@ -49,7 +50,7 @@ func (c *cached) on(ops []sluice.Op) bool {
 		return false
 	}
 	for i := range ops {
-		if ops[i].Cost > ops[i].Limit.Capacity() {
+		if ops[i].Cost > stack.Capacity(ops[i].Limit) {
 			return false
 		}
 	}
@@ -64,40 +65,40 @@ func (c *cached) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	return c.next.Take(ctx, ops, results)
 }
 
-// Keys implements sluice.KeyLister with next's, or fails with an error
-// wrapping sluice.ErrNoKeyLister.
+// Keys implements stack.KeyLister with next's, or fails with an error
+// wrapping stack.ErrNoKeyLister.
 func (c *cached) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
-	kl, ok := c.next.(sluice.KeyLister)
+	kl, ok := c.next.(stack.KeyLister)
 	if !ok {
-		return nil, false, fmt.Errorf("compose: %T: %w", c.next, sluice.ErrNoKeyLister)
+		return nil, false, fmt.Errorf("compose: %T: %w", c.next, stack.ErrNoKeyLister)
 	}
 	return kl.Keys(ctx, prefix, max)
 }
 
-// Allot implements sluice.Allotter with next's, or fails with an error
+// Allot implements stack.Allotter with next's, or fails with an error
 // wrapping ErrNoAllotter.
-func (c *cached) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
-	a, ok := c.next.(sluice.Allotter)
+func (c *cached) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
+	a, ok := c.next.(stack.Allotter)
 	if !ok {
 		return fmt.Errorf("compose: %T: %w", c.next, ErrNoAllotter)
 	}
 	return a.Allot(ctx, reqs, out)
 }
 
-// Health implements sluice.HealthReporter with the shared store's nodes.
-func (c *cached) Health() []sluice.NodeHealth {
-	if hr, ok := c.g.(sluice.HealthReporter); ok {
+// Health implements stack.HealthReporter with the shared store's nodes.
+func (c *cached) Health() []stack.NodeHealth {
+	if hr, ok := c.g.(stack.HealthReporter); ok {
 		return hr.Health()
 	}
 	return nil
 }
 
-// Invalidations implements sluice.Invalidator with the shared store's.
+// Invalidations implements stack.Invalidator with the shared store's.
 func (c *cached) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
 	return invalidations(c.g, ctx, fn)
 }
 
-// Resets implements sluice.ResetAnnouncer with the shared store's.
+// Resets implements stack.ResetAnnouncer with the shared store's.
 func (c *cached) Resets(ctx context.Context, fn func(keys []string, all bool)) error {
 	return resets(c.g, ctx, fn)
 }

@@ -15,24 +15,24 @@
 //   - the denied-key cache (hybrid.Denied) in front of each of the two,
 //     per Config.Denied (by default on unless Redis is a Cluster),
 //     following the Redis store's announcements of refunds and resets
-//     (sluice.Invalidator), so that one done through any instance frees
+//     (stack.Invalidator), so that one done through any instance frees
 //     the key in every instance's cache;
 //   - the hybrid store follows the announcements of resets
-//     (sluice.ResetAnnouncer), so that a reset through any instance voids
+//     (stack.ResetAnnouncer), so that a reset through any instance voids
 //     the allotments every instance holds of the key;
 //   - an in-process store (store/memory) for counters placed local, which
 //     is also the fallback of limits whose failure_mode is local
 //     (Stack.Fallback);
 //   - Placed, which routes each op by its key's placement byte
-//     (sluice.KeyHybrid, sluice.KeyLocal) and keeps a batch across
+//     (stack.KeyHybrid, stack.KeyLocal) and keeps a batch across
 //     placements all-or-nothing.
 //
 // The stack is a batch.Decider: the engine hands it a whole check in one
-// call. Every layer passes the optional interfaces through: sluice.KeyLister,
-// sluice.Allotter (where a layer can lease), sluice.HealthReporter,
-// sluice.Invalidator, sluice.ResetAnnouncer and io.Closer; a layer over a
+// call. Every layer passes the optional interfaces through: stack.KeyLister,
+// stack.Allotter (where a layer can lease), stack.HealthReporter,
+// stack.Invalidator, stack.ResetAnnouncer and io.Closer; a layer over a
 // store that lacks one answers with an error wrapping
-// sluice.ErrNoKeyLister, ErrNoAllotter or ErrNoInvalidator, never with
+// stack.ErrNoKeyLister, ErrNoAllotter or ErrNoInvalidator, never with
 // silence. Stats replace metrics: the package
 // imports no metrics library, its caller registers what Stats returns.
 package compose
@@ -51,6 +51,7 @@ import (
 	"github.com/sluice-rl/sluice/store/hybrid"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Kinds of store, for Config.Kind.
@@ -166,10 +167,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Stack is a built store stack. It is a sluice.Store, sluice.KeyLister,
-// sluice.Allotter (the Redis store's, or the memory store's with
-// KindMemory), sluice.HealthReporter, sluice.Invalidator,
-// sluice.ResetAnnouncer and io.Closer.
+// Stack is a built store stack. It is a sluice.Store, stack.KeyLister,
+// stack.Allotter (the Redis store's, or the memory store's with
+// KindMemory), stack.HealthReporter, stack.Invalidator,
+// stack.ResetAnnouncer and io.Closer.
 // It is safe for concurrent use.
 type Stack struct {
 	top    sluice.Store
@@ -185,14 +186,14 @@ type Stack struct {
 }
 
 var (
-	_ sluice.Store          = (*Stack)(nil)
-	_ sluice.KeyLister      = (*Stack)(nil)
-	_ sluice.Allotter       = (*Stack)(nil)
-	_ sluice.HealthReporter = (*Stack)(nil)
-	_ sluice.Invalidator    = (*Stack)(nil)
-	_ sluice.ResetAnnouncer = (*Stack)(nil)
-	_ io.Closer             = (*Stack)(nil)
-	_ batch.Decider         = (*Stack)(nil)
+	_ sluice.Store         = (*Stack)(nil)
+	_ stack.KeyLister      = (*Stack)(nil)
+	_ stack.Allotter       = (*Stack)(nil)
+	_ stack.HealthReporter = (*Stack)(nil)
+	_ stack.Invalidator    = (*Stack)(nil)
+	_ stack.ResetAnnouncer = (*Stack)(nil)
+	_ io.Closer            = (*Stack)(nil)
+	_ batch.Decider        = (*Stack)(nil)
 )
 
 // New builds the stack c describes. On error nothing is left open.
@@ -292,35 +293,35 @@ func (s *Stack) Decide(ctx context.Context, b *batch.Batch) error {
 	return batch.Run(ctx, s.top, b, batch.Split)
 }
 
-// Keys implements sluice.KeyLister: every layer's keys, by placement.
+// Keys implements stack.KeyLister: every layer's keys, by placement.
 func (s *Stack) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
-	kl, ok := s.top.(sluice.KeyLister)
+	kl, ok := s.top.(stack.KeyLister)
 	if !ok {
-		return nil, false, fmt.Errorf("compose: %T: %w", s.top, sluice.ErrNoKeyLister)
+		return nil, false, fmt.Errorf("compose: %T: %w", s.top, stack.ErrNoKeyLister)
 	}
 	return kl.Keys(ctx, prefix, max)
 }
 
-// Allot implements sluice.Allotter with the Redis store's allotments (so a
+// Allot implements stack.Allotter with the Redis store's allotments (so a
 // hybrid store of the caller's own can lease from the stack); with
 // KindMemory, with the memory store's (the counters Take charges).
-func (s *Stack) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (s *Stack) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	if s.conn == nil {
 		return s.mem.Allot(ctx, reqs, out)
 	}
 	return s.conn.Allot(ctx, reqs, out)
 }
 
-// Health implements sluice.HealthReporter: the Redis store's nodes (one
+// Health implements stack.HealthReporter: the Redis store's nodes (one
 // node "redis", open, while it is connecting); nil with KindMemory.
-func (s *Stack) Health() []sluice.NodeHealth {
+func (s *Stack) Health() []stack.NodeHealth {
 	if s.conn == nil {
 		return nil
 	}
 	return s.conn.Health()
 }
 
-// Invalidations implements sluice.Invalidator with the Redis store's; it
+// Invalidations implements stack.Invalidator with the Redis store's; it
 // fails with an error wrapping ErrNoInvalidator with KindMemory (one
 // process sees every op itself) or when the Redis store announces none.
 func (s *Stack) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
@@ -330,7 +331,7 @@ func (s *Stack) Invalidations(ctx context.Context, fn func(keys []string, all bo
 	return s.conn.Invalidations(ctx, fn)
 }
 
-// Resets implements sluice.ResetAnnouncer with the Redis store's; it
+// Resets implements stack.ResetAnnouncer with the Redis store's; it
 // fails with an error wrapping ErrNoInvalidator with KindMemory or when
 // the Redis store announces none.
 func (s *Stack) Resets(ctx context.Context, fn func(keys []string, all bool)) error {

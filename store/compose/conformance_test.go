@@ -6,6 +6,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -45,11 +46,11 @@ var hybridSkips = map[string]string{
 func compositions() []composition {
 	return []composition{
 		{name: "global+denied", denied: DeniedOn, bytes: []byte{'g'}},
-		{name: "local", denied: DeniedOff, bytes: []byte{sluice.KeyLocal}},
-		{name: "global+local", denied: DeniedAuto, bytes: []byte{'g', sluice.KeyLocal}},
-		{name: "hybrid", denied: DeniedOff, bytes: []byte{sluice.KeyHybrid}, skip: hybridSkips},
-		{name: "hybrid+denied", denied: DeniedOn, bytes: []byte{sluice.KeyHybrid}, skip: hybridSkips},
-		{name: "global+hybrid+local", denied: DeniedAuto, bytes: []byte{'g', sluice.KeyHybrid, sluice.KeyLocal}, skip: hybridSkips},
+		{name: "local", denied: DeniedOff, bytes: []byte{stack.KeyLocal}},
+		{name: "global+local", denied: DeniedAuto, bytes: []byte{'g', stack.KeyLocal}},
+		{name: "hybrid", denied: DeniedOff, bytes: []byte{stack.KeyHybrid}, skip: hybridSkips},
+		{name: "hybrid+denied", denied: DeniedOn, bytes: []byte{stack.KeyHybrid}, skip: hybridSkips},
+		{name: "global+hybrid+local", denied: DeniedAuto, bytes: []byte{'g', stack.KeyHybrid, stack.KeyLocal}, skip: hybridSkips},
 	}
 }
 
@@ -82,8 +83,8 @@ func TestConformanceRedis(t *testing.T) {
 func TestConformanceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	for _, c := range []composition{
-		{name: "global+local", denied: DeniedAuto, bytes: []byte{'g', sluice.KeyLocal}},
-		{name: "global+hybrid+local", denied: DeniedAuto, bytes: []byte{'g', sluice.KeyHybrid, sluice.KeyLocal}, skip: hybridSkips},
+		{name: "global+local", denied: DeniedAuto, bytes: []byte{'g', stack.KeyLocal}},
+		{name: "global+hybrid+local", denied: DeniedAuto, bytes: []byte{'g', stack.KeyHybrid, stack.KeyLocal}, skip: hybridSkips},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, cl.URL()) })
 	}

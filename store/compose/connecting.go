@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // errNotConnected is what a connecting store answers until Redis is reached.
@@ -22,9 +23,9 @@ var errNotConnected = fmt.Errorf("redis store not connected yet: %w", sluice.Err
 // limit's failure mode at once (sluice.ErrStoreUnavailable) and Health
 // reports one node "redis" that is open; meanwhile it keeps dialling, and
 // once connected it passes everything to the real store. It forwards
-// every optional interface the Redis store has: sluice.Allotter,
-// sluice.KeyLister, sluice.HealthReporter, sluice.Invalidator and
-// sluice.ResetAnnouncer (when the Redis store implements them), Cluster
+// every optional interface the Redis store has: stack.Allotter,
+// stack.KeyLister, stack.HealthReporter, stack.Invalidator and
+// stack.ResetAnnouncer (when the Redis store implements them), Cluster
 // and Close.
 //
 // It is safe for concurrent use.
@@ -76,7 +77,7 @@ func (c *connecting) Take(ctx context.Context, ops []sluice.Op, results []sluice
 }
 
 // Allot passes to the real store once connected, else fails.
-func (c *connecting) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (c *connecting) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	s := c.current()
 	if s == nil {
 		return errNotConnected
@@ -103,21 +104,21 @@ func (c *connecting) Cluster() bool {
 
 // Health reports the real store's nodes once connected; before, one node
 // "redis" that is out.
-func (c *connecting) Health() []sluice.NodeHealth {
+func (c *connecting) Health() []stack.NodeHealth {
 	s := c.current()
 	if s == nil {
-		return []sluice.NodeHealth{{Node: "redis", State: "open", LastError: "not connected yet"}}
+		return []stack.NodeHealth{{Node: "redis", State: "open", LastError: "not connected yet"}}
 	}
 	return s.Health()
 }
 
 // Invalidations waits until connected, then passes to the real store's
-// sluice.Invalidator (whose first call says to drop everything: nothing
+// stack.Invalidator (whose first call says to drop everything: nothing
 // was heard before); it returns redis.ErrClosed once closed, ctx's error
 // when ctx is done, and fails with ErrNoInvalidator when the Redis store
 // has none.
 func (c *connecting) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
-	if _, ok := any((*redis.Store)(nil)).(sluice.Invalidator); !ok {
+	if _, ok := any((*redis.Store)(nil)).(stack.Invalidator); !ok {
 		return fmt.Errorf("compose: %T: %w", (*redis.Store)(nil), ErrNoInvalidator)
 	}
 	if err := c.waitUp(ctx); err != nil {
@@ -126,11 +127,11 @@ func (c *connecting) Invalidations(ctx context.Context, fn func(keys []string, a
 	return invalidations(c.current(), ctx, fn)
 }
 
-// Resets is Invalidations for sluice.ResetAnnouncer: it waits until
+// Resets is Invalidations for stack.ResetAnnouncer: it waits until
 // connected, then passes to the real store's (whose first call says all:
 // nothing was heard before).
 func (c *connecting) Resets(ctx context.Context, fn func(keys []string, all bool)) error {
-	if _, ok := any((*redis.Store)(nil)).(sluice.ResetAnnouncer); !ok {
+	if _, ok := any((*redis.Store)(nil)).(stack.ResetAnnouncer); !ok {
 		return fmt.Errorf("compose: %T: %w", (*redis.Store)(nil), ErrNoInvalidator)
 	}
 	if err := c.waitUp(ctx); err != nil {

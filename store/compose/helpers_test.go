@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/store/hybrid"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -119,7 +120,7 @@ func (p *placing) Keys(ctx context.Context, prefix string, max int) ([]string, b
 	var out []string
 	more := false
 	bytes := p.bytes
-	if slices.Contains(bytes, sluice.KeyHybrid) && !slices.Contains(bytes, 'g') {
+	if slices.Contains(bytes, stack.KeyHybrid) && !slices.Contains(bytes, 'g') {
 		bytes = append(slices.Clip(bytes), 'g') // where keyByte puts what hybrid cannot decide
 	}
 	for _, b := range bytes {
@@ -152,7 +153,7 @@ func keyByte(op *sluice.Op, bytes []byte) byte {
 		h = (h ^ uint32(op.Key[i])) * 16777619
 	}
 	b := bytes[h%uint32(len(bytes))]
-	if b == sluice.KeyHybrid && !hybrid.Supported(op.Limit.Algorithm) {
+	if b == stack.KeyHybrid && !hybrid.Supported(op.Limit.Algorithm) {
 		return 'g'
 	}
 	return b

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -40,17 +41,17 @@ func (s *Stack) layers() []layer {
 }
 
 // Every layer of every composition offers what the engine asks of a store
-// (sluice.Store, sluice.KeyLister for tenant resets and usage,
-// sluice.HealthReporter for readiness and metrics, io.Closer for the stack)
-// and passes on sluice.Allotter, sluice.Invalidator and
-// sluice.ResetAnnouncer; and none lies: a
+// (sluice.Store, stack.KeyLister for tenant resets and usage,
+// stack.HealthReporter for readiness and metrics, io.Closer for the stack)
+// and passes on stack.Allotter, stack.Invalidator and
+// stack.ResetAnnouncer; and none lies: a
 // call either works on real stores or fails with the sentinel that says
 // the store below cannot.
 func TestInterfacesPassThrough(t *testing.T) {
 	srv := sharedRedis(t)
 	ctx := context.Background()
-	_, redisInvalidates := any((*redis.Store)(nil)).(sluice.Invalidator)
-	_, redisAnnounces := any((*redis.Store)(nil)).(sluice.ResetAnnouncer)
+	_, redisInvalidates := any((*redis.Store)(nil)).(stack.Invalidator)
+	_, redisAnnounces := any((*redis.Store)(nil)).(stack.ResetAnnouncer)
 	for _, tc := range []struct {
 		name string
 		cfg  func(*storetest.Clock) Config
@@ -80,13 +81,13 @@ func TestInterfacesPassThrough(t *testing.T) {
 				t.Error("the stack is no io.Closer")
 			}
 			for _, l := range s.layers() {
-				kl, ok := l.st.(sluice.KeyLister)
+				kl, ok := l.st.(stack.KeyLister)
 				if !ok {
 					t.Errorf("%s: no sluice.KeyLister", l.name)
 				} else if got, _, err := kl.Keys(ctx, "", 10); err != nil || len(got) == 0 {
 					t.Errorf("%s: Keys(\"\", 10) = %q, %v; want the keys taken", l.name, got, err)
 				}
-				hr, ok := l.st.(sluice.HealthReporter)
+				hr, ok := l.st.(stack.HealthReporter)
 				switch {
 				case !ok:
 					t.Errorf("%s: no sluice.HealthReporter", l.name)
@@ -95,9 +96,9 @@ func TestInterfacesPassThrough(t *testing.T) {
 				case !tc.health && hr.Health() != nil:
 					t.Errorf("%s: Health() = %v, want nil (an in-process store has no nodes)", l.name, hr.Health())
 				}
-				if a, ok := l.st.(sluice.Allotter); ok {
-					out := make([]sluice.Allotment, 1)
-					err := a.Allot(ctx, []sluice.AllotRequest{{Key: "{i}allot", Limit: lim, Want: 1, Split: 1}}, out)
+				if a, ok := l.st.(stack.Allotter); ok {
+					out := make([]stack.Allotment, 1)
+					err := a.Allot(ctx, []stack.AllotRequest{{Key: "{i}allot", Limit: lim, Want: 1, Split: 1}}, out)
 					leases := tc.allot && l.name != "denied(hybrid)" // a hybrid store spends allotments, it leases none
 					switch {
 					case leases && (err != nil || out[0].Granted != 1):
@@ -108,7 +109,7 @@ func TestInterfacesPassThrough(t *testing.T) {
 				} else if l.name != "placed" { // Placed routes ops; a caller leases from the stack
 					t.Errorf("%s: no sluice.Allotter", l.name)
 				}
-				inv, ok := l.st.(sluice.Invalidator)
+				inv, ok := l.st.(stack.Invalidator)
 				if !ok {
 					t.Errorf("%s: no sluice.Invalidator", l.name)
 				} else {
@@ -122,7 +123,7 @@ func TestInterfacesPassThrough(t *testing.T) {
 						t.Errorf("%s: Invalidations over a store without them: %v, want ErrNoInvalidator", l.name, err)
 					}
 				}
-				ra, ok := l.st.(sluice.ResetAnnouncer)
+				ra, ok := l.st.(stack.ResetAnnouncer)
 				if !ok {
 					t.Errorf("%s: no sluice.ResetAnnouncer", l.name)
 					continue
@@ -145,13 +146,13 @@ func TestInterfacesPassThrough(t *testing.T) {
 type unlisted struct{ sluice.Store }
 
 // A layer over a store that cannot list keys says so with
-// sluice.ErrNoKeyLister instead of listing nothing.
+// stack.ErrNoKeyLister instead of listing nothing.
 func TestKeysNoLister(t *testing.T) {
 	m := memory.New(memory.Options{})
 	t.Cleanup(func() { m.Close() })
 	p := &Placed{Global: unlisted{m}, Local: m}
 	for _, prefix := range []string{"", "{a}", "h{a}"} {
-		if _, _, err := p.Keys(context.Background(), prefix, 10); !errors.Is(err, sluice.ErrNoKeyLister) {
+		if _, _, err := p.Keys(context.Background(), prefix, 10); !errors.Is(err, stack.ErrNoKeyLister) {
 			t.Errorf("Placed.Keys(%q) over an unlisted global store: %v, want sluice.ErrNoKeyLister", prefix, err)
 		}
 	}
@@ -159,10 +160,10 @@ func TestKeysNoLister(t *testing.T) {
 		t.Errorf("Placed.Keys(\"l{a}\") over a listing local store = %q, %v; want none, no error", got, err)
 	}
 	c := &cached{next: unlisted{m}}
-	if _, _, err := c.Keys(context.Background(), "", 10); !errors.Is(err, sluice.ErrNoKeyLister) {
+	if _, _, err := c.Keys(context.Background(), "", 10); !errors.Is(err, stack.ErrNoKeyLister) {
 		t.Errorf("cached.Keys over an unlisted store: %v, want sluice.ErrNoKeyLister", err)
 	}
-	if !errors.Is(service.ErrNoKeyLister, sluice.ErrNoKeyLister) {
+	if !errors.Is(service.ErrNoKeyLister, stack.ErrNoKeyLister) {
 		t.Error("service.ErrNoKeyLister is not sluice.ErrNoKeyLister: the admin API would not recognise a layer's answer")
 	}
 }
@@ -182,14 +183,14 @@ func TestConnectingUnreachable(t *testing.T) {
 	c.Background = true
 	s := newStack(t, c)
 	ctx := context.Background()
-	lim := sluice.PerSecond(sluice.FixedWindow, 1)
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Second}
 	if err := s.Take(ctx, []sluice.Op{{Key: "{x}", Limit: lim, Cost: 1}}, make([]sluice.Result, 1)); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Errorf("Take while connecting: %v, want ErrStoreUnavailable", err)
 	}
 	if _, _, err := s.Keys(ctx, "", 10); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Errorf("Keys while connecting: %v, want ErrStoreUnavailable", err)
 	}
-	if err := s.Allot(ctx, []sluice.AllotRequest{{Key: "{x}", Limit: lim, Want: 1}}, make([]sluice.Allotment, 1)); !errors.Is(err, sluice.ErrStoreUnavailable) {
+	if err := s.Allot(ctx, []stack.AllotRequest{{Key: "{x}", Limit: lim, Want: 1}}, make([]stack.Allotment, 1)); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Errorf("Allot while connecting: %v, want ErrStoreUnavailable", err)
 	}
 	if h := s.Health(); len(h) != 1 || h[0].State != "open" {
@@ -215,7 +216,7 @@ func TestConnectingConnects(t *testing.T) {
 	}
 	c.Logger = slog.New(slog.DiscardHandler)
 	s := newStack(t, c)
-	lim := sluice.PerSecond(sluice.FixedWindow, 1)
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Second}
 	deadline := time.Now().Add(30 * time.Second)
 	for s.Redis() == nil {
 		if time.Now().After(deadline) {
@@ -362,7 +363,7 @@ descriptors:
 // after another instance resets it, for placements global and hybrid.
 func TestDeniedFollowsFleet(t *testing.T) {
 	srv := sharedRedis(t)
-	if _, ok := any((*redis.Store)(nil)).(sluice.Invalidator); !ok {
+	if _, ok := any((*redis.Store)(nil)).(stack.Invalidator); !ok {
 		t.Skip("the Redis store announces no invalidations")
 	}
 	ca := stackConfig(srv.URL(), nil, DeniedOn)
@@ -409,7 +410,7 @@ func TestDeniedFollowsFleet(t *testing.T) {
 }
 
 // A reset done through one instance voids the hybrid allotments other
-// instances hold of the key (sluice.ResetAnnouncer): two stacks on one
+// instances hold of the key (stack.ResetAnnouncer): two stacks on one
 // Redis, instance b leases and holds units of a hybrid key, instance a
 // refunds (b keeps its units: a refund makes none unsafe) and then resets
 // it; once b heard the reset, the two together admit at most the limit.
@@ -417,7 +418,7 @@ func TestDeniedFollowsFleet(t *testing.T) {
 // top of the fresh counter's quota.
 func TestResetVoidsFleetAllotments(t *testing.T) {
 	srv := sharedRedis(t)
-	if _, ok := any((*redis.Store)(nil)).(sluice.ResetAnnouncer); !ok {
+	if _, ok := any((*redis.Store)(nil)).(stack.ResetAnnouncer); !ok {
 		t.Fatal("the Redis store announces no resets")
 	}
 	clock := storetest.NewClock() // one clock: one window for the whole test

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // A store that could not reach Redis at start passes on the real store's
@@ -24,7 +25,7 @@ func TestConnectingStoreInvalidations(t *testing.T) {
 	}
 	defer c.Close()
 	var g sluice.Store = c
-	inv, ok := g.(sluice.Invalidator)
+	inv, ok := g.(stack.Invalidator)
 	if !ok {
 		t.Fatalf("%T is not a sluice.Invalidator", g)
 	}

@@ -8,11 +8,12 @@ import (
 	"sync/atomic"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Placed is a sluice.Store that routes each op to the store of its
-// counter's placement, by the first byte of its key: sluice.KeyHybrid to
-// Hybrid, sluice.KeyLocal to Local, anything else to Global. A nil Hybrid
+// counter's placement, by the first byte of its key: stack.KeyHybrid to
+// Hybrid, stack.KeyLocal to Local, anything else to Global. A nil Hybrid
 // or Local means Global. Global must not be nil.
 //
 // A batch within one placement is passed through whole (all-or-nothing as
@@ -79,11 +80,11 @@ const (
 func (p *Placed) storeOf(key string, alg sluice.Algorithm) (int, sluice.Store) {
 	if key != "" {
 		switch key[0] {
-		case sluice.KeyLocal:
+		case stack.KeyLocal:
 			if p.Local != nil {
 				return placeLocal, p.Local
 			}
-		case sluice.KeyHybrid:
+		case stack.KeyHybrid:
 			if p.Hybrid != nil && !(p.GlobalWindows && alg == sluice.FixedWindow) {
 				return placeHybrid, p.Hybrid
 			}
@@ -109,7 +110,7 @@ var ErrMixedFinal = errors.New("compose: takes with refunds or resets in more th
 // Take implements sluice.Store.
 func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
 	if len(results) != len(ops) {
-		return fmt.Errorf("compose: %d ops, %d results: %w", len(ops), len(results), sluice.ErrResultsLength)
+		return fmt.Errorf("compose: %d ops, %d results: %w", len(ops), len(results), stack.ErrResultsLength)
 	}
 	if len(ops) == 0 {
 		return nil
@@ -174,7 +175,7 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 			// Only a look failed: the batch is denied all the same, and
 			// these ops' state is unknown (reported as nothing left).
 			for j, i := range g.idx {
-				results[i] = sluice.Result{Allowed: true, Limit: sub[j].Limit.Capacity()}
+				results[i] = sluice.Result{Allowed: true, Limit: stack.Capacity(sub[j].Limit)}
 			}
 			continue
 		}
@@ -244,10 +245,10 @@ func (p *Placed) undo(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	}
 }
 
-// Keys implements sluice.KeyLister: a prefix that starts with a placement
+// Keys implements stack.KeyLister: a prefix that starts with a placement
 // byte is listed in that placement's store, any other in the global store
 // (an empty prefix in each distinct store, each key once, up to max in
-// all). It returns an error wrapping sluice.ErrNoKeyLister when that store
+// all). It returns an error wrapping stack.ErrNoKeyLister when that store
 // cannot list its keys, and an error when max < 1.
 func (p *Placed) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
 	if max < 1 {
@@ -268,9 +269,9 @@ func (p *Placed) Keys(ctx context.Context, prefix string, max int) ([]string, bo
 	seen := map[string]bool{}
 	more := false
 	for _, st := range stores {
-		kl, ok := st.(sluice.KeyLister)
+		kl, ok := st.(stack.KeyLister)
 		if !ok {
-			return nil, false, fmt.Errorf("compose: placed store %T: %w", st, sluice.ErrNoKeyLister)
+			return nil, false, fmt.Errorf("compose: placed store %T: %w", st, stack.ErrNoKeyLister)
 		}
 		if len(out) >= max {
 			return out, true, nil
@@ -290,37 +291,37 @@ func (p *Placed) Keys(ctx context.Context, prefix string, max int) ([]string, bo
 	return out, more, nil
 }
 
-// Health implements sluice.HealthReporter with the global store's nodes
+// Health implements stack.HealthReporter with the global store's nodes
 // (nil when the global store reports none).
-func (p *Placed) Health() []sluice.NodeHealth {
-	if hr, ok := p.Global.(sluice.HealthReporter); ok {
+func (p *Placed) Health() []stack.NodeHealth {
+	if hr, ok := p.Global.(stack.HealthReporter); ok {
 		return hr.Health()
 	}
 	return nil
 }
 
-// Invalidations implements sluice.Invalidator with the global store's
+// Invalidations implements stack.Invalidator with the global store's
 // (the one the fleet shares). It returns an error wrapping ErrNoInvalidator
 // when the global store has none.
 func (p *Placed) Invalidations(ctx context.Context, fn func(keys []string, all bool)) error {
 	return invalidations(p.Global, ctx, fn)
 }
 
-// Resets implements sluice.ResetAnnouncer with the global store's. It
+// Resets implements stack.ResetAnnouncer with the global store's. It
 // returns an error wrapping ErrNoInvalidator when the global store has none.
 func (p *Placed) Resets(ctx context.Context, fn func(keys []string, all bool)) error {
 	return resets(p.Global, ctx, fn)
 }
 
 // ErrNoInvalidator: the store under a layer that forwards
-// sluice.Invalidator or sluice.ResetAnnouncer has none (a single-process
+// stack.Invalidator or stack.ResetAnnouncer has none (a single-process
 // store needs none).
 var ErrNoInvalidator = errors.New("compose: the store announces no invalidations")
 
 // invalidations forwards to st's Invalidator, or fails with
 // ErrNoInvalidator.
 func invalidations(st sluice.Store, ctx context.Context, fn func(keys []string, all bool)) error {
-	inv, ok := st.(sluice.Invalidator)
+	inv, ok := st.(stack.Invalidator)
 	if !ok {
 		return fmt.Errorf("compose: %T: %w", st, ErrNoInvalidator)
 	}
@@ -329,7 +330,7 @@ func invalidations(st sluice.Store, ctx context.Context, fn func(keys []string, 
 
 // resets forwards to st's ResetAnnouncer, or fails with ErrNoInvalidator.
 func resets(st sluice.Store, ctx context.Context, fn func(keys []string, all bool)) error {
-	ra, ok := st.(sluice.ResetAnnouncer)
+	ra, ok := st.(stack.ResetAnnouncer)
 	if !ok {
 		return fmt.Errorf("compose: %T: %w", st, ErrNoInvalidator)
 	}

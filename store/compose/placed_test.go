@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/proctest"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -27,7 +28,7 @@ func TestPlacedAllOrNothingConcurrent(t *testing.T) {
 		return sluice.Limit{Algorithm: sluice.FixedWindow, Quota: q, Window: time.Hour}
 	}
 	type counter struct {
-		place byte // 'g', sluice.KeyHybrid or sluice.KeyLocal
+		place byte // 'g', stack.KeyHybrid or stack.KeyLocal
 		quota int64
 	}
 	for _, tc := range []struct {
@@ -41,10 +42,10 @@ func TestPlacedAllOrNothingConcurrent(t *testing.T) {
 		// admit fewer: units on their way in an allotment).
 		exact bool
 	}{
-		{"global denies, local undone", []counter{{'g', 20}, {sluice.KeyLocal, 20 + goroutines + 4}}, 20, true},
-		{"local denies first", []counter{{'g', 100}, {sluice.KeyLocal, 10}}, 10, true},
-		{"hybrid denies, local undone", []counter{{sluice.KeyHybrid, 20}, {sluice.KeyLocal, 20 + goroutines + 4}}, 20, false},
-		{"global denies, hybrid and local undone", []counter{{'g', 20}, {sluice.KeyHybrid, 60}, {sluice.KeyLocal, 20 + goroutines + 4}}, 20, true},
+		{"global denies, local undone", []counter{{'g', 20}, {stack.KeyLocal, 20 + goroutines + 4}}, 20, true},
+		{"local denies first", []counter{{'g', 100}, {stack.KeyLocal, 10}}, 10, true},
+		{"hybrid denies, local undone", []counter{{stack.KeyHybrid, 20}, {stack.KeyLocal, 20 + goroutines + 4}}, 20, false},
+		{"global denies, hybrid and local undone", []counter{{'g', 20}, {stack.KeyHybrid, 60}, {stack.KeyLocal, 20 + goroutines + 4}}, 20, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := storetest.NewClock()
@@ -99,7 +100,7 @@ func TestPlacedAllOrNothingConcurrent(t *testing.T) {
 				look.Cost = 0
 				res := make([]sluice.Result, 1)
 				var st sluice.Store = s
-				if c.place == sluice.KeyHybrid {
+				if c.place == stack.KeyHybrid {
 					st = s.conn // the global count, allotments given back
 				}
 				if err := st.Take(context.Background(), []sluice.Op{look}, res); err != nil {

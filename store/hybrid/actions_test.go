@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Charges, refunds and resets are decided by the global store: a charge
@@ -84,7 +85,7 @@ func TestKeysNeedsALister(t *testing.T) {
 	}
 }
 
-type allotterOnly struct{ sluice.Allotter }
+type allotterOnly struct{ stack.Allotter }
 
 // The denied cache passes charges, refunds and resets through, and each
 // forgets the key's denial (a charge may move its RetryAfter later).

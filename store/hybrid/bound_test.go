@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -38,11 +39,11 @@ type inFlight struct {
 	units map[entryKey]int64
 }
 
-// Allot implements sluice.Allotter, counting what it granted in flight.
+// Allot implements stack.Allotter, counting what it granted in flight.
 // On error the instance assumes nothing granted (and spends nothing): the
 // units are counted in the global store, never spent, so none are in
 // flight.
-func (c *inFlight) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (c *inFlight) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	c.gate.RLock()
 	defer c.gate.RUnlock()
 	err := c.Store.Allot(ctx, reqs, out)
@@ -270,7 +271,7 @@ func TestGCRABound(t *testing.T) {
 // what an exact bucket admits. It returns the total admitted.
 func checkGCRA(t *testing.T, key string, l sluice.Limit, dt time.Duration, admitted []int, held []int64) int {
 	t.Helper()
-	p := l.Params()
+	p := stack.Params(l)
 	worst, total := int64(0), 0
 	for a := range admitted {
 		sum := int64(0)
@@ -355,7 +356,7 @@ func TestKilledLeaseExpires(t *testing.T) {
 			}
 			count := func() int64 {
 				n := int64(0)
-				for range 3 * l.Capacity() {
+				for range 3 * stack.Capacity(l) {
 					if err := b.Take(context.Background(), op, res); err != nil {
 						t.Fatalf("b: Take: %v", err)
 					}
@@ -365,11 +366,11 @@ func TestKilledLeaseExpires(t *testing.T) {
 				}
 				return n
 			}
-			if got, want := count(), l.Capacity()-reserved; got != want {
+			if got, want := count(), stack.Capacity(l)-reserved; got != want {
 				t.Errorf("b admitted %d beside a killed instance holding %d, want %d", got, reserved, want)
 			}
 			f.clock.Advance(l.Window)
-			if got, want := count(), l.Capacity(); got != want {
+			if got, want := count(), stack.Capacity(l); got != want {
 				t.Errorf("b admitted %d a window after the kill, want %d (the killed allotment expired)", got, want)
 			}
 		})

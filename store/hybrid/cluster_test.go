@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -249,7 +250,7 @@ func clusterGCRARun(t *testing.T, c *redistest.Cluster, seed uint64) {
 			a[s], h[s] = adm[s][k], held[s][k]
 		}
 		total := checkGCRA(t, fmt.Sprintf("%s (seed %d)", key, seed), l, dt, a, h)
-		if exact := l.Params().Burst + steps*dt.Microseconds()/l.Params().Interval; int64(total) < exact/2 {
+		if exact := stack.Params(l).Burst + steps*dt.Microseconds()/stack.Params(l).Interval; int64(total) < exact/2 {
 			t.Errorf("seed %d, key %s: admitted %d in the run under twice the rate of demand, want ≥ %d", seed, key, total, exact/2)
 		}
 	}

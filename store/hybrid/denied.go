@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // DeniedOptions configure a Denied cache. The zero value is usable.
@@ -23,10 +24,10 @@ type DeniedOptions struct {
 	// (or anything else sharing the store) frees the key here too, within
 	// one announcement's delivery. Set it to the store that several
 	// instances share (the Redis store, which implements
-	// sluice.Invalidator), whatever is between it and the cache (names are
+	// stack.Invalidator), whatever is between it and the cache (names are
 	// Op.Key's, which stores in between must pass unchanged). Nil: only
 	// the ops that go through this cache forget denials.
-	Invalidator sluice.Invalidator
+	Invalidator stack.Invalidator
 }
 
 // DefaultDeniedKeys is the default DeniedOptions.MaxKeys.
@@ -215,7 +216,7 @@ func (den *denial) covers(op *sluice.Op) bool {
 	if op.Cost == den.cost {
 		return true
 	}
-	return op.Limit.Algorithm == sluice.FixedWindow && op.Cost > den.cost && op.Cost <= op.Limit.Capacity()
+	return op.Limit.Algorithm == sluice.FixedWindow && op.Cost > den.cost && op.Cost <= stack.Capacity(op.Limit)
 }
 
 // gives reports whether op may give quota back early.

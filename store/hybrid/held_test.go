@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -41,7 +42,7 @@ func TestHeld(t *testing.T) {
 		if err := mem.Take(ctx, []sluice.Op{{Key: "a", Limit: l}}, res); err != nil {
 			t.Fatal(err)
 		}
-		return l.Capacity() - res[0].Remaining
+		return stack.Capacity(l) - res[0].Remaining
 	}
 	check := func(when string, wantUnits int64, wantKeys int) {
 		t.Helper()

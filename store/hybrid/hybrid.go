@@ -6,7 +6,7 @@
 // # How a key is decided
 //
 // Each instance keeps, per key, an allotment: units already counted against
-// the key in the global store (one atomic script, sluice.Allotter), which it
+// the key in the global store (one atomic script, stack.Allotter), which it
 // spends locally with no round trip. An allotment is sized from the key's
 // observed local rate (enough for Options.Horizon), capped at 1/Split of
 // the quota that stands above a reserve (Keep), and leased again in the
@@ -90,7 +90,7 @@
 // way. What a reset cannot reach: an idle key's give-back (Sweep, Close)
 // already on its way when the reset runs lands on the fresh key, at most
 // the units that instance held, once. Keys lists the global store's keys
-// when it is a sluice.KeyLister.
+// when it is a stack.KeyLister.
 //
 // # Failure
 //
@@ -110,6 +110,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // ErrUnsupported: the op's algorithm cannot be decided from allotments.
@@ -180,10 +181,10 @@ type Options struct {
 	// units are not given back: the counter they were taken from is gone,
 	// and giving them back to the fresh one would let the fleet admit more
 	// than the limit. Set it to the global store several instances share
-	// (the Redis store implements sluice.ResetAnnouncer; names are
+	// (the Redis store implements stack.ResetAnnouncer; names are
 	// Op.Key's, which stores in between must pass unchanged). Nil: only
 	// resets through this store void its allotments.
-	Resets sluice.ResetAnnouncer
+	Resets stack.ResetAnnouncer
 }
 
 // Stats are counters of a Store since New.
@@ -214,7 +215,7 @@ type Stats struct {
 // Store decides from allotments of a global store. It is safe for
 // concurrent use. Close gives back what it holds.
 type Store struct {
-	g       sluice.Allotter
+	g       stack.Allotter
 	now     func() int64
 	wall    func() int64 // this host's clock, µs since the Unix epoch (localAt)
 	horizon int64        // µs
@@ -307,7 +308,7 @@ type entry struct {
 }
 
 // New returns a Store over the global store g.
-func New(g sluice.Allotter, opts Options) (*Store, error) {
+func New(g stack.Allotter, opts Options) (*Store, error) {
 	if g == nil {
 		return nil, errors.New("hybrid: nil global store")
 	}
@@ -400,7 +401,7 @@ func (s *Store) Held() (units int64, keys int) {
 
 // keepOf is the reserve of limit l.
 func (s *Store) keepOf(l sluice.Limit) int64 {
-	c := l.Capacity()
+	c := stack.Capacity(l)
 	k := int64(float64(c)*s.keep + 0.999999)
 	return max(k, 1)
 }
@@ -448,13 +449,13 @@ type plan struct {
 // either way). ops must use supported algorithms (Supported).
 func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
 	if len(results) != len(ops) {
-		return fmt.Errorf("hybrid: %d ops, %d results: %w", len(ops), len(results), sluice.ErrResultsLength)
+		return fmt.Errorf("hybrid: %d ops, %d results: %w", len(ops), len(results), stack.ErrResultsLength)
 	}
 	if len(ops) == 0 {
 		return nil
 	}
 	for i := range ops {
-		if err := ops[i].Check(); err != nil {
+		if err := stack.CheckOp(&ops[i]); err != nil {
 			return fmt.Errorf("hybrid: %w", err)
 		}
 		if !Supported(ops[i].Limit.Algorithm) {
@@ -593,10 +594,10 @@ func (s *Store) heardResets(keys []string, all bool) {
 	}
 }
 
-// Keys implements sluice.KeyLister by asking the global store, which holds
+// Keys implements stack.KeyLister by asking the global store, which holds
 // every key's state; it fails when the global store lists no keys.
 func (s *Store) Keys(ctx context.Context, prefix string, max int) ([]string, bool, error) {
-	kl, ok := s.g.(sluice.KeyLister)
+	kl, ok := s.g.(stack.KeyLister)
 	if !ok {
 		return nil, false, fmt.Errorf("hybrid: keys: the global store (%T) does not list keys", s.g)
 	}
@@ -669,7 +670,7 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 				s.cold.Add(1)
 				continue
 			}
-			if !e.global && !e.refilling && now >= e.backoff && ops[i].Cost <= ops[i].Limit.Capacity() {
+			if !e.global && !e.refilling && now >= e.backoff && ops[i].Cost <= stack.Capacity(ops[i].Limit) {
 				e.refilling = true
 				e.need = ops[i].Cost - e.held
 				need = append(need, p.k)
@@ -687,8 +688,8 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 		e.spent += c
 		results[i] = sluice.Result{
 			Allowed:    true,
-			Limit:      ops[i].Limit.Capacity(),
-			Remaining:  min(ops[i].Limit.Capacity(), max(e.remaining, 0)+e.held),
+			Limit:      stack.Capacity(ops[i].Limit),
+			Remaining:  min(stack.Capacity(ops[i].Limit), max(e.remaining, 0)+e.held),
 			ResetAfter: time.Duration(max(e.resetAt-now, 0)) * time.Microsecond,
 			// At: see localAt.
 			At: e.localAt(now, s.wall()),
@@ -820,7 +821,7 @@ func (s *Store) rateOf(e *entry, now int64) float64 {
 // most keys' traffic in a window), at most the limit's capacity. mu of e's
 // shard must be held.
 func (s *Store) want(e *entry, l sluice.Limit, cost, now int64) int64 {
-	w := max(int64(defaultInitial), l.Capacity()/initialShare)
+	w := max(int64(defaultInitial), stack.Capacity(l)/initialShare)
 	if e.hits >= minHits && e.gap > 0 {
 		// No rate measured yet, but the gap between hits says how many
 		// hits the allotment's span holds: a lukewarm key gets no more.
@@ -840,7 +841,7 @@ func (s *Store) want(e *entry, l sluice.Limit, cost, now int64) int64 {
 		w = int64(r*float64(span)) + 1
 	}
 	w = max(w, cost)
-	return min(w, l.Capacity()*maxAllotFactor)
+	return min(w, stack.Capacity(l)*maxAllotFactor)
 }
 
 // refill leases a new allotment for k in the background.
@@ -865,19 +866,19 @@ func (s *Store) endRefill(k entryKey) {
 // allot asks the global store for allotments of keys (whose entries have
 // refilling set) and applies the grants.
 func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
-	reqs := make([]sluice.AllotRequest, len(keys))
+	reqs := make([]stack.AllotRequest, len(keys))
 	for i, k := range keys {
 		sh := s.shardOf(k)
 		sh.mu.Lock()
-		w := max(int64(defaultInitial), k.limit.Capacity()/initialShare)
+		w := max(int64(defaultInitial), stack.Capacity(k.limit)/initialShare)
 		if e := sh.m[k]; e != nil {
 			w = s.want(e, k.limit, e.need, now)
 			e.need = 0
 		}
 		sh.mu.Unlock()
-		reqs[i] = sluice.AllotRequest{Key: k.key, Limit: k.limit, Want: w, Keep: s.keepOf(k.limit), Split: s.split}
+		reqs[i] = stack.AllotRequest{Key: k.key, Limit: k.limit, Want: w, Keep: s.keepOf(k.limit), Split: s.split}
 	}
-	out := make([]sluice.Allotment, len(keys))
+	out := make([]stack.Allotment, len(keys))
 	// gen before the lease is sent: a reset heard after this may have run
 	// in the global store before or after the grant was taken.
 	gen := s.resetGen.Load()
@@ -979,9 +980,9 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 
 // giveBack hands an allotment back to the global store (best effort: a
 // failure leaves the units to expire with their window or bucket).
-func (s *Store) giveBack(k entryKey, a sluice.Allotment) {
-	req := []sluice.AllotRequest{{Key: k.key, Limit: k.limit, Give: a.Granted, Epoch: a.Epoch, Keep: s.keepOf(k.limit), Split: s.split}}
-	out := make([]sluice.Allotment, 1)
+func (s *Store) giveBack(k entryKey, a stack.Allotment) {
+	req := []stack.AllotRequest{{Key: k.key, Limit: k.limit, Give: a.Granted, Epoch: a.Epoch, Keep: s.keepOf(k.limit), Split: s.split}}
+	out := make([]stack.Allotment, 1)
 	if s.g.Allot(context.Background(), req, out) == nil {
 		s.givenBack.Add(uint64(a.Granted))
 	}
@@ -1037,7 +1038,7 @@ func (s *Store) maybeSweep() {
 // now and then; Close calls it with all set.
 func (s *Store) Sweep(ctx context.Context, all bool) {
 	now := s.now()
-	var reqs []sluice.AllotRequest
+	var reqs []stack.AllotRequest
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -1050,7 +1051,7 @@ func (s *Store) Sweep(ctx context.Context, all bool) {
 			}
 			s.voided.Add(uint64(e.expire(now)))
 			if e.held > 0 {
-				reqs = append(reqs, sluice.AllotRequest{Key: k.key, Limit: k.limit, Give: e.held, Epoch: e.epoch, Keep: s.keepOf(k.limit), Split: s.split})
+				reqs = append(reqs, stack.AllotRequest{Key: k.key, Limit: k.limit, Give: e.held, Epoch: e.epoch, Keep: s.keepOf(k.limit), Split: s.split})
 			}
 			delete(sh.m, k)
 			s.keys.Add(-1)
@@ -1060,7 +1061,7 @@ func (s *Store) Sweep(ctx context.Context, all bool) {
 	if len(reqs) == 0 {
 		return
 	}
-	out := make([]sluice.Allotment, len(reqs))
+	out := make([]stack.Allotment, len(reqs))
 	if s.g.Allot(ctx, reqs, out) == nil {
 		for _, r := range reqs {
 			s.givenBack.Add(uint64(r.Give))

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/proof/model"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -166,7 +167,7 @@ type stepAllotter struct {
 	after  func() error
 }
 
-func (a *stepAllotter) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (a *stepAllotter) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	if a.before != nil {
 		a.before()
 	}

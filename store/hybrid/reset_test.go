@@ -8,10 +8,11 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
-// fakeResets is a sluice.ResetAnnouncer the test speaks through: say calls
+// fakeResets is a stack.ResetAnnouncer the test speaks through: say calls
 // the store's callback, as the Redis store's one goroutine would.
 type fakeResets struct {
 	mu sync.Mutex
@@ -45,7 +46,7 @@ type gated struct {
 	release chan struct{}
 }
 
-func (g *gated) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (g *gated) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	g.mu.Lock()
 	armed := g.armed
 	g.armed = false
@@ -110,7 +111,7 @@ func TestResetsVoid(t *testing.T) {
 		if err := mem.Take(ctx, []sluice.Op{{Key: key, Limit: l}}, res); err != nil {
 			t.Fatal(err)
 		}
-		return l.Capacity() - res[0].Remaining
+		return stack.Capacity(l) - res[0].Remaining
 	}
 
 	a, a2, b := lease("a", l), lease("a", l2), lease("b", l)

@@ -76,7 +76,7 @@ func (s *store) applyAction(sh *shard, op *sluice.Op, h uint64, now int64, p alg
 			}
 		}
 		return d
-	default: // sliding_log: sluice.Op.Check refuses charges and refunds of concurrency
+	default: // sliding_log: stack.CheckOp refuses charges and refunds of concurrency
 		t := &sh.slog
 		i, found, st := t.get(h, op.Key)
 		var log []algorithm.Entry
@@ -196,7 +196,7 @@ func unitsAfter(log []algorithm.Entry, t int64) int64 {
 	return n
 }
 
-// Keys implements sluice.KeyLister: up to max (≥ 1) keys that start with
+// Keys implements stack.KeyLister: up to max (≥ 1) keys that start with
 // prefix, as Op.Key names them (a key used under several algorithms is
 // listed once), skipping keys already back in their fresh state; more
 // reports that the walk stopped at max with keys left to list. It locks

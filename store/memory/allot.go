@@ -7,20 +7,21 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
-// Allotments (sluice.Allotter), with the arithmetic of the Redis store's
+// Allotments (stack.Allotter), with the arithmetic of the Redis store's
 // scripts/allot.lua on the same per-key state Take keeps: a fixed window's
 // (window index, count) and gcra's TAT. Off the hot path: Take is
 // untouched.
 
-var _ sluice.Allotter = (*Store)(nil)
+var _ stack.Allotter = (*Store)(nil)
 
 // maxLease caps how long a gcra allotment may be spent (as the Redis
 // store's does).
 const maxLease = time.Hour
 
-// Allot implements sluice.Allotter: for each request, atomically under its
+// Allot implements stack.Allotter: for each request, atomically under its
 // key's shard lock, it takes up to Want units of the key's quota (never
 // bringing what remains below Keep, and at most 1/Split of what stands
 // above it), after giving back Give units of the allotment of Epoch. The
@@ -33,20 +34,20 @@ const maxLease = time.Hour
 // two for the same key see each other.
 //
 // Every request is checked before any is applied: an invalid one (a bad
-// limit, Want above sluice.MaxExact, another algorithm, negative Keep or
+// limit, Want above algorithm.MaxExact, another algorithm, negative Keep or
 // Give) fails the call and nothing is granted. A ctx already done fails it
 // the same way; otherwise Allot never blocks on anything but shard locks.
-func (s *store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (s *store) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	if len(out) != len(reqs) {
-		return fmt.Errorf("memory: allot: %d requests, %d results: %w", len(reqs), len(out), sluice.ErrResultsLength)
+		return fmt.Errorf("memory: allot: %d requests, %d results: %w", len(reqs), len(out), stack.ErrResultsLength)
 	}
 	for i := range reqs {
 		r := &reqs[i]
 		op := sluice.Op{Key: r.Key, Limit: r.Limit, Cost: r.Want}
-		if err := op.Check(); err != nil {
+		if err := stack.CheckOp(&op); err != nil {
 			return fmt.Errorf("memory: allot: %w", err)
 		}
-		if !sluice.AllotAlgorithm(r.Limit.Algorithm) {
+		if !stack.AllotAlgorithm(r.Limit.Algorithm) {
 			return fmt.Errorf("memory: allot %q: %v cannot be allotted (want fixed_window or gcra)", r.Key, r.Limit.Algorithm)
 		}
 		if r.Keep < 0 || r.Give < 0 {
@@ -79,7 +80,7 @@ func (s *store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []slu
 }
 
 // allotWindow is allot.lua's fixed window. Requires sh.mu.
-func (s *store) allotWindow(sh *shard, r *sluice.AllotRequest, h uint64, now int64, p algorithm.Params) sluice.Allotment {
+func (s *store) allotWindow(sh *shard, r *stack.AllotRequest, h uint64, now int64, p algorithm.Params) stack.Allotment {
 	t := &sh.fixed
 	i, found, old := t.get(h, r.Key)
 	id, cur := old.s.ID, old.s.Cur
@@ -99,7 +100,7 @@ func (s *store) allotWindow(sh *shard, r *sluice.AllotRequest, h uint64, now int
 		// A count back at zero is the fresh state: write deletes the key.
 		write(s, sh, t, h, r.Key, i, found, windowState{s: algorithm.WindowState{ID: id, Cur: cur}, exp: now + reset}, now+reset, now)
 	}
-	return sluice.Allotment{
+	return stack.Allotment{
 		Granted:    n,
 		Remaining:  max(p.Quota-cur, 0), // a charge may have put cur above the quota
 		TTL:        time.Duration(stop) * time.Microsecond,
@@ -109,7 +110,7 @@ func (s *store) allotWindow(sh *shard, r *sluice.AllotRequest, h uint64, now int
 }
 
 // allotTAT is allot.lua's gcra. Requires sh.mu.
-func (s *store) allotTAT(sh *shard, r *sluice.AllotRequest, h uint64, now int64, p algorithm.Params) sluice.Allotment {
+func (s *store) allotTAT(sh *shard, r *stack.AllotRequest, h uint64, now int64, p algorithm.Params) stack.Allotment {
 	t := &sh.gcra
 	i, found, old := t.get(h, r.Key)
 	tat := old.tat
@@ -128,7 +129,7 @@ func (s *store) allotTAT(sh *shard, r *sluice.AllotRequest, h uint64, now int64,
 	if n > 0 || r.Give > 0 {
 		write(s, sh, t, h, r.Key, i, found, tatState{ntat}, ntat, now)
 	}
-	return sluice.Allotment{
+	return stack.Allotment{
 		Granted:    n,
 		Remaining:  rem - n,
 		TTL:        min(time.Duration(p.Window)*time.Microsecond, maxLease),

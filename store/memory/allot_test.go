@@ -6,12 +6,13 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
 // The allotment conformance suite (the same one the Redis store runs).
 func TestAllotConformance(t *testing.T) {
-	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) sluice.Allotter {
+	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) stack.Allotter {
 		s := memory.New(memory.Options{Now: c.Now})
 		t.Cleanup(func() { s.Close() })
 		return s
@@ -25,15 +26,15 @@ func TestAllotGiveBackFreesTheKey(t *testing.T) {
 	defer s.Close()
 	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}
 	gc := sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Minute}
-	out := make([]sluice.Allotment, 2)
+	out := make([]stack.Allotment, 2)
 	ctx := t.Context()
-	if err := s.Allot(ctx, []sluice.AllotRequest{{Key: "f", Limit: fw, Want: 4, Split: 1}, {Key: "g", Limit: gc, Want: 4, Split: 1}}, out); err != nil {
+	if err := s.Allot(ctx, []stack.AllotRequest{{Key: "f", Limit: fw, Want: 4, Split: 1}, {Key: "g", Limit: gc, Want: 4, Split: 1}}, out); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Stats().Keys; got != 2 {
 		t.Fatalf("Keys = %d after two grants, want 2", got)
 	}
-	give := []sluice.AllotRequest{{Key: "f", Limit: fw, Give: 4, Epoch: out[0].Epoch}, {Key: "g", Limit: gc, Give: 4}}
+	give := []stack.AllotRequest{{Key: "f", Limit: fw, Give: 4, Epoch: out[0].Epoch}, {Key: "g", Limit: gc, Give: 4}}
 	if err := s.Allot(ctx, give, out); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Run with:
@@ -93,7 +94,7 @@ func benchTake(b *testing.B, s *memory.Store, ks []string, l sluice.Limit, paral
 // keys, for every algorithm, serial and parallel.
 func BenchmarkTake(b *testing.B) {
 	ks := keys(10_000)
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		for _, par := range []bool{false, true} {
 			name := fmt.Sprintf("%v/keys=1e4/serial", a)
 			if par {

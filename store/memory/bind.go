@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Bind returns take, which is TakeOne of the op {Key: key, Limit: l, Cost:
@@ -16,15 +17,15 @@ import (
 // dispatch on its algorithm. It shares the keys' state with Take and
 // TakeOne (an op on the same key and limit sees what take charged, and the
 // reverse). take is safe for concurrent use, never consults ctx, and
-// returns an error only for a cost below 0 or above sluice.MaxExact. Bind
+// returns an error only for a cost below 0 or above algorithm.MaxExact. Bind
 // returns an error if l is not valid.
 //
 // sluice.Limiter binds its limit this way when its store has Bind.
 func (st *Store) Bind(l sluice.Limit) (take func(ctx context.Context, key string, cost int64) (sluice.Result, error), err error) {
-	if err := (&sluice.Op{Limit: l}).Check(); err != nil {
+	if err := stack.CheckOp(&sluice.Op{Limit: l}); err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
-	b := &bound{s: st.store, limit: l, alg: l.Algorithm, p: l.Params()}
+	b := &bound{s: st.store, limit: l, alg: l.Algorithm, p: stack.Params(l)}
 	// Each take is a function literal, not a method value (b.takeTAT), whose
 	// generated wrapper would copy the Result once more.
 	switch l.Algorithm {
@@ -33,7 +34,7 @@ func (st *Store) Bind(l sluice.Limit) (take func(ctx context.Context, key string
 		// path of the library (Limiter.Allow with gcra).
 		leaky := l.Algorithm == sluice.LeakyBucket
 		return func(_ context.Context, key string, cost int64) (sluice.Result, error) {
-			if uint64(cost) > sluice.MaxExact { // a negative cost too
+			if uint64(cost) > algorithm.MaxExact { // a negative cost too
 				return sluice.Result{}, b.badCost(key, cost)
 			}
 			s := b.s
@@ -84,7 +85,7 @@ func (st *Store) Bind(l sluice.Limit) (take func(ctx context.Context, key string
 		}, nil
 	case sluice.TokenBucket:
 		return func(_ context.Context, key string, cost int64) (r sluice.Result, err error) {
-			if uint64(cost) > sluice.MaxExact {
+			if uint64(cost) > algorithm.MaxExact {
 				return r, b.badCost(key, cost)
 			}
 			s := b.s
@@ -99,7 +100,7 @@ func (st *Store) Bind(l sluice.Limit) (take func(ctx context.Context, key string
 		}, nil
 	case sluice.FixedWindow, sluice.SlidingWindow:
 		return func(_ context.Context, key string, cost int64) (r sluice.Result, err error) {
-			if uint64(cost) > sluice.MaxExact {
+			if uint64(cost) > algorithm.MaxExact {
 				return r, b.badCost(key, cost)
 			}
 			s := b.s
@@ -116,7 +117,7 @@ func (st *Store) Bind(l sluice.Limit) (take func(ctx context.Context, key string
 	// The log algorithms (sliding_log, concurrency), whose step needs the
 	// whole op: apply's path, less the limit's validation.
 	return func(_ context.Context, key string, cost int64) (r sluice.Result, err error) {
-		if uint64(cost) > sluice.MaxExact {
+		if uint64(cost) > algorithm.MaxExact {
 			return r, b.badCost(key, cost)
 		}
 		s := b.s
@@ -142,5 +143,5 @@ type bound struct {
 
 // badCost returns Check's error for a cost out of range.
 func (b *bound) badCost(key string, cost int64) error {
-	return fmt.Errorf("memory: %w", (&sluice.Op{Key: key, Limit: b.limit, Cost: cost}).Check())
+	return fmt.Errorf("memory: %w", stack.CheckOp(&sluice.Op{Key: key, Limit: b.limit, Cost: cost}))
 }

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -50,7 +52,7 @@ func TestBindMatchesTake(t *testing.T) {
 				key := fmt.Sprintf("k%d", rng.IntN(3))
 				cost := rng.Int64N(4) // 0 looks, 1..3 hits
 				if rng.IntN(20) == 0 {
-					cost = l.Capacity() + 1
+					cost = stack.Capacity(l) + 1
 				}
 				var got sluice.Result
 				if i%3 == 2 { // the bound store through Take too: one state
@@ -97,7 +99,7 @@ func TestBindErrors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Bind(%v): %v", l, err)
 		}
-		for _, cost := range []int64{-1, sluice.MaxExact + 1} {
+		for _, cost := range []int64{-1, algorithm.MaxExact + 1} {
 			_, got := take(ctx, "k", cost)
 			want := s.Take(ctx, []sluice.Op{{Key: "k", Limit: l, Cost: cost}}, make([]sluice.Result, 1))
 			if got == nil || want == nil || got.Error() != want.Error() {

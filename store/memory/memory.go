@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/batch"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Options configure a Store. The zero value is usable: every field has a
@@ -69,14 +71,14 @@ type Stats struct {
 // package algorithm (ChargeTAT, RefundFixedWindow, …), Reset by deleting
 // the key; a key a refund brings back to its fresh state is deleted too. A
 // batch that a Take denies applies none of its ops, actions included. It
-// implements sluice.KeyLister (Keys).
+// implements stack.KeyLister (Keys).
 type Store struct {
 	*store
 }
 
 var (
-	_ sluice.KeyLister = (*Store)(nil)
-	_ batch.Decider    = (*Store)(nil)
+	_ stack.KeyLister = (*Store)(nil)
+	_ batch.Decider   = (*Store)(nil)
 )
 
 // Decide implements batch.Decider: batch.Run over Take in mode
@@ -218,11 +220,11 @@ func (s *store) shardOf(h uint64) int { return int((h >> 56) & s.mask) }
 // locks, so it does not consult ctx.
 func (s *store) Take(_ context.Context, ops []sluice.Op, results []sluice.Result) error {
 	if len(results) != len(ops) {
-		return fmt.Errorf("memory: %d ops, %d results: %w", len(ops), len(results), sluice.ErrResultsLength)
+		return fmt.Errorf("memory: %d ops, %d results: %w", len(ops), len(results), stack.ErrResultsLength)
 	}
 	for i := range ops {
-		if ops[i].Cost < 0 || ops[i].Cost > sluice.MaxExact || ops[i].Release || ops[i].Action != sluice.Take {
-			if err := ops[i].Check(); err != nil {
+		if ops[i].Cost < 0 || ops[i].Cost > algorithm.MaxExact || ops[i].Release || ops[i].Action != sluice.Take {
+			if err := stack.CheckOp(&ops[i]); err != nil {
 				return fmt.Errorf("memory: %w", err)
 			}
 		}
@@ -248,8 +250,8 @@ func (s *store) Take(_ context.Context, ops []sluice.Op, results []sluice.Result
 func (st *Store) TakeOne(_ context.Context, o sluice.Op) (sluice.Result, error) {
 	s := st.store // a method of Store itself: no wrapper copies o once more
 	var r sluice.Result
-	if o.Cost < 0 || o.Cost > sluice.MaxExact || o.Release || o.Action != sluice.Take {
-		if err := o.Check(); err != nil {
+	if o.Cost < 0 || o.Cost > algorithm.MaxExact || o.Release || o.Action != sluice.Take {
+		if err := stack.CheckOp(&o); err != nil {
 			return r, fmt.Errorf("memory: %w", err)
 		}
 	}

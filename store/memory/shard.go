@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Per-key state, one table per algorithm so each value is as small as its
@@ -64,10 +65,10 @@ func (sh *shard) params(l *sluice.Limit) (algorithm.Params, error) {
 		}
 	}
 	op := sluice.Op{Limit: *l}
-	if err := op.Check(); err != nil {
+	if err := stack.CheckOp(&op); err != nil {
 		return algorithm.Params{}, err
 	}
-	p := l.Params()
+	p := stack.Params(*l)
 	sh.memos[sh.next] = memo{limit: *l, params: p}
 	sh.next = (sh.next + 1) % len(sh.memos)
 	return p, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -26,7 +27,7 @@ func TestSweepForgetsOnlyFreshKeys(t *testing.T) {
 	clock := storetest.NewClock()
 	s := memory.New(memory.Options{Now: clock.Now, SweepInterval: time.Hour})
 	defer s.Close()
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		l := sluice.Limit{Algorithm: a, Quota: 5, Window: time.Second}
 		take(t, s, "busy:"+a.String(), l, 1)
 	}
@@ -141,7 +142,7 @@ func TestZeroAllocs(t *testing.T) {
 	s := memory.New(memory.Options{})
 	defer s.Close()
 	ctx := context.Background()
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		ops := []sluice.Op{{Key: "alloc:" + a.String(), Limit: sluice.Limit{Algorithm: a, Quota: 1_000_000, Window: time.Hour}, Cost: 1}}
 		if a == sluice.SlidingLog || a == sluice.Concurrency {
 			ops[0].Limit.Quota = 100_000 // log state is capped

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Allotments for store/hybrid: scripts/allot.lua, run for groups of mode
@@ -22,12 +23,12 @@ import (
 // maxLease caps how long a gcra allotment may be spent.
 const maxLease = time.Hour
 
-// Allot implements sluice.Allotter: for each request, atomically, it takes
+// Allot implements stack.Allotter: for each request, atomically, it takes
 // up to Want units of the key's quota (never bringing what remains below
 // Keep, and at most 1/Split of what stands above it), after giving back
 // Give units of the allotment of Epoch. The units taken are counted exactly
 // as a Take would count them, so Takes of the same Key and Limit see them
-// as spent. Supported: fixed_window and gcra (sluice.AllotAlgorithm).
+// as spent. Supported: fixed_window and gcra (stack.AllotAlgorithm).
 //
 // The requests are grouped by hash slot and queued on that slot's batcher,
 // as a Take's ops are: they share script calls with Takes bound for the
@@ -39,14 +40,14 @@ const maxLease = time.Hour
 // it reached Redis after its deadline, done nothing) and counts as a
 // timeout. Requests for other nodes are sent and answered regardless; the
 // error returned joins the failures (the results of the requests that
-// succeeded are filled in, but sluice.Allotter says a caller assumes
+// succeeded are filled in, but stack.Allotter says a caller assumes
 // nothing granted on error). A caller whose ctx ends first gets an error
 // wrapping ctx.Err() at once: a request still queued is dropped unsent
 // (nothing granted), one already sent runs to its end and counts for the
 // breaker (what it grants is lost: counted, never spent).
-func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func (s *Store) Allot(ctx context.Context, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	if len(out) != len(reqs) {
-		return fmt.Errorf("redis: allot: %d requests, %d results: %w", len(reqs), len(out), sluice.ErrResultsLength)
+		return fmt.Errorf("redis: allot: %d requests, %d results: %w", len(reqs), len(out), stack.ErrResultsLength)
 	}
 	if len(reqs) == 0 {
 		return nil
@@ -62,10 +63,10 @@ func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []slu
 	for i := range reqs {
 		r := &reqs[i]
 		op := sluice.Op{Key: r.Key, Limit: r.Limit, Cost: r.Want}
-		if err := op.Check(); err != nil {
+		if err := stack.CheckOp(&op); err != nil {
 			return fmt.Errorf("redis: allot: %w", err)
 		}
-		if !sluice.AllotAlgorithm(r.Limit.Algorithm) {
+		if !stack.AllotAlgorithm(r.Limit.Algorithm) {
 			return fmt.Errorf("redis: allot %q: %v cannot be allotted (want fixed_window or gcra)", r.Key, r.Limit.Algorithm)
 		}
 		if r.Keep < 0 || r.Give < 0 {
@@ -124,7 +125,7 @@ func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []slu
 				continue
 			}
 			v := r.res[:5]
-			out[targets[k].idx[j]] = sluice.Allotment{
+			out[targets[k].idx[j]] = stack.Allotment{
 				Granted:    v[0],
 				Remaining:  v[1],
 				TTL:        time.Duration(v[2]) * time.Microsecond,
@@ -144,7 +145,7 @@ func (s *Store) Allot(ctx context.Context, reqs []sluice.AllotRequest, out []slu
 // "want:keep:split:give:epoch:lease" (scripts/allot.lua). It is a one-op
 // group (request.one): a call of such groups and single Takes runs
 // scripts/one.lua, which reads every key with one MGET.
-func (s *Store) newAllotRequest(q *sluice.AllotRequest, key, now string) *request {
+func (s *Store) newAllotRequest(q *stack.AllotRequest, key, now string) *request {
 	r := &request{mode: modeAllot, now: now, done: make(chan struct{}), algs: allotBit, one: true}
 	r.keys, r.args = r.key1[:], r.arg1[:3]
 	r.keys[0] = key

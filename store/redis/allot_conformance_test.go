@@ -3,8 +3,8 @@ package redis
 import (
 	"testing"
 
-	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -14,7 +14,7 @@ import (
 func TestAllotConformanceSingle(t *testing.T) {
 	t.Parallel() // its own server and a fake clock, as TestConformanceSingle
 	srv := redistest.Start(t)
-	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) sluice.Allotter {
+	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) stack.Allotter {
 		return newTestStore(t, srv.URL(), c)
 	})
 }
@@ -22,7 +22,7 @@ func TestAllotConformanceSingle(t *testing.T) {
 func TestAllotConformanceCluster(t *testing.T) {
 	t.Parallel() // its own Cluster and a fake clock, as TestConformanceCluster
 	cl := redistest.StartCluster(t)
-	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) sluice.Allotter {
+	storetest.RunAllot(t, func(t *testing.T, c *storetest.Clock) stack.Allotter {
 		return newTestStore(t, cl.URL(), c)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -58,7 +59,7 @@ func allotOneBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, s
 		}
 		batch := make([]*request, n)
 		which := make([]int, n)
-		areqs := make([]sluice.AllotRequest, n)
+		areqs := make([]stack.AllotRequest, n)
 		opss := make([][]sluice.Op, n)
 		for i := range n {
 			if rng.IntN(10) < 2 {
@@ -73,7 +74,7 @@ func allotOneBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, s
 				batch[i] = st.newRequest(opss[i], nil, now, modeDecide)
 				continue
 			}
-			q := sluice.AllotRequest{Key: keys[k], Limit: l, Want: int64(rng.IntN(12)),
+			q := stack.AllotRequest{Key: keys[k], Limit: l, Want: int64(rng.IntN(12)),
 				Keep: int64(rng.IntN(4)), Split: int64(rng.IntN(4))}
 			if rng.IntN(3) == 0 {
 				q.Give, q.Epoch = int64(1+rng.IntN(6)), epochs[k]
@@ -110,9 +111,9 @@ func allotOneBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, s
 			}
 			allots++
 			v := r.res[:5]
-			got := sluice.Allotment{Granted: v[0], Remaining: v[1], TTL: time.Duration(v[2]) * time.Microsecond,
+			got := stack.Allotment{Granted: v[0], Remaining: v[1], TTL: time.Duration(v[2]) * time.Microsecond,
 				ResetAfter: time.Duration(v[3]) * time.Microsecond, Epoch: v[4]}
-			want := make([]sluice.Allotment, 1)
+			want := make([]stack.Allotment, 1)
 			if err := allotAt(ctx, mem, c, at, areqs[i:i+1], want); err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +133,7 @@ func allotOneBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, s
 
 // allotAt allots from mem with the clock c set to at for the call, and
 // puts c back.
-func allotAt(ctx context.Context, mem *memory.Store, c *storetest.Clock, at time.Time, reqs []sluice.AllotRequest, out []sluice.Allotment) error {
+func allotAt(ctx context.Context, mem *memory.Store, c *storetest.Clock, at time.Time, reqs []stack.AllotRequest, out []stack.Allotment) error {
 	was := c.Now()
 	c.Advance(at.Sub(was))
 	defer c.Advance(was.Sub(at))
@@ -155,15 +156,15 @@ func TestAllotOneCommands(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestStore(t, srv.URL(), tc.c)
-			out := make([]sluice.Allotment, 1)
+			out := make([]stack.Allotment, 1)
 			ctx := context.Background()
-			if err := s.Allot(ctx, []sluice.AllotRequest{{Key: "cmds", Limit: l, Want: 5}}, out); err != nil {
+			if err := s.Allot(ctx, []stack.AllotRequest{{Key: "cmds", Limit: l, Want: 5}}, out); err != nil {
 				t.Fatal(err) // loads the script
 			}
 			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Allot(ctx, []sluice.AllotRequest{{Key: "cmds", Limit: l, Want: 5}}, out); err != nil || out[0].Granted != 5 {
+			if err := s.Allot(ctx, []stack.AllotRequest{{Key: "cmds", Limit: l, Want: 5}}, out); err != nil || out[0].Granted != 5 {
 				t.Fatalf("Allot = %v, %+v; want 5 granted", err, out[0])
 			}
 			got := commandCalls(t, srv.Addr())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -30,10 +31,10 @@ func TestAllot(t *testing.T) {
 	ctx := context.Background()
 	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 100, Window: time.Second}
 	gc := sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Second, Burst: 10}
-	allot := func(r sluice.AllotRequest) sluice.Allotment {
+	allot := func(r stack.AllotRequest) stack.Allotment {
 		t.Helper()
-		out := make([]sluice.Allotment, 1)
-		if err := s.Allot(ctx, []sluice.AllotRequest{r}, out); err != nil {
+		out := make([]stack.Allotment, 1)
+		if err := s.Allot(ctx, []stack.AllotRequest{r}, out); err != nil {
 			t.Fatalf("Allot(%+v): %v", r, err)
 		}
 		return out[0]
@@ -48,14 +49,14 @@ func TestAllot(t *testing.T) {
 	}
 	steps := []struct {
 		name          string
-		req           sluice.AllotRequest
+		req           stack.AllotRequest
 		granted, left int64
 	}{
-		{"fixed window: want fits", sluice.AllotRequest{Key: "f", Limit: fw, Want: 30, Keep: 10, Split: 1}, 30, 70},
-		{"split caps at 1/2 above keep", sluice.AllotRequest{Key: "f", Limit: fw, Want: 100, Keep: 10, Split: 2}, 30, 40},
-		{"give back 20 of this window", sluice.AllotRequest{Key: "f", Limit: fw, Give: 20, Epoch: -1, Keep: 10}, 0, 40}, // wrong epoch: ignored
-		{"nothing below keep", sluice.AllotRequest{Key: "f", Limit: fw, Want: 50, Keep: 40, Split: 1}, 0, 40},
-		{"gcra: burst 10, keep 2, split 2", sluice.AllotRequest{Key: "g", Limit: gc, Want: 10, Keep: 2, Split: 2}, 4, 6},
+		{"fixed window: want fits", stack.AllotRequest{Key: "f", Limit: fw, Want: 30, Keep: 10, Split: 1}, 30, 70},
+		{"split caps at 1/2 above keep", stack.AllotRequest{Key: "f", Limit: fw, Want: 100, Keep: 10, Split: 2}, 30, 40},
+		{"give back 20 of this window", stack.AllotRequest{Key: "f", Limit: fw, Give: 20, Epoch: -1, Keep: 10}, 0, 40}, // wrong epoch: ignored
+		{"nothing below keep", stack.AllotRequest{Key: "f", Limit: fw, Want: 50, Keep: 40, Split: 1}, 0, 40},
+		{"gcra: burst 10, keep 2, split 2", stack.AllotRequest{Key: "g", Limit: gc, Want: 10, Keep: 2, Split: 2}, 4, 6},
 	}
 	var epoch int64
 	for _, st := range steps {
@@ -70,14 +71,14 @@ func TestAllot(t *testing.T) {
 	if got := remaining("f", fw); got != 40 {
 		t.Errorf("Take look after allotments: remaining %d, want 40", got)
 	}
-	if a := allot(sluice.AllotRequest{Key: "f", Limit: fw, Give: 20, Epoch: epoch}); a.Remaining != 60 {
+	if a := allot(stack.AllotRequest{Key: "f", Limit: fw, Give: 20, Epoch: epoch}); a.Remaining != 60 {
 		t.Errorf("give back 20 in its window: remaining %d, want 60", a.Remaining)
 	}
 	clock.Advance(time.Second)
-	if a := allot(sluice.AllotRequest{Key: "f", Limit: fw, Give: 20, Epoch: epoch}); a.Remaining != 100 {
+	if a := allot(stack.AllotRequest{Key: "f", Limit: fw, Give: 20, Epoch: epoch}); a.Remaining != 100 {
 		t.Errorf("give back after the window ended: remaining %d, want 100 (a fresh window, nothing freed twice)", a.Remaining)
 	}
-	if err := s.Allot(ctx, []sluice.AllotRequest{{Key: "l", Limit: sluice.PerSecond(sluice.SlidingLog, 5), Want: 1}}, make([]sluice.Allotment, 1)); err == nil {
+	if err := s.Allot(ctx, []stack.AllotRequest{{Key: "l", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Quota: 5, Window: time.Second}, Want: 1}}, make([]stack.Allotment, 1)); err == nil {
 		t.Error("Allot of a sliding_log limit: nil error, want refused")
 	}
 }
@@ -108,7 +109,7 @@ func TestAllotBreaker(t *testing.T) {
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1_000_000, Window: time.Hour}
 	allotCtx := func(ctx context.Context) (time.Duration, error) {
 		start := time.Now()
-		err := st.Allot(ctx, []sluice.AllotRequest{{Key: "a", Limit: limit, Want: 1}}, make([]sluice.Allotment, 1))
+		err := st.Allot(ctx, []stack.AllotRequest{{Key: "a", Limit: limit, Want: 1}}, make([]stack.Allotment, 1))
 		return time.Since(start), err
 	}
 	allot := func() (time.Duration, error) { return allotCtx(context.Background()) }
@@ -272,8 +273,8 @@ func TestAllotScriptOnce(t *testing.T) {
 	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1_000_000, Window: time.Hour}
 	allot := func(what string) {
 		t.Helper()
-		out := make([]sluice.Allotment, 1)
-		if err := s.Allot(ctx, []sluice.AllotRequest{{Key: "once", Limit: l, Want: 5}}, out); err != nil || out[0].Granted != 5 {
+		out := make([]stack.Allotment, 1)
+		if err := s.Allot(ctx, []stack.AllotRequest{{Key: "once", Limit: l, Want: 5}}, out); err != nil || out[0].Granted != 5 {
 			t.Fatalf("%s: Allot = %v, %+v; want 5 granted", what, err, out[0])
 		}
 	}
@@ -320,11 +321,11 @@ func TestAllotManyOneCall(t *testing.T) {
 	ctx := context.Background()
 	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1000, Window: time.Hour}
 	for _, n := range []int{1, 2, 50, DefaultMaxBatch} {
-		reqs := make([]sluice.AllotRequest, n)
+		reqs := make([]stack.AllotRequest, n)
 		for i := range reqs {
-			reqs[i] = sluice.AllotRequest{Key: fmt.Sprintf("many%d:%d", n, i), Limit: l, Want: int64(i%7 + 1)}
+			reqs[i] = stack.AllotRequest{Key: fmt.Sprintf("many%d:%d", n, i), Limit: l, Want: int64(i%7 + 1)}
 		}
-		out := make([]sluice.Allotment, n)
+		out := make([]stack.Allotment, n)
 		before := s.Stats().Calls
 		if err := s.Allot(ctx, reqs, out); err != nil {
 			t.Fatalf("Allot of %d: %v", n, err)
@@ -371,8 +372,8 @@ func TestAllotOneMasterStopped(t *testing.T) {
 		t.Fatalf("%d healthy and %d stopped keys, want both", len(healthy), len(stopped))
 	}
 	allot := func(key string) error {
-		out := make([]sluice.Allotment, 1)
-		err := st.Allot(context.Background(), []sluice.AllotRequest{{Key: key, Limit: l, Want: 10}}, out)
+		out := make([]stack.Allotment, 1)
+		err := st.Allot(context.Background(), []stack.AllotRequest{{Key: key, Limit: l, Want: 10}}, out)
 		if err == nil && out[0].Granted != 10 {
 			err = fmt.Errorf("granted %d, want 10", out[0].Granted)
 		}

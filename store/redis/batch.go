@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/cow"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Group modes of the driver script (scripts/driver.lua).
@@ -151,7 +152,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 		r.fast = r.one && op.Limit.Algorithm == sluice.FixedWindow
 		if r.fast {
 			r.win = windowArgs(op.Limit)
-			r.window = op.Limit.Params().Window
+			r.window = stack.Params(op.Limit).Window
 		}
 	}
 	if actions || s.lateWait <= 0 {
@@ -284,7 +285,7 @@ func (r *request) results(ops []sluice.Op, out []sluice.Result, committed bool) 
 		res := sluice.Result{
 			Allowed:    v[0] == 0,
 			Reason:     sluice.Reason(v[0]),
-			Limit:      op.Limit.Capacity(),
+			Limit:      stack.Capacity(op.Limit),
 			Remaining:  v[1],
 			ResetAfter: time.Duration(v[2]) * time.Microsecond,
 			RetryAfter: time.Duration(v[3]) * time.Microsecond,
@@ -760,7 +761,7 @@ var windowArgs = func() func(sluice.Limit) *[2]string {
 		if v, ok := m.Get(l); ok {
 			return v
 		}
-		p := l.Params()
+		p := stack.Params(l)
 		v := &[2]string{strconv.FormatInt(p.Quota, 10), strconv.FormatInt(p.Window, 10)}
 		m.Put(l, v)
 		return v

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Benchmarks against a real Redis: the one named by SLUICE_REDIS_ADDR
@@ -196,7 +197,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		b.Run(a.String(), func(b *testing.B) {
 			if _, err := srv.Do("FLUSHALL"); err != nil {
 				b.Fatal(err)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // TestBlob: versions only go up, the bound is kept on the Redis side, the
@@ -99,7 +99,7 @@ func TestBlob(t *testing.T) {
 			}
 			// No counter can have a blob's key: they are prefix + one
 			// algorithm letter + the op key.
-			for _, a := range sluice.Algorithms() {
+			for _, a := range stack.Algorithms() {
 				if k := redisKey(s.prefix, a, "{sluice:tenants:0123456789abcdef}"); k == b.Key() {
 					t.Errorf("counter key %q is the blob's", k)
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Defaults of BreakerOptions.
@@ -356,9 +357,9 @@ func (n *node) unavailable() error {
 	return fmt.Errorf("redis: node %s: circuit breaker open%s: %w", n.name(), last, sluice.ErrStoreUnavailable)
 }
 
-// health reports the node for sluice.HealthReporter.
-func (n *node) health() sluice.NodeHealth {
-	h := sluice.NodeHealth{Node: n.name(), State: n.cb.State().String()}
+// health reports the node for stack.HealthReporter.
+func (n *node) health() stack.NodeHealth {
+	h := stack.NodeHealth{Node: n.name(), State: n.cb.State().String()}
 	if h.State != "closed" {
 		if p := n.lastErr.Load(); p != nil {
 			h.LastError = *p

@@ -175,7 +175,7 @@ func TestTimeoutFromWrite(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	limit := sluice.PerSecond(sluice.FixedWindow, 1000)
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1000, Window: time.Second}
 	take := func(key string) (time.Duration, error) {
 		start := time.Now()
 		err := st.Take(context.Background(), []sluice.Op{{Key: key, Limit: limit, Cost: 1}}, make([]sluice.Result, 1))
@@ -216,7 +216,7 @@ func TestCancelWhileQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	limit := sluice.PerSecond(sluice.FixedWindow, 1000)
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1000, Window: time.Second}
 	if err := st.Take(context.Background(), []sluice.Op{{Key: "warm", Limit: limit, Cost: 1}}, make([]sluice.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestOneCallOneFailure(t *testing.T) {
 	defer st.Close()
 	var calls atomic.Int32
 	st.callHook = func(time.Duration, callOutcome) { calls.Add(1) }
-	limit := sluice.PerSecond(sluice.GCRA, 1000)
+	limit := sluice.Limit{Algorithm: sluice.GCRA, Quota: 1000, Window: time.Second}
 	if err := st.Take(context.Background(), []sluice.Op{{Key: "warm", Limit: limit, Cost: 1}}, make([]sluice.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestBreakerOnRealRedis(t *testing.T) {
 	defer st.Close()
 	var calls atomic.Int64 // script calls sent, answered or not
 	st.callHook = func(time.Duration, callOutcome) { calls.Add(1) }
-	limit := sluice.PerSecond(sluice.TokenBucket, 1000)
+	limit := sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 1000, Window: time.Second}
 	take := func() error {
 		return st.Take(context.Background(), []sluice.Op{{Key: "k", Limit: limit, Cost: 1}}, make([]sluice.Result, 1))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -37,12 +38,12 @@ func newTestStore(t testing.TB, url string, c *storetest.Clock) *Store {
 // and a few shapes each.
 func diffLimits() []sluice.Limit {
 	var ls []sluice.Limit
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		ls = append(ls,
 			sluice.Limit{Algorithm: a, Quota: 3, Window: 10 * time.Millisecond},
 			sluice.Limit{Algorithm: a, Quota: 7, Window: 999 * time.Microsecond * 7},
 		)
-		if a.HasBurst() {
+		if stack.HasBurst(a) {
 			ls = append(ls, sluice.Limit{Algorithm: a, Quota: 5, Window: 30 * time.Millisecond, Burst: 9})
 		}
 	}
@@ -54,7 +55,7 @@ func diffLimits() []sluice.Limit {
 // needs more units than algorithm.ExactRetryUnits to leave.
 func largeLimits() []sluice.Limit {
 	var ls []sluice.Limit
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		ls = append(ls, sluice.Limit{Algorithm: a, Quota: 1000, Window: 60 * time.Millisecond})
 	}
 	return append(ls,
@@ -117,7 +118,7 @@ func runDiffLimits(t *testing.T, st sluice.Store, c *storetest.Clock, seed uint6
 			l := keyLimit[k]
 			op := sluice.Op{Key: k, Limit: l, Cost: int64(rng.IntN(maxCost + 1))}
 			if rng.IntN(8) == 0 {
-				op.Cost = l.Capacity() + 1
+				op.Cost = stack.Capacity(l) + 1
 			}
 			if actions || (mix == mixedActions && rng.IntN(4) == 0) {
 				op.Action = []sluice.Action{sluice.Charge, sluice.Charge, sluice.Refund, sluice.Refund, sluice.Reset}[rng.IntN(5)]
@@ -311,7 +312,7 @@ func TestSingleScript(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := sluice.Result{Allowed: v[0] == 0, Reason: sluice.Reason(v[0]), Limit: limit.Capacity(), Remaining: v[1],
+		got := sluice.Result{Allowed: v[0] == 0, Reason: sluice.Reason(v[0]), Limit: stack.Capacity(limit), Remaining: v[1],
 			ResetAfter: time.Duration(v[2]) * time.Microsecond, RetryAfter: time.Duration(v[3]) * time.Microsecond,
 			At: clock.Now().UnixMicro()} // the script decides at the now it is given
 		if got != want[0] {

@@ -25,7 +25,7 @@ func ExampleNew() {
 	}
 	defer st.Close()
 	ops := []sluice.Op{
-		{Key: "{tenant-42}:user:alice", Limit: sluice.PerSecond(sluice.GCRA, 10), Cost: 1},
+		{Key: "{tenant-42}:user:alice", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Second}, Cost: 1},
 		{Key: "{tenant-42}", Limit: sluice.Limit{Algorithm: sluice.SlidingWindow, Quota: 1000, Window: time.Minute}, Cost: 1},
 	}
 	res := make([]sluice.Result, len(ops))

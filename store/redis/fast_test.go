@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -96,7 +97,7 @@ func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind 
 			l := limits[k%len(limits)]
 			cost := int64(rng.IntN(3))
 			if rng.IntN(10) == 0 {
-				cost = l.Capacity() + 1
+				cost = stack.Capacity(l) + 1
 			}
 			if l.Quota == 1000 {
 				cost *= 97

@@ -26,7 +26,7 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	limit := sluice.PerSecond(sluice.TokenBucket, 1000)
+	limit := sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 1000, Window: time.Second}
 	take := func(st *Store, ctx context.Context) error {
 		ops := []sluice.Op{{Key: "fault", Limit: limit, Cost: 1}}
 		res := make([]sluice.Result, 1)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Invalidation across a fleet
@@ -35,8 +35,8 @@ import (
 // or reset happens.
 
 var (
-	_ sluice.Invalidator    = (*Store)(nil)
-	_ sluice.ResetAnnouncer = (*Store)(nil)
+	_ stack.Invalidator    = (*Store)(nil)
+	_ stack.ResetAnnouncer = (*Store)(nil)
 )
 
 // invalidateChannel follows Options.Prefix in the name of the channel.
@@ -127,7 +127,7 @@ func (h *invHub) setUp(up bool) {
 	}
 }
 
-// Invalidations implements sluice.Invalidator: fn hears, for every script
+// Invalidations implements stack.Invalidator: fn hears, for every script
 // call on any Store sharing this Redis and prefix (this one included) that
 // applied Refund ops of cost > 0 or Reset ops, the op keys they changed;
 // and (nil, true) each time the store's subscription to the announcements
@@ -148,7 +148,7 @@ func (s *Store) Invalidations(ctx context.Context, fn func(keys []string, all bo
 	return s.listen(ctx, false, fn)
 }
 
-// Resets implements sluice.ResetAnnouncer: fn hears, for every script call
+// Resets implements stack.ResetAnnouncer: fn hears, for every script call
 // on any Store sharing this Redis and prefix (this one included) that
 // applied Reset ops, the op keys they reset (not those only refunded); and
 // (nil, true) each time the subscription is confirmed or lost, exactly as

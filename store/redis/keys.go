@@ -9,14 +9,15 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
-var _ sluice.KeyLister = (*Store)(nil)
+var _ stack.KeyLister = (*Store)(nil)
 
 // scanCount is the COUNT hint of each SCAN: keys a node looks at per call.
 const scanCount = 1000
 
-// Keys implements sluice.KeyLister: up to max (≥ 1) keys of this store's
+// Keys implements stack.KeyLister: up to max (≥ 1) keys of this store's
 // prefix that start with prefix, as Op.Key names them (a key used under
 // several algorithms is listed once), and whether there are more. It SCANs
 // with MATCH, COUNT 1000 a call, on every master of a cluster, and stops
@@ -39,7 +40,7 @@ func (s *Store) Keys(ctx context.Context, prefix string, max int) ([]string, boo
 		return nil, false, err
 	}
 	var letters strings.Builder
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		letters.WriteString(algLetter[a])
 	}
 	letters.WriteString(nativeLetter)
@@ -121,7 +122,7 @@ func (s *Store) opKey(rk string) (string, bool) {
 		return "", false
 	}
 	var alg sluice.Algorithm
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		if algLetter[a][0] == rest[0] {
 			alg = a
 		}

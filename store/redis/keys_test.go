@@ -3,7 +3,7 @@ package redis
 import (
 	"testing"
 
-	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Every op key maps to a Redis key and back, except a key that is a whole
@@ -12,7 +12,7 @@ import (
 func TestOpKey(t *testing.T) {
 	s := &Store{prefix: "p:"}
 	for _, k := range []string{"", "a", "{t}:a", "a:{t}", "kl:{", "kl:}{}", "{}", "{{x}}", "*?[x]\\", "{", "}"} {
-		for _, a := range sluice.Algorithms() {
+		for _, a := range stack.Algorithms() {
 			rk := redisKey(s.prefix, a, k)
 			if got, ok := s.opKey(rk); !ok || got != k {
 				t.Errorf("opKey(%q) = %q, %v; want %q (the key of %q under %v)", rk, got, ok, k, k, a)

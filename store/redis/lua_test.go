@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // TestLuaConstants checks that the numbers the scripts name are the Go
@@ -33,7 +34,7 @@ func TestLuaConstants(t *testing.T) {
 		"LOG_WALK":  algorithm.ExactRetryUnits,
 		"MAX_EXACT": algorithm.MaxExact,
 	}
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		want[strings.ToUpper(a.String())] = int64(a)
 	}
 	// The store reads the decision code as a sluice.Reason.

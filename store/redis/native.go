@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algorithm"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // The native path for fixed windows (Options.NativeFixedWindow).
@@ -240,7 +241,7 @@ func (s *Store) newNativeRequest(ops []sluice.Op, now string) *request {
 	}
 	for i := range ops {
 		op := &ops[i]
-		p := op.Limit.Params()
+		p := stack.Params(op.Limit)
 		r.keys[i] = redisKey(s.prefix, sluice.FixedWindow, op.Key)
 		o := nativeOp{name: r.keys[i], q: p.Quota, w: p.Window, cost: op.Cost, kind: 't'}
 		switch op.Action {

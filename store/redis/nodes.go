@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // topologyRefresh is how often the store asks a cluster which master owns
@@ -67,12 +67,12 @@ func (s *Store) nodeFor(slot int) *node {
 	return s.nodes.get("unknown")
 }
 
-// Health implements sluice.HealthReporter: the breaker of each node the
+// Health implements stack.HealthReporter: the breaker of each node the
 // store sends calls to, sorted by address. With a single node or Sentinel it
 // is one entry; with a Cluster, one per master owning slots now.
-func (s *Store) Health() []sluice.NodeHealth {
+func (s *Store) Health() []stack.NodeHealth {
 	if !s.cluster {
-		return []sluice.NodeHealth{s.nodes.single.health()}
+		return []stack.NodeHealth{s.nodes.single.health()}
 	}
 	var all []*node
 	if t := s.nodes.slots.Load(); t != nil {
@@ -84,11 +84,11 @@ func (s *Store) Health() []sluice.NodeHealth {
 			}
 		}
 	}
-	out := make([]sluice.NodeHealth, len(all))
+	out := make([]stack.NodeHealth, len(all))
 	for i, n := range all {
 		out[i] = n.health()
 	}
-	slices.SortFunc(out, func(a, b sluice.NodeHealth) int { return strings.Compare(a.Node, b.Node) })
+	slices.SortFunc(out, func(a, b stack.NodeHealth) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // busyCores starts n processes that spin (as `stress --cpu n` would) and
@@ -37,7 +38,7 @@ func busyCores(tb testing.TB, n int) {
 func BenchmarkCallLatencyBusy(b *testing.B) {
 	addr := benchAddr(b)
 	busyCores(b, runtime.NumCPU())
-	for _, alg := range sluice.Algorithms() {
+	for _, alg := range stack.Algorithms() {
 		b.Run(alg.String(), func(b *testing.B) {
 			limit := sluice.Limit{Algorithm: alg, Quota: 500, Window: 24 * time.Hour}
 			var mu sync.Mutex

@@ -23,7 +23,7 @@
 // # Keys and hash slots
 //
 // The Redis key of an op is Options.Prefix, one letter naming the
-// algorithm (t g l f s o c, in the order of sluice.Algorithms: like
+// algorithm (t g l f s o c, in the order of stack.Algorithms: like
 // store/memory, the store keeps one state per algorithm and key), and the
 // op's key; a key that has no hash tag of its own is wrapped in one
 // ("sluice:g{key}"), so each key is its own slot. With a single node or
@@ -130,6 +130,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/cow"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 //go:embed scripts/*.lua
@@ -168,7 +169,7 @@ const allotBit algMask = 1
 // only the algorithms its batch needs.
 func batchScriptFor(m algMask) string {
 	need := map[string]bool{"lib.lua": true, "guard.lua": true, "driver.lua": true, "allot.lua": m&allotBit != 0}
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		if m&(1<<a) != 0 {
 			for _, f := range algFiles[a] {
 				need[f] = true
@@ -583,7 +584,7 @@ func (s *Store) oneScript(m algMask) *rueidis.Lua {
 	}
 	names := []string{"head.lua", "lib.lua"}
 	need := map[string]bool{}
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		if m&(1<<a) != 0 {
 			for _, f := range algFiles[a] {
 				need[f] = true
@@ -617,7 +618,7 @@ func limitSpec(l sluice.Limit) string {
 	if spec, ok := specs.Get(l); ok {
 		return spec
 	}
-	p := l.Params()
+	p := stack.Params(l)
 	spec := fmt.Sprintf("%d:%d:%d:%d:%d", l.Algorithm, p.Quota, p.Window, p.Burst, p.Interval)
 	specs.Put(l, spec)
 	return spec
@@ -638,13 +639,13 @@ func (s *Store) newLease() uint64 {
 // Take is batched and what is atomic.
 func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Result) error {
 	if len(results) != len(ops) {
-		return fmt.Errorf("redis: %d ops, %d results: %w", len(ops), len(results), sluice.ErrResultsLength)
+		return fmt.Errorf("redis: %d ops, %d results: %w", len(ops), len(results), stack.ErrResultsLength)
 	}
 	if len(ops) == 0 {
 		return nil
 	}
 	for i := range ops {
-		if err := ops[i].Check(); err != nil {
+		if err := stack.CheckOp(&ops[i]); err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -161,8 +162,8 @@ func TestNewErrors(t *testing.T) {
 func TestTakeErrors(t *testing.T) {
 	srv := redistest.Start(t)
 	st := newTestStore(t, srv.URL(), storetest.NewClock())
-	good := sluice.Op{Key: "k", Limit: sluice.PerSecond(sluice.GCRA, 5), Cost: 1}
-	if err := st.Take(context.Background(), []sluice.Op{good}, nil); !errors.Is(err, sluice.ErrResultsLength) {
+	good := sluice.Op{Key: "k", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 5, Window: time.Second}, Cost: 1}
+	if err := st.Take(context.Background(), []sluice.Op{good}, nil); !errors.Is(err, stack.ErrResultsLength) {
 		t.Errorf("Take with no results = %v, want ErrResultsLength", err)
 	}
 	bad := good

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -58,7 +59,7 @@ func fillKey(t, owner testing.TB, url, key string, l sluice.Limit) *fullKey {
 	ctx := context.Background()
 	if l.Algorithm != sluice.SlidingLog && l.Algorithm != sluice.Concurrency {
 		op := f.op
-		op.Cost = l.Capacity()
+		op.Cost = stack.Capacity(l)
 		res := make([]sluice.Result, 1)
 		if err := s.Take(ctx, []sluice.Op{op}, res); err != nil || !res[0].Allowed {
 			t.Fatalf("fill %v: %+v, %v", l, res[0], err)
@@ -159,7 +160,7 @@ func BenchmarkRedisTime(b *testing.B) {
 	}
 	url := "redis://" + addr + "/0"
 	fills := map[string]*fullKey{}
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		for _, q := range []int64{10, 1000, 100_000} {
 			l := sluice.Limit{Algorithm: a, Quota: q, Window: time.Minute}
 			name := fmt.Sprintf("%v/quota=%d", a, q)

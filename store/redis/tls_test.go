@@ -104,7 +104,7 @@ func TestTLS(t *testing.T) {
 			st, err := redis.New(redis.Options{URL: url, TLS: tc.cfg, Timeout: 5 * time.Second})
 			if err == nil {
 				defer st.Close()
-				ops := []sluice.Op{{Key: "tls", Limit: sluice.PerMinute(sluice.FixedWindow, 2), Cost: 1}}
+				ops := []sluice.Op{{Key: "tls", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 2, Window: time.Minute}, Cost: 1}}
 				res := make([]sluice.Result, 1)
 				err = st.Take(context.Background(), ops, res)
 				if err == nil && (!res[0].Allowed || res[0].Remaining != 1) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // TestTTL runs traffic on every algorithm with the Redis clock, then checks
@@ -26,7 +27,7 @@ func TestTTL(t *testing.T) {
 	const window = 1500 * time.Millisecond
 	ctx := context.Background()
 	var ops []sluice.Op
-	for _, a := range sluice.Algorithms() {
+	for _, a := range stack.Algorithms() {
 		for i, w := range []time.Duration{window / 3, window} {
 			ops = append(ops, sluice.Op{Key: a.String() + string(rune('a'+i)), Limit: sluice.Limit{Algorithm: a, Quota: 5, Window: w}, Cost: 1})
 		}

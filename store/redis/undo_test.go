@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/store/stack"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -61,7 +62,7 @@ func TestCrossSlotFailureRefunds(t *testing.T) {
 				// slot of its own, and one on the stopped master.
 				var healthy []sluice.Op
 				slots := map[int]bool{}
-				for _, a := range sluice.Algorithms() {
+				for _, a := range stack.Algorithms() {
 					for i := 0; ; i++ {
 						op := sluice.Op{Key: fmt.Sprintf("xf%d:%v:%d", ti, a, i), Limit: sluice.Limit{Algorithm: a, Quota: 100, Window: time.Hour}, Cost: 1}
 						sl := slotOf(redisKey(st.prefix, a, op.Key))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // Charge, refund and reset (sluice.Action): step tables, batches, concurrent
@@ -216,7 +217,7 @@ func runSettleConcurrency(t *testing.T, newStore NewStore) {
 	s := newStore(t, clock)
 	const goroutines = 16
 	for _, l := range settleLimits() {
-		c := l.Capacity()
+		c := stack.Capacity(l)
 		hammer := func(key string, perG int, ops func(g, i int) []sluice.Op) {
 			t.Helper()
 			err := hammer(goroutines, perG, func(g, i int) error {
@@ -263,14 +264,14 @@ func runSettleConcurrency(t *testing.T, newStore NewStore) {
 	}
 }
 
-// runKeys checks sluice.KeyLister, for stores that implement it: keys are
+// runKeys checks stack.KeyLister, for stores that implement it: keys are
 // listed as Op.Key names them, once whatever their algorithms, filtered by
 // prefix (taken literally, glob characters and braces too), bounded by max,
 // and a reset key is gone.
 func runKeys(t *testing.T, newStore NewStore) {
 	clock := NewClock()
 	s := newStore(t, clock)
-	kl, isLister := s.(sluice.KeyLister)
+	kl, isLister := s.(stack.KeyLister)
 	if !isLister {
 		t.Skipf("%T does not list keys", s)
 	}

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
-// NewAllotter returns a new, empty sluice.Allotter whose time is read from
+// NewAllotter returns a new, empty stack.Allotter whose time is read from
 // clock.Now, as NewStore does for a store.
-type NewAllotter func(t *testing.T, clock *Clock) sluice.Allotter
+type NewAllotter func(t *testing.T, clock *Clock) stack.Allotter
 
-// RunAllot is the conformance suite of sluice.Allotter, the contract
+// RunAllot is the conformance suite of stack.Allotter, the contract
 // store/hybrid and server/rlqs lease by: each request is one atomic step;
 // Granted ≤ Want, never below Keep, at most 1/Split of what stands above
 // it; a fixed window's grant is a reservation in the current window (TTL
@@ -39,10 +40,10 @@ func RunAllot(t *testing.T, newAllotter NewAllotter) {
 	}
 }
 
-func allot(t *testing.T, a sluice.Allotter, r sluice.AllotRequest) sluice.Allotment {
+func allot(t *testing.T, a stack.Allotter, r stack.AllotRequest) stack.Allotment {
 	t.Helper()
-	out := make([]sluice.Allotment, 1)
-	if err := a.Allot(context.Background(), []sluice.AllotRequest{r}, out); err != nil {
+	out := make([]stack.Allotment, 1)
+	if err := a.Allot(context.Background(), []stack.AllotRequest{r}, out); err != nil {
 		t.Fatalf("Allot(%+v): %v", r, err)
 	}
 	return out[0]
@@ -66,19 +67,19 @@ func allotSteps(t *testing.T, n NewAllotter) {
 	gc := sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Second, Burst: 10}
 	steps := []struct {
 		name          string
-		req           sluice.AllotRequest
+		req           stack.AllotRequest
 		granted, left int64
 	}{
-		{"fixed window: want fits", sluice.AllotRequest{Key: "f", Limit: fw, Want: 30, Keep: 10, Split: 1}, 30, 70},
-		{"split caps at 1/2 above keep", sluice.AllotRequest{Key: "f", Limit: fw, Want: 100, Keep: 10, Split: 2}, 30, 40},
-		{"split < 1 means 1", sluice.AllotRequest{Key: "f", Limit: fw, Want: 5, Keep: 10, Split: 0}, 5, 35},
-		{"give back of another epoch: ignored", sluice.AllotRequest{Key: "f", Limit: fw, Give: 20, Epoch: -1, Keep: 10}, 0, 35},
-		{"nothing below keep", sluice.AllotRequest{Key: "f", Limit: fw, Want: 50, Keep: 35, Split: 1}, 0, 35},
-		{"want 0 only reports", sluice.AllotRequest{Key: "f", Limit: fw, Split: 1}, 0, 35},
-		{"gcra: burst 10, keep 2, split 2", sluice.AllotRequest{Key: "g", Limit: gc, Want: 10, Keep: 2, Split: 2}, 4, 6},
-		{"gcra: give back 3", sluice.AllotRequest{Key: "g", Limit: gc, Give: 3}, 0, 9},
-		{"gcra: want fits", sluice.AllotRequest{Key: "g", Limit: gc, Want: 9, Split: 1}, 9, 0},
-		{"gcra: empty", sluice.AllotRequest{Key: "g", Limit: gc, Want: 1, Split: 1}, 0, 0},
+		{"fixed window: want fits", stack.AllotRequest{Key: "f", Limit: fw, Want: 30, Keep: 10, Split: 1}, 30, 70},
+		{"split caps at 1/2 above keep", stack.AllotRequest{Key: "f", Limit: fw, Want: 100, Keep: 10, Split: 2}, 30, 40},
+		{"split < 1 means 1", stack.AllotRequest{Key: "f", Limit: fw, Want: 5, Keep: 10, Split: 0}, 5, 35},
+		{"give back of another epoch: ignored", stack.AllotRequest{Key: "f", Limit: fw, Give: 20, Epoch: -1, Keep: 10}, 0, 35},
+		{"nothing below keep", stack.AllotRequest{Key: "f", Limit: fw, Want: 50, Keep: 35, Split: 1}, 0, 35},
+		{"want 0 only reports", stack.AllotRequest{Key: "f", Limit: fw, Split: 1}, 0, 35},
+		{"gcra: burst 10, keep 2, split 2", stack.AllotRequest{Key: "g", Limit: gc, Want: 10, Keep: 2, Split: 2}, 4, 6},
+		{"gcra: give back 3", stack.AllotRequest{Key: "g", Limit: gc, Give: 3}, 0, 9},
+		{"gcra: want fits", stack.AllotRequest{Key: "g", Limit: gc, Want: 9, Split: 1}, 9, 0},
+		{"gcra: empty", stack.AllotRequest{Key: "g", Limit: gc, Want: 1, Split: 1}, 0, 0},
 	}
 	for _, st := range steps {
 		got := allot(t, a, st.req)
@@ -103,7 +104,7 @@ func allotFixedWindow(t *testing.T, n NewAllotter) {
 	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 100, Window: 10 * time.Second}
 	clock.Advance(3 * time.Second) // 7 s left in the window
 	wantEpoch := clock.Now().UnixMicro() / fw.Window.Microseconds()
-	g := allot(t, a, sluice.AllotRequest{Key: "w", Limit: fw, Want: 60, Split: 1})
+	g := allot(t, a, stack.AllotRequest{Key: "w", Limit: fw, Want: 60, Split: 1})
 	if g.Granted != 60 || g.Remaining != 40 || g.TTL != 7*time.Second || g.ResetAfter != 7*time.Second || g.Epoch != wantEpoch {
 		t.Errorf("grant: %+v, want granted 60, remaining 40, TTL 7s, reset 7s, epoch %d", g, wantEpoch)
 	}
@@ -114,15 +115,15 @@ func allotFixedWindow(t *testing.T, n NewAllotter) {
 	if err := a.Take(context.Background(), []sluice.Op{{Key: "w", Limit: fw, Cost: 10}}, res); err != nil || !res[0].Allowed {
 		t.Errorf("Take of 10: %+v, %v; want allowed", res[0], err)
 	}
-	if got := allot(t, a, sluice.AllotRequest{Key: "w", Limit: fw, Give: 20, Epoch: g.Epoch}); got.Remaining != 50 || got.Granted != 0 {
+	if got := allot(t, a, stack.AllotRequest{Key: "w", Limit: fw, Give: 20, Epoch: g.Epoch}); got.Remaining != 50 || got.Granted != 0 {
 		t.Errorf("give back 20 in its window: %+v, want remaining 50, nothing granted", got)
 	}
-	if got := allot(t, a, sluice.AllotRequest{Key: "w", Limit: fw, Give: 1000, Epoch: g.Epoch}); got.Remaining != 100 {
+	if got := allot(t, a, stack.AllotRequest{Key: "w", Limit: fw, Give: 1000, Epoch: g.Epoch}); got.Remaining != 100 {
 		t.Errorf("give back more than was taken: remaining %d, want 100 (the count never goes below 0)", got.Remaining)
 	}
-	allot(t, a, sluice.AllotRequest{Key: "w", Limit: fw, Want: 100, Split: 1})
+	allot(t, a, stack.AllotRequest{Key: "w", Limit: fw, Want: 100, Split: 1})
 	clock.Advance(7 * time.Second) // the next window
-	got := allot(t, a, sluice.AllotRequest{Key: "w", Limit: fw, Give: 50, Epoch: g.Epoch, Want: 1, Split: 1})
+	got := allot(t, a, stack.AllotRequest{Key: "w", Limit: fw, Give: 50, Epoch: g.Epoch, Want: 1, Split: 1})
 	if got.Granted != 1 || got.Remaining != 99 || got.Epoch != g.Epoch+1 || got.TTL != fw.Window {
 		t.Errorf("next window, give back of the last: %+v; want 1 granted, 99 remaining (nothing freed twice), epoch %d, TTL %v", got, g.Epoch+1, fw.Window)
 	}
@@ -134,7 +135,7 @@ func allotGCRA(t *testing.T, n NewAllotter) {
 	clock := NewClock()
 	a := n(t, clock)
 	gc := sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Second} // interval 100 ms, burst 10
-	g := allot(t, a, sluice.AllotRequest{Key: "b", Limit: gc, Want: 8, Split: 1})
+	g := allot(t, a, stack.AllotRequest{Key: "b", Limit: gc, Want: 8, Split: 1})
 	if g.Granted != 8 || g.Remaining != 2 || g.TTL <= 0 || g.TTL > gc.Window || g.ResetAfter != 800*time.Millisecond {
 		t.Errorf("grant: %+v, want 8 granted, 2 remaining, 0 < TTL ≤ 1s, reset 800ms", g)
 	}
@@ -142,7 +143,7 @@ func allotGCRA(t *testing.T, n NewAllotter) {
 	if got := look(t, a, "b", gc); got != 5 {
 		t.Errorf("Take look 300ms later: remaining %d, want 5 (3 refilled)", got)
 	}
-	if got := allot(t, a, sluice.AllotRequest{Key: "b", Limit: gc, Want: 100, Split: 1}); got.Granted != 5 || got.Remaining != 0 {
+	if got := allot(t, a, stack.AllotRequest{Key: "b", Limit: gc, Want: 100, Split: 1}); got.Granted != 5 || got.Remaining != 0 {
 		t.Errorf("want above what is left: %+v, want 5 granted (Granted ≤ what the bucket holds), 0 remaining", got)
 	}
 	res := make([]sluice.Result, 1)
@@ -157,13 +158,13 @@ func allotBatch(t *testing.T, n NewAllotter) {
 	a := n(t, NewClock())
 	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}
 	gc := sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Minute}
-	reqs := []sluice.AllotRequest{
+	reqs := []stack.AllotRequest{
 		{Key: "x", Limit: fw, Want: 6, Split: 1},
 		{Key: "y", Limit: gc, Want: 3, Split: 1},
 		{Key: "x", Limit: fw, Want: 6, Split: 1},
 		{Key: "z{x}", Limit: fw, Want: 20, Split: 1},
 	}
-	out := make([]sluice.Allotment, len(reqs))
+	out := make([]stack.Allotment, len(reqs))
 	if err := a.Allot(context.Background(), reqs, out); err != nil {
 		t.Fatalf("Allot: %v", err)
 	}
@@ -183,28 +184,28 @@ func allotBatch(t *testing.T, n NewAllotter) {
 func allotRefused(t *testing.T, n NewAllotter) {
 	a := n(t, NewClock())
 	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}
-	valid := sluice.AllotRequest{Key: "v", Limit: fw, Want: 5, Split: 1}
+	valid := stack.AllotRequest{Key: "v", Limit: fw, Want: 5, Split: 1}
 	for _, tc := range []struct {
 		name string
-		req  sluice.AllotRequest
+		req  stack.AllotRequest
 	}{
-		{"token_bucket", sluice.AllotRequest{Key: "v", Limit: sluice.PerMinute(sluice.TokenBucket, 10), Want: 1}},
-		{"sliding_window", sluice.AllotRequest{Key: "v", Limit: sluice.PerMinute(sluice.SlidingWindow, 10), Want: 1}},
-		{"sliding_log", sluice.AllotRequest{Key: "v", Limit: sluice.PerMinute(sluice.SlidingLog, 10), Want: 1}},
-		{"leaky_bucket", sluice.AllotRequest{Key: "v", Limit: sluice.PerMinute(sluice.LeakyBucket, 10), Want: 1}},
-		{"concurrency", sluice.AllotRequest{Key: "v", Limit: sluice.PerMinute(sluice.Concurrency, 10), Want: 1}},
-		{"negative keep", sluice.AllotRequest{Key: "v", Limit: fw, Want: 1, Keep: -1}},
-		{"negative give", sluice.AllotRequest{Key: "v", Limit: fw, Give: -1}},
-		{"negative want", sluice.AllotRequest{Key: "v", Limit: fw, Want: -1}},
-		{"invalid limit", sluice.AllotRequest{Key: "v", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10}, Want: 1}},
+		{"token_bucket", stack.AllotRequest{Key: "v", Limit: sluice.Limit{Algorithm: sluice.TokenBucket, Quota: 10, Window: time.Minute}, Want: 1}},
+		{"sliding_window", stack.AllotRequest{Key: "v", Limit: sluice.Limit{Algorithm: sluice.SlidingWindow, Quota: 10, Window: time.Minute}, Want: 1}},
+		{"sliding_log", stack.AllotRequest{Key: "v", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Quota: 10, Window: time.Minute}, Want: 1}},
+		{"leaky_bucket", stack.AllotRequest{Key: "v", Limit: sluice.Limit{Algorithm: sluice.LeakyBucket, Quota: 10, Window: time.Minute}, Want: 1}},
+		{"concurrency", stack.AllotRequest{Key: "v", Limit: sluice.Limit{Algorithm: sluice.Concurrency, Quota: 10, Window: time.Minute}, Want: 1}},
+		{"negative keep", stack.AllotRequest{Key: "v", Limit: fw, Want: 1, Keep: -1}},
+		{"negative give", stack.AllotRequest{Key: "v", Limit: fw, Give: -1}},
+		{"negative want", stack.AllotRequest{Key: "v", Limit: fw, Want: -1}},
+		{"invalid limit", stack.AllotRequest{Key: "v", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10}, Want: 1}},
 	} {
-		out := make([]sluice.Allotment, 2)
-		err := a.Allot(context.Background(), []sluice.AllotRequest{valid, tc.req}, out)
+		out := make([]stack.Allotment, 2)
+		err := a.Allot(context.Background(), []stack.AllotRequest{valid, tc.req}, out)
 		if err == nil {
 			t.Errorf("%s: nil error, want refused", tc.name)
 		}
 	}
-	if err := a.Allot(context.Background(), []sluice.AllotRequest{valid}, nil); err == nil {
+	if err := a.Allot(context.Background(), []stack.AllotRequest{valid}, nil); err == nil {
 		t.Error("results shorter than requests: nil error, want refused")
 	}
 	if got := look(t, a, "v", fw); got != 10 {
@@ -228,11 +229,11 @@ func allotConcurrency(t *testing.T, n NewAllotter) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				out := make([]sluice.Allotment, 1)
+				out := make([]stack.Allotment, 1)
 				res := make([]sluice.Result, 1)
 				for range rounds {
 					var g, k int64
-					if err := a.Allot(context.Background(), []sluice.AllotRequest{{Key: "c", Limit: l, Want: int64(w + 1), Split: 1}}, out); err == nil {
+					if err := a.Allot(context.Background(), []stack.AllotRequest{{Key: "c", Limit: l, Want: int64(w + 1), Split: 1}}, out); err == nil {
 						g = out[0].Granted
 					} else {
 						t.Errorf("%v: Allot: %v", l.Algorithm, err)

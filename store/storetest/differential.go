@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // arrival is one hit of a generated trace, at an offset from Epoch.
@@ -176,7 +177,7 @@ func runBucketsAgree(t *testing.T, newStore NewStore) {
 			}
 			at += step
 			clock.Set(Epoch.Add(at))
-			cost := rng.Int64N(l.Capacity() + 2) // includes 0 and too-high costs
+			cost := rng.Int64N(stack.Capacity(l) + 2) // includes 0 and too-high costs
 			a, err1 := take1(s, sluice.Op{Key: "agree:" + l.String(), Limit: tb, Cost: cost})
 			b, err2 := take1(s, sluice.Op{Key: "agree:" + l.String(), Limit: gc, Cost: cost})
 			if err1 != nil || err2 != nil {

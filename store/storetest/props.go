@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // propLimits are the limits the property tests run each algorithm with:
@@ -57,12 +58,12 @@ func retryAfter(t *testing.T, newStore NewStore, settle bool) {
 				if settle {
 					switch rng.IntN(6) {
 					case 0, 1:
-						actSame(t, s, keys, sluice.Op{Limit: l, Cost: 1 + rng.Int64N(2*l.Capacity()), Action: sluice.Charge})
+						actSame(t, s, keys, sluice.Op{Limit: l, Cost: 1 + rng.Int64N(2*stack.Capacity(l)), Action: sluice.Charge})
 					case 2:
-						actSame(t, s, keys, sluice.Op{Limit: l, Cost: 1 + rng.Int64N(l.Capacity()), Action: sluice.Refund})
+						actSame(t, s, keys, sluice.Op{Limit: l, Cost: 1 + rng.Int64N(stack.Capacity(l)), Action: sluice.Refund})
 					}
 				}
-				cost := 1 + rng.Int64N(l.Capacity())
+				cost := 1 + rng.Int64N(stack.Capacity(l))
 				res := takeSame(t, s, keys, l, cost)
 				if res[0].Allowed {
 					continue
@@ -146,7 +147,7 @@ func runRetryAfterLarge(t *testing.T, newStore NewStore) {
 			keys := sameKeys("retrylarge", l, trial)
 			for step := 0; step < 200; step++ {
 				clock.Advance(time.Duration(rng.Int64N(int64(l.Window)/20)) / time.Microsecond * time.Microsecond)
-				cost := 1 + rng.Int64N(l.Capacity())
+				cost := 1 + rng.Int64N(stack.Capacity(l))
 				res := takeSame(t, s, keys, l, cost)
 				if res[0].Allowed {
 					continue
@@ -202,13 +203,13 @@ func runConcurrency(t *testing.T, newStore NewStore) {
 			if err != nil {
 				t.Fatalf("%v: %v", l, err)
 			}
-			want := l.Capacity()
+			want := stack.Capacity(l)
 			if got := admitted.Load(); got != want {
 				t.Errorf("%v round %d: %d goroutines × %d hits admitted %d, want exactly %d", l, round, goroutines, perG, got, want)
 			}
 			// Move on far enough that the key is fresh again: two windows
 			// for sliding_window, burst intervals for the buckets.
-			clock.Advance(2*l.Window + time.Duration(l.Capacity())*l.Window)
+			clock.Advance(2*l.Window + time.Duration(stack.Capacity(l))*l.Window)
 		}
 	}
 }

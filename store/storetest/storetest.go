@@ -1,9 +1,9 @@
 // Package storetest is the conformance suite every sluice.Store must pass:
 // step tables for every algorithm and action (take, charge, refund, reset),
 // all-or-nothing batches, differential traces, concurrency counts, fuzzable
-// invariants and, for stores that list keys, sluice.KeyLister, replayed
+// invariants and, for stores that list keys, stack.KeyLister, replayed
 // against a controllable clock; and RunAllot, the suite of stores that
-// lease allotments (sluice.Allotter).
+// lease allotments (stack.Allotter).
 package storetest
 
 import (

@@ -132,7 +132,7 @@ func TestOverrideDomains(t *testing.T) {
 			t.Fatalf("Migrate = %v, %v; want the migrations after 0001", applied, err)
 		}
 		rec, found, err := s.Load(ctx, "old")
-		if err != nil || !found || len(rec.Overrides) != 1 || rec.Overrides[0].Domain != tenant.AnyDomain || rec.Overrides[0].Limit != sluice.PerMinute(sluice.FixedWindow, 5) {
+		if err != nil || !found || len(rec.Overrides) != 1 || rec.Overrides[0].Domain != tenant.AnyDomain || rec.Overrides[0].Limit != (sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Minute}) {
 			t.Fatalf("old row after migration: %+v, %v, %v; want one override of domain %q, 5/minute", rec, found, err, tenant.AnyDomain)
 		}
 		// It keeps its effect: every domain's rule of that path.

@@ -44,7 +44,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func override(desc string, n int64) tenant.Override {
-	return tenant.Override{Domain: "api", Descriptor: desc, Limit: sluice.PerMinute(sluice.FixedWindow, n), RequestsPerUnit: uint32(n), Unit: "minute"}
+	return tenant.Override{Domain: "api", Descriptor: desc, Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: n, Window: time.Minute}, RequestsPerUnit: uint32(n), Unit: "minute"}
 }
 
 // One server for the tests that need no crash; each gets its own database.
@@ -95,7 +95,7 @@ func testCRUD(t *testing.T, srv *pgtest.Server) {
 	if got.Tier != rules.TierEnterprise || len(got.Overrides) != 2 || !got.ExpiresAt.Equal(exp) || got.CreatedAt.IsZero() {
 		t.Fatalf("Put returned %+v", got)
 	}
-	if o := got.Overrides[1]; o.Descriptor != "endpoint:POST /orders" || o.Limit != sluice.PerMinute(sluice.FixedWindow, 500) || o.Unit != "minute" {
+	if o := got.Overrides[1]; o.Descriptor != "endpoint:POST /orders" || o.Limit != (sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 500, Window: time.Minute}) || o.Unit != "minute" {
 		t.Errorf("override read back as %+v", o)
 	}
 	created := got.CreatedAt

@@ -1,4 +1,4 @@
-package sluice
+package stack
 
 import "context"
 

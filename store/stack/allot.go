@@ -1,8 +1,10 @@
-package sluice
+package stack
 
 import (
 	"context"
 	"time"
+
+	"github.com/sluice-rl/sluice"
 )
 
 // Allotments: the vocabulary between a store that decides locally
@@ -16,7 +18,7 @@ type AllotRequest struct {
 	// same Key and Limit see the allotted units as taken); Limit.Algorithm
 	// must satisfy AllotAlgorithm.
 	Key   string
-	Limit Limit
+	Limit sluice.Limit
 	// Want is how many units the caller would like, ≥ 0. The store grants
 	// fewer when the quota is short (see Keep and Split); zero only gives
 	// back and reports.
@@ -59,7 +61,7 @@ type Allotment struct {
 // Allotter is a global store that can lease allotments. Implementations are
 // safe for concurrent use.
 type Allotter interface {
-	Store
+	sluice.Store
 	// Allot takes an allotment for each request in one atomic step per
 	// request; out must have len(reqs). An error means nothing may be
 	// assumed granted (units granted but lost this way come back when the
@@ -71,6 +73,6 @@ type Allotter interface {
 // window (an allotment is a reservation inside the current window) and gcra
 // (tokens taken from the bucket now, spent later). A token_bucket limit
 // decides exactly as gcra, so a caller may allot it as gcra.
-func AllotAlgorithm(a Algorithm) bool {
-	return a == FixedWindow || a == GCRA
+func AllotAlgorithm(a sluice.Algorithm) bool {
+	return a == sluice.FixedWindow || a == sluice.GCRA
 }
