@@ -225,6 +225,7 @@ func TestFleetResetEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs three servers per Redis; skipped with -short")
 	}
+	t.Parallel() // its own PostgreSQL, Redis servers and processes; it mostly waits on them
 	pgs := pgtest.Start(t)
 	bin := buildSluice(t)
 	dir := t.TempDir()

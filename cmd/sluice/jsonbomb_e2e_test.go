@@ -33,6 +33,7 @@ func TestJSONBombs(t *testing.T) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("reads the server's peak RSS from /proc: Linux only")
 	}
+	t.Parallel() // its own server process, whose peak RSS is measured
 	const token = "rw-jsonbomb-token-0123456789"
 	bin := buildSluice(t)
 	s := startServe(t, bin, []string{"--rules", filepath.Join(repoRoot, "examples/rules")}, "SLUICE_ADMIN_TOKEN="+token)

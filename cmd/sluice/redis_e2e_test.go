@@ -52,6 +52,7 @@ func TestTwoServersOneRedisCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster; skipped with -short")
 	}
+	t.Parallel() // its own Cluster and servers; exact counts on still clocks
 	c := redistest.StartCluster(t)
 	twoServersShareALimit(t, c.URL())
 }
@@ -266,6 +267,7 @@ func TestRedisDownAtStart(t *testing.T) {
 // TestShutdownDrainsInFlight: a check in flight when shutdown begins (here
 // waiting on a hung Redis) completes with its answer before serve returns.
 func TestShutdownDrainsInFlight(t *testing.T) {
+	t.Parallel() // its own Redis and server; it mostly waits on the hung Redis
 	rd := redistest.Start(t)
 	// Long, so that the call is surely in flight (sent, waiting on the
 	// hung Redis) when shutdown begins, however loaded the machine.
@@ -309,6 +311,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 // shutdown began, /readyz answers 503 "shutting down" (a probe sees the
 // instance leave) instead of refusing connections.
 func TestReadyzDuringDrain(t *testing.T) {
+	t.Parallel() // its own Redis and server; it mostly waits on the hung Redis
 	rd := redistest.Start(t)
 	const storeTimeout = 3 * time.Second
 	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {

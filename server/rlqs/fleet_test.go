@@ -281,6 +281,22 @@ func eachStore(t *testing.T, f func(t *testing.T, kind string)) {
 	}
 }
 
+// eachStoreSideBySide is eachStore with the subtests run in parallel, for
+// the fleet simulations: each subtest has its own store (and
+// redis-server), server and fake clock, and asserts only counts at
+// simulated instants, so the two run side by side (the in-process one
+// keeps a core busy, the Redis one mostly waits on its round trips). The
+// test returns when both have ended.
+func eachStoreSideBySide(t *testing.T, f func(t *testing.T, kind string)) {
+	t.Helper()
+	for _, k := range simStores {
+		t.Run(k, func(t *testing.T) {
+			t.Parallel()
+			f(t, k)
+		})
+	}
+}
+
 // newSimStore returns a fresh store of kind ("memory" or "redis") whose
 // time is now (nil: the real clock).
 func newSimStore(t testing.TB, kind string, now func() time.Time) stack.Allotter {
@@ -534,7 +550,7 @@ func (f *fleet) logWindow(t *testing.T, w int64, admitted, limit int) {
 // server abandons the silent Envoy's buckets; a bucket of an unlimited
 // rule is allowed, one matching no rule follows Options.Unmatched (deny).
 func TestFleetBound(t *testing.T) {
-	eachStore(t, func(t *testing.T, kind string) {
+	eachStoreSideBySide(t, func(t *testing.T, kind string) {
 		const limit = 60000
 		f := runFleet(t, kind, simRules, churnPlan)
 		first := windowIndex(f.start)
@@ -567,7 +583,7 @@ func algRules(alg, extra string) string {
 // most burst + (d + lease) × rate (a grant taken before the span may be
 // spent in it; the lease is one window).
 func TestFleetTokenBucket(t *testing.T) {
-	eachStore(t, func(t *testing.T, kind string) {
+	eachStoreSideBySide(t, func(t *testing.T, kind string) {
 		const (
 			burst = 6000
 			rate  = 1000.0 // tokens a second
@@ -611,7 +627,7 @@ func TestFleetTokenBucket(t *testing.T) {
 // the previous window × the part of it still in the sliding window⌉ +
 // admitted in this window ≤ the limit.
 func TestFleetSlidingWindow(t *testing.T) {
-	eachStore(t, func(t *testing.T, kind string) {
+	eachStoreSideBySide(t, func(t *testing.T, kind string) {
 		const limit = 60000
 		f := runFleet(t, kind, algRules("sliding_window", ""), churnPlan)
 		adm := map[int64]int{}
@@ -652,7 +668,7 @@ var calmPlan = fleetPlan{total: 800, reconnect: []time.Duration{270 * time.Secon
 // server recognises those, and hands each reconnecting Envoy its own
 // buckets back.
 func TestFleetReconnect(t *testing.T) {
-	eachStore(t, func(t *testing.T, kind string) {
+	eachStoreSideBySide(t, func(t *testing.T, kind string) {
 		const limit = 60000
 		f := runFleet(t, kind, simRules, calmPlan)
 		first := windowIndex(f.start)

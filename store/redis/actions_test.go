@@ -15,6 +15,7 @@ import (
 // refused before anything is sent; the same batch in one slot, and a batch
 // of actions and looks across slots, are decided.
 func TestCrossSlotActions(t *testing.T) {
+	t.Parallel() // its own Cluster (mostly waiting for it to form) and a fake clock
 	cl := redistest.StartCluster(t)
 	c := storetest.NewClock()
 	s := newTestStore(t, cl.URL(), c)

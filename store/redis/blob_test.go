@@ -16,6 +16,7 @@ import (
 // TestBlob: versions only go up, the bound is kept on the Redis side, the
 // expiry is set, and the key cannot be a counter's.
 func TestBlob(t *testing.T) {
+	t.Parallel() // its own servers (a Cluster: mostly waiting for it to form)
 	for _, tc := range []struct {
 		name    string
 		cluster bool

@@ -94,6 +94,7 @@ func fleetStores(t *testing.T, url string, n int) []*Store {
 // no tag of its own); charges, takes, refunds of 0 and the actions of a
 // denied group are not; the first thing heard is "drop everything".
 func TestInvalidationsAnnounce(t *testing.T) {
+	t.Parallel() // its own servers; announcements are polled for
 	for _, tc := range []struct {
 		name string
 		url  func(t *testing.T) string

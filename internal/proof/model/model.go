@@ -63,8 +63,8 @@ func Verify(dir string, defines []string) (Result, error) {
 // Falsify is Verify for a model expected to fail early (a mutant): the
 // same exhaustive search, from a verifier compiled without optimization.
 // A search that stops at the first violation after a few thousand states
-// takes milliseconds, so compiling pan.c (about 4.5 s of CPU at -O2,
-// 0.5 s at -O0) is nearly all its cost; a model that holds is still searched to the end,
+// takes milliseconds, so compiling pan.c (3 to 4.5 s of CPU at -O2,
+// under 0.5 s at -O0) is nearly all its cost; a model that holds is still searched to the end,
 // only more slowly.
 func Falsify(dir string, defines []string) (Result, error) {
 	return verify(dir, defines, "-O0")
@@ -98,8 +98,8 @@ func verify(dir string, defines []string, opt string) (Result, error) {
 	// needs more stops, incomplete. Every state is stored in full: no
 	// COLLAPSE (lossless too, but with state vectors of about 100 bytes
 	// it saved no memory, 340 MB with it and 310 MB without for a
-	// million states, and cost a quarter more CPU: 7.0–7.4 s against
-	// 5.6–6.0 s), no BITSTATE or HC (lossy).
+	// million states, and cost a fifth to a quarter more CPU: 6.3–7.4 s
+	// against 5.2–6.0 s for "faults"), no BITSTATE or HC (lossy).
 	if _, err := run(cc, "-w", opt, "-DSAFETY", "-DMEMLIM=2048", "-o", "pan", "pan.c"); err != nil {
 		return Result{}, err
 	}
