@@ -220,9 +220,8 @@ type Schedule struct {
 	// fixed_window rules counted with native Redis counters, not scripts.
 	Native bool
 	// Busy keeps every core of the host busy while the traffic runs (one
-	// spinning process per CPU, at the host's normal priority), so calls
-	// queue behind other work: overload must make decisions slower, never
-	// switch a limit off.
+	// spinning process per CPU, at nice 5), so calls queue behind other
+	// work: overload must make decisions slower, never switch a limit off.
 	Busy bool
 	// Setup, if set, runs just before the clients start (its decisions
 	// are part of the history).
@@ -359,7 +358,11 @@ func (f *Fleet) history() check.History {
 func busy(t TB, n int) (stop func()) {
 	var cmds []*exec.Cmd
 	for range n {
-		c := exec.Command("sh", "-c", "while :; do :; done")
+		// nice 5: they take every idle cycle and a share of each core
+		// from the fleet, so its calls queue, but a test of another
+		// package running beside it (go test runs packages in parallel)
+		// keeps most of its share.
+		c := exec.Command("nice", "-n", "5", "sh", "-c", "while :; do :; done")
 		if err := c.Start(); err != nil {
 			t.Fatalf("fleet: start a spinning process: %v", err)
 		}
