@@ -45,6 +45,7 @@ func adminGet(t *testing.T, url, tok string, v any) int {
 // admin token; the dashboard needs the token, and /admin/v1/top on either
 // server shows the denials of both.
 func TestDashboardFleetOnRedis(t *testing.T) {
+	t.Parallel() // its own Redis and servers
 	rd := redistest.Start(t)
 	tokFile := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokFile, []byte("viewer ro "+dashRO+"\n"), 0o600); err != nil {

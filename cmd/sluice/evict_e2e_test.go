@@ -158,6 +158,7 @@ func TestRedisEvictionPolicyRefused(t *testing.T) {
 // exact limits' admissions are logged (eviction may reset their counters:
 // that is the risk the flag accepts).
 func TestRedisEvictionAllowed(t *testing.T) {
+	t.Parallel() // its own Redis and server; the evictions are polled for
 	rd := redistest.StartArgs(t, "--maxmemory-policy", "allkeys-lru")
 	ts := startServer(t, evictRuleDir(t), withRedis(rd.URL(), func(c *serveConfig) {
 		c.Store.Redis.AllowEviction = true

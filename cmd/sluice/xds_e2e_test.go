@@ -32,6 +32,7 @@ import (
 // without the backoff there were thousands; the good version that follows
 // is applied once the wait ends.
 func TestServeRulesXds(t *testing.T) {
+	t.Parallel() // its own xDS server and sluice server; it mostly waits on the xDS stream
 	snaps := cache.NewSnapshotCache(false, cache.IDHash{}, nil)
 	var nacks atomic.Int64
 	cb := xdsserver.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {

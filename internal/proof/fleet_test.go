@@ -28,48 +28,29 @@ func TestShortFaultMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := os.Getenv("SLUICE_PROOF_DIR")
-	// Each schedule runs its own fleet (Redis, proxy, PostgreSQL, three
-	// processes, all on ports of their own), and a run mostly waits (for a
-	// fault's pause, for traffic spread over seconds), so the schedules run
-	// side by side, -parallel at a time (GOMAXPROCS: 2 on CI). What a run
-	// asserts does not depend on the machine's speed: the checker places
-	// every decision only by the instants the client saw, and traffic goes
-	// on until every rule has been denied (fleet.MaxExtra). The "schedules"
-	// group returns when every run has ended.
-	all := fleet.Schedules()
-	ran := make([]*fleet.Result, len(all))
-	t.Run("schedules", func(t *testing.T) {
-		for i, s := range all {
-			if !s.Short {
-				continue
-			}
-			seed := uint64(1000 + i)
-			t.Run(s.Store+" "+s.Name, func(t *testing.T) {
-				t.Parallel()
-				r := fleet.Run(t, fleet.Options{Bin: bin, Seed: seed}, s)
-				ran[i] = &r
-				t.Logf("%s\nfaults: %s\ndegraded decisions: %v", r.Report.Summary(), strings.Join(r.Log, "; "), r.Degraded)
-				for _, v := range r.Report.Violations {
-					t.Errorf("%s", v)
-				}
-				for _, p := range r.Problems() {
-					t.Error(p)
-				}
-				if dir != "" {
-					if err := fleet.WriteHistory(dir, r); err != nil {
-						t.Error(err)
-					}
-				}
-			})
-		}
-	})
-	// The matrix in the schedules' order, whichever ended first.
 	var results []fleet.Result
 	var seeds []uint64
-	for i, r := range ran {
-		if r != nil {
-			results, seeds = append(results, *r), append(seeds, uint64(1000+i))
+	for i, s := range fleet.Schedules() {
+		if !s.Short {
+			continue
 		}
+		seed := uint64(1000 + i)
+		t.Run(s.Store+" "+s.Name, func(t *testing.T) {
+			r := fleet.Run(t, fleet.Options{Bin: bin, Seed: seed}, s)
+			results, seeds = append(results, r), append(seeds, seed)
+			t.Logf("%s\nfaults: %s\ndegraded decisions: %v", r.Report.Summary(), strings.Join(r.Log, "; "), r.Degraded)
+			for _, v := range r.Report.Violations {
+				t.Errorf("%s", v)
+			}
+			for _, p := range r.Problems() {
+				t.Error(p)
+			}
+			if dir != "" {
+				if err := fleet.WriteHistory(dir, r); err != nil {
+					t.Error(err)
+				}
+			}
+		})
 	}
 	table := fleet.Table(results)
 	t.Logf("fault matrix (admitted / bound in the worst span of each rule):\n%s", table)

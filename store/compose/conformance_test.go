@@ -70,6 +70,7 @@ func TestConformanceMemory(t *testing.T) {
 }
 
 func TestConformanceRedis(t *testing.T) {
+	t.Parallel() // fresh key prefixes on the shared server, fake clocks, 5 s timeouts
 	srv := sharedRedis(t)
 	for _, c := range compositions() {
 		t.Run(c.name, func(t *testing.T) { c.run(t, srv.URL()) })
@@ -81,6 +82,7 @@ func TestConformanceRedis(t *testing.T) {
 // (DeniedAuto), the keys of one batch land in different slots and
 // placements.
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel() // its own Cluster (its start-up overlaps TestConformanceRedis), fake clocks
 	cl := redistest.StartCluster(t)
 	for _, c := range []composition{
 		{name: "global+local", denied: DeniedAuto, bytes: []byte{'g', stack.KeyLocal}},
