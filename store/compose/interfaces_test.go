@@ -83,14 +83,14 @@ func TestInterfacesPassThrough(t *testing.T) {
 			for _, l := range s.layers() {
 				kl, ok := l.st.(stack.KeyLister)
 				if !ok {
-					t.Errorf("%s: no sluice.KeyLister", l.name)
+					t.Errorf("%s: no stack.KeyLister", l.name)
 				} else if got, _, err := kl.Keys(ctx, "", 10); err != nil || len(got) == 0 {
 					t.Errorf("%s: Keys(\"\", 10) = %q, %v; want the keys taken", l.name, got, err)
 				}
 				hr, ok := l.st.(stack.HealthReporter)
 				switch {
 				case !ok:
-					t.Errorf("%s: no sluice.HealthReporter", l.name)
+					t.Errorf("%s: no stack.HealthReporter", l.name)
 				case tc.health && len(hr.Health()) == 0:
 					t.Errorf("%s: Health() = none, want Redis's node", l.name)
 				case !tc.health && hr.Health() != nil:
@@ -107,11 +107,11 @@ func TestInterfacesPassThrough(t *testing.T) {
 						t.Errorf("%s: Allot on a store that leases nothing: %v, want ErrNoAllotter", l.name, err)
 					}
 				} else if l.name != "placed" { // Placed routes ops; a caller leases from the stack
-					t.Errorf("%s: no sluice.Allotter", l.name)
+					t.Errorf("%s: no stack.Allotter", l.name)
 				}
 				inv, ok := l.st.(stack.Invalidator)
 				if !ok {
-					t.Errorf("%s: no sluice.Invalidator", l.name)
+					t.Errorf("%s: no stack.Invalidator", l.name)
 				} else {
 					cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 					err := inv.Invalidations(cctx, func([]string, bool) {})
@@ -125,7 +125,7 @@ func TestInterfacesPassThrough(t *testing.T) {
 				}
 				ra, ok := l.st.(stack.ResetAnnouncer)
 				if !ok {
-					t.Errorf("%s: no sluice.ResetAnnouncer", l.name)
+					t.Errorf("%s: no stack.ResetAnnouncer", l.name)
 					continue
 				}
 				cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -153,7 +153,7 @@ func TestKeysNoLister(t *testing.T) {
 	p := &Placed{Global: unlisted{m}, Local: m}
 	for _, prefix := range []string{"", "{a}", "h{a}"} {
 		if _, _, err := p.Keys(context.Background(), prefix, 10); !errors.Is(err, stack.ErrNoKeyLister) {
-			t.Errorf("Placed.Keys(%q) over an unlisted global store: %v, want sluice.ErrNoKeyLister", prefix, err)
+			t.Errorf("Placed.Keys(%q) over an unlisted global store: %v, want stack.ErrNoKeyLister", prefix, err)
 		}
 	}
 	if got, _, err := p.Keys(context.Background(), "l{a}", 10); err != nil || len(got) != 0 {
@@ -161,10 +161,10 @@ func TestKeysNoLister(t *testing.T) {
 	}
 	c := &cached{next: unlisted{m}}
 	if _, _, err := c.Keys(context.Background(), "", 10); !errors.Is(err, stack.ErrNoKeyLister) {
-		t.Errorf("cached.Keys over an unlisted store: %v, want sluice.ErrNoKeyLister", err)
+		t.Errorf("cached.Keys over an unlisted store: %v, want stack.ErrNoKeyLister", err)
 	}
 	if !errors.Is(service.ErrNoKeyLister, stack.ErrNoKeyLister) {
-		t.Error("service.ErrNoKeyLister is not sluice.ErrNoKeyLister: the admin API would not recognise a layer's answer")
+		t.Error("service.ErrNoKeyLister is not stack.ErrNoKeyLister: the admin API would not recognise a layer's answer")
 	}
 }
 

@@ -27,7 +27,7 @@ func TestConnectingStoreInvalidations(t *testing.T) {
 	var g sluice.Store = c
 	inv, ok := g.(stack.Invalidator)
 	if !ok {
-		t.Fatalf("%T is not a sluice.Invalidator", g)
+		t.Fatalf("%T is not a stack.Invalidator", g)
 	}
 	var mu sync.Mutex
 	alls, heard := 0, map[string]bool{}
