@@ -15,12 +15,12 @@ import (
 
 // Spec is a limit as written: a rule file's rate_limit, one tier's limit
 // under it, a tenant's override, or a limit given in a request. Every
-// source decodes into it — rule files with DecodeSpecYAML (the parser's own
-// walker), JSON bodies with DecodeSpecJSON or by decoding a struct that
-// holds a Spec — and one validator (Spec.Rule, Spec.TierLimit) checks it and
-// compiles it, so that a limit means the same wherever it is written and
-// its problems read the same. A source that takes only some fields says
-// which in its Use.
+// source decodes into it — rule files with the parser's walker
+// (parser.spec), JSON bodies by decoding (internal/strictjson) a struct
+// that holds a Spec — and one validator (Spec.Rule, Spec.TierLimit) checks
+// it and compiles it, so that a limit means the same wherever it is written
+// and its problems read the same. A source that takes only some fields
+// says which in its Use.
 //
 // The JSON names are the rule files' keys. A field counts as given when
 // its bit is in Given (the YAML decoder sets it for every key written) or
@@ -761,4 +761,16 @@ func echo(s string) string {
 		i--
 	}
 	return s[:i] + "…"
+}
+
+// At returns the errors with path put before each field: the JSON path of
+// the Spec in its body ("quotas[2].limit" makes "unit" read
+// "quotas[2].limit.unit").
+func (e SpecErrors) At(path string) SpecErrors {
+	out := make(SpecErrors, len(e))
+	for i, x := range e {
+		x.Field = join(path, x.Field)
+		out[i] = x
+	}
+	return out
 }

@@ -12,6 +12,14 @@ import (
 	"github.com/sluice-rl/sluice/internal/strictjson"
 )
 
+// The two decoders below are the tests' (TestSpecYAMLAndJSON, FuzzDecodeSpec):
+// they put one limit, written on its own, through the code the sources use —
+// the rule-file walker (parser.spec) and strictjson — so that both spellings
+// can be compared. No source takes a limit on its own: rule files reach
+// parser.spec through the file's walker, and JSON bodies decode a struct
+// holding a Spec through strictjson (a source that must tell a written zero
+// from an absent field sets Given itself, as tenant.Prepare does).
+
 // DecodeSpecYAML decodes a Spec from data, one YAML document holding a
 // rate_limit mapping, with the decoder rule files use: each value's type is
 // checked (what it means is Spec.Rule's or Spec.TierLimit's to say), and
@@ -51,7 +59,7 @@ func DecodeSpecYAML(file string, data []byte) (s *Spec, err error) {
 // (internal/strictjson: unknown and repeated members, wrong types,
 // trailing data and nesting past its bound are refused), and marks in
 // Given every member present, so that a zero written is told from one
-// left out as in YAML. Problems come back as SpecErrors whose Field is the
+// left out as in YAML (for the comparison; the sources leave Given zero). Problems come back as SpecErrors whose Field is the
 // JSON path from path (the place of the object in its body, such as
 // "quotas[2].limit"; "" for a body that is the Spec).
 func DecodeSpecJSON(data []byte, path string) (*Spec, error) {
@@ -104,18 +112,6 @@ func jsonErrors(err error, path string) SpecErrors {
 	}
 	if se.Msg != "" {
 		out = append(out, SpecError{Field: join(path, se.Field), Msg: se.Msg})
-	}
-	return out
-}
-
-// At returns the errors with path put before each field: the JSON path of
-// the Spec in its body ("quotas[2].limit" makes "unit" read
-// "quotas[2].limit.unit").
-func (e SpecErrors) At(path string) SpecErrors {
-	out := make(SpecErrors, len(e))
-	for i, x := range e {
-		x.Field = join(path, x.Field)
-		out[i] = x
 	}
 	return out
 }
