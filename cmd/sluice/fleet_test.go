@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/stack"
 )
@@ -43,46 +44,21 @@ const (
 	fleetInFlight = 20
 )
 
-// The binary is built once per test binary (each build links it anew,
-// seconds of CPU, most of a minute on a loaded machine), into a directory
-// TestMain removes.
-var (
-	buildOnce sync.Once
-	buildDir  string
-	builtBin  string
-	buildErr  error
-)
+// sluiceBin is this command, built once per test binary (each build links
+// it anew, seconds of CPU, most of a minute on a loaded machine).
+var sluiceBin = proctest.Binary{Pkg: ".", Name: "sluice"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	sluiceBin.Remove()
 	os.Exit(code)
 }
 
-// buildSluice builds this command once into a temporary directory and
-// returns the binary's path; every test that runs it runs its own
-// processes of the one binary. It is built without -race: the servers
-// stand for production ones.
+// buildSluice returns the path of this command's binary; every test that
+// runs it runs its own processes of the one binary.
 func buildSluice(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "sluice-cmd-test-"); buildErr != nil {
-			return
-		}
-		bin := filepath.Join(buildDir, "sluice")
-		cmd := exec.Command("go", "build", "-o", bin, ".")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		builtBin = bin
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
+	return sluiceBin.Path(t)
 }
 
 // mustFreeAddr returns a loopback address that is free now.

@@ -7,63 +7,39 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // repoRoot is the module root, relative to this package.
 const repoRoot = "../.."
 
-// The binary is built once per test binary (a build on a loaded machine
-// takes most of a minute), into a directory TestMain removes.
-var (
-	buildOnce sync.Once
-	buildDir  string
-	builtBin  string
-	buildErr  error
-)
+// sluiceBin is ./cmd/sluice, built once per test binary (a build on a
+// loaded machine takes most of a minute).
+var sluiceBin = proctest.Binary{Pkg: "./cmd/sluice", Dir: repoRoot}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	sluiceBin.Remove()
 	os.Exit(code)
 }
 
-// build compiles ./cmd/sluice into a temporary directory, once.
+// build returns the path of the sluice binary.
 func build(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary; skipped with -short")
 	}
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "sluice-e2e-"); buildErr != nil {
-			return
-		}
-		bin := filepath.Join(buildDir, "sluice")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
-		cmd.Dir = repoRoot
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/sluice: %w\n%s", err, out)
-			return
-		}
-		builtBin = bin
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
+	return sluiceBin.Path(t)
 }
 
 var servingLine = regexp.MustCompile(`msg="sluice serving" grpc=(\S+) http=(\S+)`)

@@ -1,7 +1,8 @@
 // Package proctest holds what the helpers that start real servers for tests
 // (internal/redistest, internal/pgtest) share: skipping or failing when a
-// binary is missing, picking free loopback ports, and waiting for a started
-// process to become ready.
+// binary is missing, picking free loopback ports, waiting for a started
+// process to become ready, and building a command once for the tests that
+// run it.
 package proctest
 
 import (
@@ -12,6 +13,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -177,5 +179,55 @@ func WaitReady(exited <-chan struct{}, timeout, interval time.Duration, ready fu
 			return fmt.Errorf("not ready within %v (last: %w)", timeout, err)
 		}
 		time.Sleep(interval)
+	}
+}
+
+// Binary is a Go command built once per test binary, for the tests that run
+// it as its own processes. Pkg is the package to build ("./cmd/sluice"),
+// Dir the directory go build runs in ("" for the test's own), Name the
+// binary's file name (default: Pkg's last element). The zero
+// value of the rest is ready; Path is safe for concurrent use. A test
+// binary's TestMain calls Remove after m.Run.
+type Binary struct {
+	Pkg, Dir, Name string
+
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Path builds the command the first time it is asked (without -race: the
+// processes stand for production ones) and returns the binary's path; a
+// failed build fails t, then and every later time.
+func (b *Binary) Path(t TB) string {
+	t.Helper()
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "sluice-bin-"); b.err != nil {
+			return
+		}
+		name := b.Name
+		if name == "" {
+			name = filepath.Base(b.Pkg)
+		}
+		path := filepath.Join(b.dir, name)
+		cmd := exec.Command("go", "build", "-o", path, b.Pkg)
+		cmd.Dir = b.Dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %w\n%s", b.Pkg, err, out)
+			return
+		}
+		b.path = path
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// Remove deletes what Path built.
+func (b *Binary) Remove() {
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
 	}
 }
