@@ -14,20 +14,6 @@ import (
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
-// bindLimits are limits of every algorithm, small enough that a few hundred
-// random hits are denied often.
-func bindLimits() []sluice.Limit {
-	return []sluice.Limit{
-		{Algorithm: sluice.TokenBucket, Quota: 7, Window: 3 * time.Second, Burst: 10},
-		{Algorithm: sluice.GCRA, Quota: 7, Window: 3 * time.Second, Burst: 10},
-		{Algorithm: sluice.LeakyBucket, Quota: 5, Window: 700 * time.Millisecond, Burst: 4},
-		{Algorithm: sluice.FixedWindow, Quota: 9, Window: 1500 * time.Millisecond},
-		{Algorithm: sluice.SlidingWindow, Quota: 9, Window: 1300 * time.Millisecond},
-		{Algorithm: sluice.SlidingLog, Quota: 6, Window: 900 * time.Millisecond},
-		{Algorithm: sluice.Concurrency, Quota: 4, Window: 2 * time.Second},
-	}
-}
-
 // TestBindMatchesTake: a bound take decides exactly as Take of the same op,
 // hit for hit, on a random history of costs (looks, hits, costs above the
 // capacity) and clock steps; and it shares the keys' state with Take (the
@@ -35,7 +21,7 @@ func bindLimits() []sluice.Limit {
 // only).
 func TestBindMatchesTake(t *testing.T) {
 	ctx := context.Background()
-	for _, l := range bindLimits() {
+	for _, l := range storetest.PropLimits() {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			clock := storetest.NewClock()
 			bound := memory.New(memory.Options{Now: clock.Now})
@@ -94,7 +80,7 @@ func TestBindErrors(t *testing.T) {
 		t.Errorf("Bind of a limit with no window: nil error, want one")
 	}
 	ctx := context.Background()
-	for _, l := range bindLimits() {
+	for _, l := range storetest.PropLimits() {
 		take, err := s.Bind(l)
 		if err != nil {
 			t.Fatalf("Bind(%v): %v", l, err)

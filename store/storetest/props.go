@@ -13,9 +13,10 @@ import (
 	"github.com/sluice-rl/sluice/store/stack"
 )
 
-// propLimits are the limits the property tests run each algorithm with:
-// small quotas, windows that do not divide evenly, a burst above the quota.
-func propLimits() []sluice.Limit {
+// PropLimits are the limits the property tests run each algorithm with, one
+// per algorithm: small quotas, windows that do not divide evenly, a burst
+// above the quota. Each call returns a fresh slice.
+func PropLimits() []sluice.Limit {
 	return []sluice.Limit{
 		{Algorithm: sluice.TokenBucket, Quota: 7, Window: 3 * time.Second, Burst: 10},
 		{Algorithm: sluice.GCRA, Quota: 7, Window: 3 * time.Second, Burst: 10},
@@ -46,7 +47,7 @@ func retryAfter(t *testing.T, newStore NewStore, settle bool) {
 	if settle {
 		rng, prefix = rand.New(rand.NewPCG(3, 4)), "retrysettle"
 	}
-	for _, l := range propLimits() {
+	for _, l := range PropLimits() {
 		if settle && l.Algorithm == sluice.Concurrency {
 			continue // no charges or refunds
 		}
