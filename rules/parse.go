@@ -648,6 +648,8 @@ func (s *Spec) text(bit Field) *string {
 		return &s.Settle
 	case FieldPairBy:
 		return &s.PairBy
+	case FieldChoice:
+		return &s.Choice
 	}
 	return new(string)
 }

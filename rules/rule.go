@@ -118,6 +118,15 @@ type Rule struct {
 	// on concurrency rules; PairIndex is the entry's index in Path.
 	PairBy    string
 	PairIndex int
+	// Choice (rate_limit.choice) names the group of alternatives the rule
+	// belongs to, "" for none. The descriptors of one request whose rules
+	// share a group are alternatives (backends, models, tiers), in the
+	// order the request gives them; the request's other descriptors are
+	// its requirements. The engine tries each alternative in turn with
+	// every requirement, all-or-nothing, and charges the first that
+	// admits (service.Response.Choices names it); a requirement that is
+	// over denies the request without trying further.
+	Choice string
 	// QuotaMode (the descriptor's quota_mode, as envoyproxy/ratelimit's):
 	// this rule's denial alone does not deny the request; a request is
 	// denied by its quota-mode rules only when every one of them denies.

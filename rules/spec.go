@@ -61,6 +61,10 @@ type Spec struct {
 	Settle string `json:"settle,omitempty"`
 	// PairBy names the entry carrying a request ID (concurrency only).
 	PairBy string `json:"pair_by,omitempty"`
+	// Choice names a group of alternatives (first with quota): the
+	// request's descriptors matching rules of one group are tried in
+	// request order, the first that admits is charged (see Rule.Choice).
+	Choice string `json:"choice,omitempty"`
 
 	// Given holds a bit for each field the source wrote (see Spec).
 	Given Field `json:"-"`
@@ -99,12 +103,13 @@ const (
 	FieldPenalty
 	FieldSettle
 	FieldPairBy
+	FieldChoice
 	numFieldsBit
 )
 
 // numFields is the number of fields; a field added to the list above
 // without raising it does not compile (the check below).
-const numFields = 17
+const numFields = 18
 
 var _ = [1]struct{}{}[numFieldsBit>>numFields-1]
 
@@ -115,13 +120,14 @@ const FieldAll = numFieldsBit - 1
 const FieldLimit = FieldRequestsPerUnit | FieldUnit | FieldWindow | FieldAlgorithm | FieldBurst
 
 // notUnlimited is what an unlimited rule may not give.
-const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy
+const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldChoice
 
 // fieldKeys names each field (by bit index), in rate_limit's key order.
 var fieldKeys = [numFields]string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
 	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
 	"tiers", "calendar", "time_zone", "penalty", "settle", "pair_by",
+	"choice",
 }
 
 func (f Field) index() int {
@@ -193,6 +199,8 @@ func (s *Spec) has(f Field) bool {
 		return s.Settle != ""
 	case FieldPairBy:
 		return s.PairBy != ""
+	case FieldChoice:
+		return s.Choice != ""
 	}
 	return false
 }
@@ -483,7 +491,7 @@ func (s *Spec) TierLimit(u Use) (*TierLimit, error) {
 // Rule checks s as a rule file's rate_limit on path u.Path and compiles
 // it into the rule's limit fields (Name, Limit, Unit, RequestsPerUnit,
 // Unlimited, FailureMode, Placement, SubCounters, Penalty, Replaces,
-// SettleAfter, PairBy, PairIndex, Calendar and Tiers; Line is s.Line).
+// SettleAfter, PairBy, PairIndex, Choice, Calendar and Tiers; Line is s.Line).
 // The errors are SpecErrors.
 func (s *Spec) Rule(u Use) (*Rule, error) {
 	c := &checker{s: s}
@@ -543,6 +551,10 @@ func (s *Spec) Rule(u Use) (*Rule, error) {
 	}
 	if r.PairBy != "" {
 		valid = c.pairBy(r, alg, u.Path) && valid
+	}
+	if r.Choice != "" && r.PairBy != "" {
+		c.bad(FieldChoice, "not allowed with pair_by (a paired slot is released by its request ID, not chosen)")
+		valid = false
 	}
 	if r.SettleAfter && alg == sluice.Concurrency {
 		c.bad(FieldSettle, "concurrency limits count requests in flight; they cannot settle after")
@@ -637,6 +649,11 @@ func (c *checker) other(r *Rule, cal *Calendar) {
 			c.bad(FieldPairBy, "must name a descriptor key")
 		}
 	}
+	if s.has(FieldChoice) {
+		if r.Choice = s.Choice; !validChoice(r.Choice) {
+			c.bad(FieldChoice, "want a group name of 1 to %d letters, digits, '_', '-' or '.', got %q", MaxChoice, echo(s.Choice))
+		}
+	}
 	if s.has(FieldFailureMode) {
 		var err error
 		if r.FailureMode, err = ParseFailureMode(echo(s.FailureMode)); err != nil {
@@ -658,6 +675,26 @@ func (c *checker) other(r *Rule, cal *Calendar) {
 			r.Replaces = append(r.Replaces, rp.Name)
 		}
 	}
+}
+
+// MaxChoice is the longest rate_limit.choice group name, in bytes.
+const MaxChoice = 64
+
+// validChoice reports whether name is a choice group name: 1 to MaxChoice
+// ASCII letters, digits, '_', '-' or '.' (it is a key of the answers'
+// JSON and dynamic metadata, and a header's parameter name).
+func validChoice(name string) bool {
+	if name == "" || len(name) > MaxChoice {
+		return false
+	}
+	for _, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // calendar checks a rate_limit with calendar or time_zone: a calendar
