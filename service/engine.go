@@ -154,6 +154,13 @@ func (e *Engine) Ready(ctx context.Context) error {
 // unlimited rule is always OK. A descriptor's cost is its own Hits if set
 // (zero looks without charging), else req.Hits, else 1.
 //
+// Descriptors whose rules share a choice group (rules.Rule.Choice) are
+// alternatives: they are tried one at a time, in request order, each with
+// every other descriptor of the request in one store call, and the first
+// admitted is charged and named in Response.Choice (see choice.go: at most
+// one store call per alternative; a request with alternatives of two
+// groups is invalid).
+//
 // An admitted concurrency limit holds a lease (Status.Lease) until Release
 // gives it back or the limit's window passes.
 //
@@ -198,7 +205,15 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	} else {
 		touch(sc, start)
 	}
-	if len(sc.ops) > 0 {
+	group, alts, err := alternatives(sc)
+	switch {
+	case err != nil:
+		return Response{}, err
+	case alts != nil:
+		if resp, err = e.choose(ctx, pol, sc, &req, &resp, group, alts); err != nil {
+			return Response{}, err
+		}
+	case len(sc.ops) > 0:
 		if err := e.decide(ctx, sc, &resp); err != nil {
 			return Response{}, err
 		}

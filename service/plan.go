@@ -146,22 +146,31 @@ type scratch struct {
 	// units: the unit of each descriptor's limit given in the request,
 	// found once by validate (unset for descriptors without one).
 	units []rules.Unit
+	// skip: the descriptors plan leaves out (the other alternatives of a
+	// choice's try; see choice.go); nil plans every descriptor.
+	skip []bool
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 func (s *scratch) release() {
+	s.replan()
+	clear(s.units)
+	s.units, s.skip = s.units[:0], nil
+	scratchPool.Put(s)
+}
+
+// replan empties what plan and decide fill, keeping validate's units.
+func (s *scratch) replan() {
 	clear(s.ops) // drop references to keys
 	clear(s.local)
 	for i := range s.plans {
 		s.plans[i] = plan{}
 	}
-	clear(s.units)
-	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs, s.units =
-		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0], s.units[:0]
+	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs =
+		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0]
 	s.calendar = false
 	s.batch = batch.Batch{}
-	scratchPool.Put(s)
 }
 
 // plan matches each descriptor of req against the policy pol and puts one
@@ -180,6 +189,9 @@ func (e *Engine) plan(pol *policy, sc *scratch, req *Request, adj *adjust) Respo
 		d := &req.Descriptors[i]
 		st := &resp.Statuses[i]
 		st.Code = CodeOK
+		if sc.skip != nil && sc.skip[i] {
+			continue // another alternative's try (choice.go)
+		}
 		var u rules.Unit
 		if d.Limit != nil {
 			u = sc.units[i]

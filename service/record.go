@@ -76,18 +76,7 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 		}
 		near := out == outAllowed && p.op >= 0 && st.Result.Limit > 0 &&
 			float64(st.Result.Limit-st.Result.Remaining) > e.cfg.NearLimitRatio*float64(st.Result.Limit)
-		switch {
-		case p.info == nil: // override: never per-value labels
-			e.m.Decision(req.Domain, "override", outcomeNames[out], near)
-		case p.rule.DetailedMetric:
-			label := e.detailed.label(e.cfg.RequestBounds, req.Domain, p.rule.ID, req.Descriptors[p.desc].Entries)
-			e.m.Decision(req.Domain, label, outcomeNames[out], near)
-		default:
-			p.info.count(outcomeNames[out], near)
-		}
-		if p.tenant {
-			e.m.Tier(p.tier.String(), outcomeNames[out])
-		}
+		e.count(p, req, out, near)
 	}
 	if quotaTotal > 0 && quotaDenied == quotaTotal {
 		resp.OverallCode = CodeOverLimit
@@ -97,6 +86,23 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 	}
 	if refunded > 0 {
 		e.m.Adjusted(req.Domain, ActionRefund, refunded)
+	}
+}
+
+// count counts plan p's decision out (near: allowed, but near its limit)
+// under its rule's label and its tenant's tier.
+func (e *Engine) count(p *plan, req *Request, out int, near bool) {
+	switch {
+	case p.info == nil: // override: never per-value labels
+		e.m.Decision(req.Domain, "override", outcomeNames[out], near)
+	case p.rule.DetailedMetric:
+		label := e.detailed.label(e.cfg.RequestBounds, req.Domain, p.rule.ID, req.Descriptors[p.desc].Entries)
+		e.m.Decision(req.Domain, label, outcomeNames[out], near)
+	default:
+		p.info.count(outcomeNames[out], near)
+	}
+	if p.tenant {
+		e.m.Tier(p.tier.String(), outcomeNames[out])
 	}
 }
 

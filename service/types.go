@@ -106,6 +106,12 @@ type Status struct {
 	// the request was denied (a denied request charges nothing).
 	Lease uint64
 
+	// Untried: the descriptor is an alternative of a choice group
+	// (rules.Rule.Choice) that was not tried, because an earlier one was
+	// admitted or a requirement denied the request. Code is OK and
+	// CurrentLimit nil: nothing was asked of its counter, nothing charged.
+	Untried bool
+
 	// Skipped, in an answer of Engine.Charge, says why the descriptor's cost
 	// was not applied; empty when it was (and always in Check's answers).
 	Skipped Skip
@@ -170,6 +176,26 @@ type Response struct {
 	// deny-list or local-only decision). It places the request in time for
 	// the proof harness; nothing decides by it.
 	DecidedAt int64
+	// Choice names the alternative a request with a choice group
+	// (rules.Rule.Choice) was admitted with, the one charged; nil when the
+	// request has no alternatives or was denied.
+	Choice *Choice
+}
+
+// Choice is the alternative of a choice group that a request was admitted
+// with: the first, in request order, that admitted together with every
+// requirement (first with quota). A gateway routes on it.
+type Choice struct {
+	// Group is the rules' rate_limit.choice.
+	Group string
+	// Index is the alternative's place among the group's alternatives of
+	// the request, in request order, from 0.
+	Index int
+	// Descriptor is its index in Request.Descriptors.
+	Descriptor int
+	// Key and Value are the descriptor's last entry, which names the
+	// alternative (model=gpt-4o-mini).
+	Key, Value string
 }
 
 // Leases reports whether any status of r holds a lease that Engine.Release
