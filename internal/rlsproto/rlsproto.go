@@ -17,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice"
@@ -234,7 +235,9 @@ func fillCurrentLimit(out *rlsv3.RateLimitResponse_RateLimit, cl *service.Curren
 // an admitted request); when that is unset, OVER_LIMIT if any status is,
 // else OK; never UNKNOWN. The
 // response carries no response_headers_to_add: the caller adds them (from
-// edge.Decision) when configured to.
+// edge.Decision) when configured to. A response with a choice
+// (service.Response.Choice) carries it in dynamic_metadata, under
+// ChoiceKey (see ChoiceValue); no other dynamic_metadata.
 func ToProto(resp service.Response) *rlsv3.RateLimitResponse {
 	var one *OneStatus
 	if len(resp.Statuses) == 1 {
@@ -275,7 +278,33 @@ func ToProtoIn(one *OneStatus, resp service.Response) *rlsv3.RateLimitResponse {
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
+	if resp.Choice != nil {
+		out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{ChoiceKey: ChoiceValue(resp.Choice)}}
+	}
 	return out
+}
+
+// ChoiceKey is the dynamic_metadata field that names the alternative a
+// request was admitted with (first with quota, rules.Rule.Choice). Envoy's
+// rate limit filter keeps dynamic_metadata under its namespace,
+// envoy.filters.http.ratelimit, so the chosen value is at the path
+// [sluice.choice, <group>, value] there.
+const ChoiceKey = "sluice.choice"
+
+// ChoiceValue is c as the value of ChoiceKey: a Struct keyed by the group,
+// {"<group>": {"value": "<value>", "key": "<key>", "index": <index>,
+// "descriptor": <descriptor>}}: the chosen descriptor's last entry (key and
+// value), its place among the group's alternatives (index, from 0) and in
+// the request (descriptor, from 0).
+func ChoiceValue(c *service.Choice) *structpb.Value {
+	return structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		c.Group: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"value":      structpb.NewStringValue(c.Value),
+			"key":        structpb.NewStringValue(c.Key),
+			"index":      structpb.NewNumberValue(float64(c.Index)),
+			"descriptor": structpb.NewNumberValue(float64(c.Descriptor)),
+		}}),
+	}})
 }
 
 // OneStatus holds every message of a one-status response (ToProtoIn).

@@ -30,8 +30,9 @@ descriptors:
         rate_limit: {algorithm: concurrency, window: 10m, requests_per_unit: 3, pair_by: request_id}
 `
 
-// serveYAML is serveRLS for a rule file of its own.
-func serveYAML(t *testing.T, yaml string, store sluice.Store) rlsv3.RateLimitServiceClient {
+// serveYAML is serveRLS for a rule file of its own, with the server's
+// options opts.
+func serveYAML(t *testing.T, yaml string, store sluice.Store, opts Options) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	snap, err := rules.Parse("llm.yaml", []byte(yaml), rules.Options{})
 	if err != nil {
@@ -42,7 +43,7 @@ func serveYAML(t *testing.T, yaml string, store sluice.Store) rlsv3.RateLimitSer
 		t.Fatal(err)
 	}
 	g := grpc.NewServer(ServerOptions()...)
-	New(eng, Options{}).Register(g)
+	New(eng, opts).Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func envoyStream(key, id string, done bool) *rlsv3.RateLimitRequest {
 // nothing, and a lost stream's slot expires after the rule's window.
 func TestStreamSlots(t *testing.T) {
 	stores(t, func(t *testing.T, st sluice.Store, clock *storetest.Clock) {
-		c := serveYAML(t, slotRules, st)
+		c := serveYAML(t, slotRules, st, Options{})
 		ok := func(t *testing.T, what string, req *rlsv3.RateLimitRequest, want bool) {
 			t.Helper()
 			if got := call(t, c, req).GetOverallCode() == rlsv3.RateLimitResponse_OK; got != want {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-rl/sluice/internal/rlsproto"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -51,7 +52,10 @@ type Options struct {
 	// DynamicMetadata fills the response's dynamic_metadata as
 	// envoyproxy/ratelimit does with RESPONSE_DYNAMIC_METADATA: the
 	// domain, the request's descriptors, its hits_addend and the merged
-	// metadata of the rules of the descriptors that were not over.
+	// metadata of the rules of the descriptors that were not over. An
+	// answer that chose an alternative (service.Response.Choice) carries
+	// it under rlsproto.ChoiceKey ("sluice.choice") whether or not this is
+	// set: it is what the caller routes on.
 	DynamicMetadata bool
 }
 
@@ -163,7 +167,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		addLimitHeaders(out, *s.opts.LimitHeaders)
 	}
 	if s.opts.DynamicMetadata {
-		out.DynamicMetadata = dynamicMetadata(req, &resp)
+		md := dynamicMetadata(req, &resp)
+		if resp.Choice != nil {
+			md.Fields[rlsproto.ChoiceKey] = rlsproto.ChoiceValue(resp.Choice)
+		}
+		out.DynamicMetadata = md
 	}
 	return out, nil
 }
