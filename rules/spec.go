@@ -651,7 +651,7 @@ func (c *checker) other(r *Rule, cal *Calendar) {
 	}
 	if s.has(FieldChoice) {
 		if r.Choice = s.Choice; !validChoice(r.Choice) {
-			c.bad(FieldChoice, "want a group name of 1 to %d letters, digits, '_', '-' or '.', got %q", MaxChoice, echo(s.Choice))
+			c.bad(FieldChoice, "want a group name: a lowercase letter, then up to %d lowercase letters, digits, '_', '-' or '.', got %q", MaxChoice-1, echo(s.Choice))
 		}
 	}
 	if s.has(FieldFailureMode) {
@@ -680,16 +680,18 @@ func (c *checker) other(r *Rule, cal *Calendar) {
 // MaxChoice is the longest rate_limit.choice group name, in bytes.
 const MaxChoice = 64
 
-// validChoice reports whether name is a choice group name: 1 to MaxChoice
-// ASCII letters, digits, '_', '-' or '.' (it is a key of the answers'
-// JSON and dynamic metadata, and a header's parameter name).
+// validChoice reports whether name is a choice group name: a lowercase
+// ASCII letter, then lowercase letters, digits, '_', '-' or '.', at most
+// MaxChoice bytes in all. It is a key of the answers' JSON and dynamic
+// metadata, and of the Sluice-Choice header (a structured-field
+// dictionary, RFC 9651, whose keys are spelled so).
 func validChoice(name string) bool {
-	if name == "" || len(name) > MaxChoice {
+	if name == "" || len(name) > MaxChoice || name[0] < 'a' || name[0] > 'z' {
 		return false
 	}
 	for _, c := range []byte(name) {
 		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
 		default:
 			return false
 		}

@@ -89,7 +89,7 @@ func TestSpecYAMLAndJSON(t *testing.T) {
 		{name: "choice", yaml: "unit: minute\nrequests_per_unit: 3\nchoice: model\n", json: `{"unit":"minute","requests_per_unit":3,"choice":"model"}`,
 			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Minute}},
 		{name: "choice not a name", yaml: "unit: minute\nrequests_per_unit: 3\nchoice: a b\n", json: `{"unit":"minute","requests_per_unit":3,"choice":"a b"}`,
-			wantErrs: []string{`3|choice: want a group name of 1 to 64 letters, digits, '_', '-' or '.', got "a b"`}},
+			wantErrs: []string{`3|choice: want a group name: a lowercase letter, then up to 63 lowercase letters, digits, '_', '-' or '.', got "a b"`}},
 		{name: "a request's limit", yaml: "unit: hour\nrequests_per_unit: 7\n", json: `{"unit":"hour","requests_per_unit":7}`,
 			use:     Use{What: "a request's limit", Allowed: FieldRequestsPerUnit | FieldUnit, RequireWindow: true},
 			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 7, Window: time.Hour}},

@@ -110,6 +110,7 @@ func (e *Engine) choose(ctx context.Context, pol *policy, sc *scratch, req *Requ
 		case a == last:
 		case j < len(denied) && denied[j].plan.desc == a:
 			resp.Statuses[a] = denied[j].st
+			resp.Statuses[a].PassedOver = resp.Choice != nil
 			j++
 		default:
 			resp.Statuses[a] = Status{Code: CodeOK, Rule: first.Statuses[a].Rule, Untried: true}

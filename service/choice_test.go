@@ -206,6 +206,9 @@ func TestChoice(t *testing.T) {
 							if st.Code != s.codes[j] || st.Untried != s.untried[j] {
 								t.Errorf("step %d: status %d: code %v untried %v, want %v %v", i, j, st.Code, st.Untried, s.codes[j], s.untried[j])
 							}
+							if want := resp.Choice != nil && st.Code == CodeOverLimit; st.PassedOver != want {
+								t.Errorf("step %d: status %d: passed over %v, want %v", i, j, st.PassedOver, want)
+							}
 							if st.Untried && (st.CurrentLimit != nil || st.Rule == nil) {
 								t.Errorf("step %d: untried status %d: %+v, want its rule and no current limit", i, j, st)
 							}

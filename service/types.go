@@ -111,6 +111,12 @@ type Status struct {
 	// admitted or a requirement denied the request. Code is OK and
 	// CurrentLimit nil: nothing was asked of its counter, nothing charged.
 	Untried bool
+	// PassedOver: the descriptor is an alternative of a choice group that
+	// was over its limit at its try, in a request then admitted with a
+	// later alternative. Code is OVER_LIMIT and Result its denial, but the
+	// request is not denied for it (and an edge advertises it no more
+	// than a shadowed limit).
+	PassedOver bool
 
 	// Skipped, in an answer of Engine.Charge, says why the descriptor's cost
 	// was not applied; empty when it was (and always in Check's answers).

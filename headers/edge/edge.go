@@ -76,8 +76,8 @@ func (d *Decision) Reset() {
 
 // Add adds the statuses of an engine's answer. A status is advertised when a
 // limit applied and the store (or the local fallback) decided it: no rule,
-// unlimited rules, shadow-mode rules and limits whose store failed open are
-// left out. A limit that failed closed makes the decision a 503 unless a
+// unlimited rules, shadow-mode rules, limits whose store failed open and
+// alternatives passed over (service.Status.PassedOver) are left out. A limit that failed closed makes the decision a 503 unless a
 // policy refused the request.
 func (d *Decision) Add(resp *service.Response) {
 	for i := range resp.Statuses {
@@ -85,6 +85,8 @@ func (d *Decision) Add(resp *service.Response) {
 		switch {
 		case st.Rule != nil && st.Rule.ShadowMode, st.Shadowed:
 			continue // counted, never enforced, not advertised
+		case st.PassedOver:
+			continue // an alternative over, the request admitted with another
 		case st.Code == service.CodeOverLimit && st.Result.Reason == service.ReasonDenyList:
 			d.denyList = true
 			d.Violated = append(d.Violated, headers.ReasonDenyList)

@@ -28,6 +28,8 @@ func TestDecision(t *testing.T) {
 	closed := service.Status{Code: service.CodeOverLimit, CurrentLimit: perMin, Rule: &rules.Rule{ID: "strict"}, Degraded: service.FailedClosed}
 	shadow := service.Status{Code: service.CodeOK, Shadowed: true, CurrentLimit: perMin, Rule: &rules.Rule{ID: "trial", ShadowMode: true},
 		Result: sluice.Result{Reason: sluice.ReasonLimited, Limit: 20}}
+	passed := limited
+	passed.PassedOver = true
 	tests := []struct {
 		name       string
 		statuses   []service.Status
@@ -51,6 +53,8 @@ func TestDecision(t *testing.T) {
 			[]headers.ServiceLimit{{Name: "ok", Remaining: 5, Reset: 10}}, []string{"deny_list"}},
 		{"store down, fails closed: 503", []service.Status{ok(1, time.Second), closed}, 503, headers.ReasonUnavailable, 1,
 			[]headers.ServiceLimit{{Name: "ok", Remaining: 1, Reset: 1}}, nil},
+		{"an alternative passed over is not advertised", []service.Status{ok(5, 10*time.Second), passed}, 0, "", 0,
+			[]headers.ServiceLimit{{Name: "ok", Remaining: 5, Reset: 10}}, nil},
 		{"a refusal beats a store that is down", []service.Status{closed, limited}, 429, headers.ReasonLimited, 3,
 			[]headers.ServiceLimit{{Name: "lim", Remaining: 0, Reset: 3}}, []string{"lim"}},
 	}

@@ -341,6 +341,55 @@ func (h *handler) fields(w http.ResponseWriter, resp service.Response) {
 // Redis, the TIME its call read), as a decimal integer.
 const DecidedAtHeader = "Sluice-Decided-At"
 
+// ChoiceHeader is the header of a /v1/check answer that chose an
+// alternative (first with quota, rate_limit.choice): a structured-field
+// dictionary (RFC 9651) of one member, the group, whose value is the
+// chosen descriptor's last entry value as a string, with parameters key
+// (a string) and index (among the group's alternatives, from 0), e.g.
+// Sluice-Choice: model="gpt-4o-mini";key="model";index=1. It is left out
+// when the value or key holds a byte a structured-field string cannot
+// (outside printable ASCII); the body's choice field always has it.
+const ChoiceHeader = "Sluice-Choice"
+
+// choiceHeader is ChoiceHeader's value for c, ok false when there is none
+// (no choice, or a value it cannot carry).
+func choiceHeader(c *service.Choice) (string, bool) {
+	if c == nil {
+		return "", false
+	}
+	b := make([]byte, 0, 32+len(c.Group)+len(c.Value)+len(c.Key))
+	b = append(b, c.Group...)
+	b = append(b, '=')
+	var ok bool
+	if b, ok = appendSFString(b, c.Value); !ok {
+		return "", false
+	}
+	b = append(b, ";key="...)
+	if b, ok = appendSFString(b, c.Key); !ok {
+		return "", false
+	}
+	b = append(b, ";index="...)
+	b = strconv.AppendInt(b, int64(c.Index), 10)
+	return string(b), true
+}
+
+// appendSFString appends s as a structured-field string ('"' and '\'
+// escaped), or reports false when s holds a byte outside printable ASCII.
+func appendSFString(b []byte, s string) ([]byte, bool) {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			return b, false
+		}
+		if c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, c)
+	}
+	return append(b, '"'), true
+}
+
 // check serves POST /v1/check: 200 with a CheckResponse for any decision
 // (allowed or not: the call itself succeeded), 400 with problem+json for a
 // malformed request.
@@ -353,6 +402,9 @@ func (h *handler) check(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	if h.opts.DecisionInstant && resp.DecidedAt != 0 {
 		hdr.Set(DecidedAtHeader, strconv.FormatInt(resp.DecidedAt, 10))
+	}
+	if v, ok := choiceHeader(resp.Choice); ok {
+		hdr[ChoiceHeader] = []string{v}
 	}
 	// Canonical keys, values shared by every answer (net/http only reads
 	// them): Set would canonicalize and allocate each.

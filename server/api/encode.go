@@ -1,6 +1,8 @@
 package api
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -29,7 +31,33 @@ func appendCheckResponse(b []byte, r *CheckResponse) []byte {
 		}
 		b = append(b, ']')
 	}
+	if len(r.Choice) > 0 {
+		b = append(b, `,"choice":{`...)
+		for i, g := range slices.Sorted(maps.Keys(r.Choice)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			c := r.Choice[g]
+			b = appendChoice(b, g, &c)
+		}
+		b = append(b, '}')
+	}
 	return append(b, "}\n"...)
+}
+
+// appendChoice appends one member of the answer's choice field, as
+// marshal writes it: "group":{"value":…,"key":…,"index":…,"descriptor":…}.
+func appendChoice(b []byte, group string, c *ChoiceJSON) []byte {
+	b = appendJSONString(b, group, false)
+	b = append(b, `:{"value":`...)
+	b = appendJSONString(b, c.Value, false)
+	b = append(b, `,"key":`...)
+	b = appendJSONString(b, c.Key, false)
+	b = append(b, `,"index":`...)
+	b = strconv.AppendInt(b, int64(c.Index), 10)
+	b = append(b, `,"descriptor":`...)
+	b = strconv.AppendInt(b, int64(c.Descriptor), 10)
+	return append(b, '}')
 }
 
 // appendCheck appends what marshal(EncodeCheckResponse(*resp)) writes,
@@ -38,7 +66,7 @@ func appendCheckResponse(b []byte, r *CheckResponse) []byte {
 func appendCheck(b []byte, resp *service.Response) []byte {
 	head := CheckResponse{Allowed: resp.OverallCode != service.CodeOverLimit, Code: codeString(resp.OverallCode)}
 	for i := range resp.Statuses {
-		if resp.Statuses[i].Code == service.CodeOverLimit {
+		if resp.Statuses[i].Code == service.CodeOverLimit && !resp.Statuses[i].PassedOver {
 			head.Allowed, head.Code = false, codeString(service.CodeOverLimit)
 		}
 	}
@@ -54,7 +82,7 @@ func appendCheck(b []byte, resp *service.Response) []byte {
 			b = append(b, ',')
 		}
 		s := &resp.Statuses[i]
-		cs := CheckStatus{Code: codeString(s.Code), Unlimited: s.Unlimited, Shadowed: s.Shadowed, Degraded: string(s.Degraded), Lease: s.Lease}
+		cs := CheckStatus{Code: codeString(s.Code), Unlimited: s.Unlimited, Shadowed: s.Shadowed, Degraded: string(s.Degraded), Lease: s.Lease, Untried: s.Untried, PassedOver: s.PassedOver}
 		if s.Code == service.CodeOverLimit {
 			cs.Reason = statusReason(s)
 		}
@@ -75,7 +103,13 @@ func appendCheck(b []byte, resp *service.Response) []byte {
 		}
 		b = appendCheckStatus(b, &cs)
 	}
-	return append(b, "]}\n"...)
+	b = append(b, ']')
+	if c := resp.Choice; c != nil {
+		cj := choiceJSON(c)
+		b = append(b, `,"choice":{`...)
+		b = append(appendChoice(b, c.Group, &cj), '}')
+	}
+	return append(b, "}\n"...)
 }
 
 // appendCheckHead appends r up to its statuses' value: `{"allowed":…,
@@ -141,6 +175,12 @@ func appendCheckStatus(b []byte, s *CheckStatus) []byte {
 	if s.Lease != 0 {
 		b = append(b, `,"lease":`...)
 		b = strconv.AppendUint(b, s.Lease, 10)
+	}
+	if s.Untried {
+		b = append(b, `,"untried":true`...)
+	}
+	if s.PassedOver {
+		b = append(b, `,"passed_over":true`...)
 	}
 	if read {
 		b = append(b, `,"remaining":`...)

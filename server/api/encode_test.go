@@ -37,11 +37,17 @@ func TestAppendCheckResponseMatchesMarshal(t *testing.T) {
 		for i := range resp.Statuses {
 			s := CheckStatus{Code: pick(), Rule: pick(), Unlimited: r.IntN(2) == 0, Reason: pick(),
 				Remaining: num(), ResetAfterMs: num(), RetryAfterMs: num(), DelayMs: num(),
-				Shadowed: r.IntN(2) == 0, Degraded: pick(), Lease: uint64(max(num(), 0))}
+				Shadowed: r.IntN(2) == 0, Degraded: pick(), Lease: uint64(max(num(), 0)), Untried: r.IntN(4) == 0, PassedOver: r.IntN(4) == 0}
 			if r.IntN(3) > 0 {
 				s.Limit = &LimitJSON{Name: pick(), RequestsPerUnit: r.Uint32(), Unit: pick(), WindowMs: num(), Algorithm: pick()}
 			}
 			resp.Statuses[i] = s
+		}
+		if r.IntN(3) == 0 {
+			resp.Choice = map[string]ChoiceJSON{}
+			for range r.IntN(3) + 1 {
+				resp.Choice[pick()] = ChoiceJSON{Value: pick(), Key: pick(), Index: int(max(num(), 0)), Descriptor: r.IntN(4)}
+			}
 		}
 		cases = append(cases, resp)
 	}
@@ -65,7 +71,7 @@ func TestAppendCheckMatches(t *testing.T) {
 	for i := range 20_000 {
 		resp := service.Response{OverallCode: service.Code(rng.IntN(3)), Statuses: make([]service.Status, rng.IntN(4))}
 		for j := range resp.Statuses {
-			s := service.Status{Code: service.Code(rng.IntN(3)), Unlimited: rng.IntN(6) == 0, Shadowed: rng.IntN(4) == 0,
+			s := service.Status{Code: service.Code(rng.IntN(3)), Unlimited: rng.IntN(6) == 0, Shadowed: rng.IntN(4) == 0, Untried: rng.IntN(8) == 0, PassedOver: rng.IntN(8) == 0,
 				Degraded: degraded[rng.IntN(len(degraded))], Lease: uint64(rng.IntN(3)),
 				Result: sluice.Result{Allowed: rng.IntN(2) == 0, Limit: rng.Int64N(1000), Remaining: rng.Int64N(1000) - 100,
 					ResetAfter: dur(), RetryAfter: dur(), Delay: dur(), Reason: reasons[rng.IntN(len(reasons))]}}
@@ -77,6 +83,10 @@ func TestAppendCheckMatches(t *testing.T) {
 					Unit: []string{"", "second", "hour"}[rng.IntN(3)], Window: dur()}
 			}
 			resp.Statuses[j] = s
+		}
+		if rng.IntN(3) == 0 {
+			resp.Choice = &service.Choice{Group: names[rng.IntN(len(names))] + "g", Index: rng.IntN(3), Descriptor: rng.IntN(4),
+				Key: names[rng.IntN(len(names))], Value: names[rng.IntN(len(names))] + "v"}
 		}
 		want := marshal(EncodeCheckResponse(resp))
 		if got := appendCheck(nil, &resp); !bytes.Equal(got, want) {

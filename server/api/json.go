@@ -69,6 +69,21 @@ type CheckResponse struct {
 	Reason string `json:"reason,omitempty"`
 	// Statuses has one entry per request descriptor, in request order.
 	Statuses []CheckStatus `json:"statuses"`
+	// Choice names, by choice group (rate_limit.choice), the alternative
+	// the request was admitted with and charged (first with quota); absent
+	// when the request has no alternatives or was denied.
+	Choice map[string]ChoiceJSON `json:"choice,omitempty"`
+}
+
+// ChoiceJSON is the alternative of a choice group a request was admitted
+// with: its descriptor's last entry (value, key), its place among the
+// group's alternatives (index) and among the request's descriptors
+// (descriptor), each from 0.
+type ChoiceJSON struct {
+	Value      string `json:"value"`
+	Key        string `json:"key"`
+	Index      int    `json:"index"`
+	Descriptor int    `json:"descriptor"`
 }
 
 // CheckStatus is the decision for one descriptor. Durations are whole
@@ -107,6 +122,15 @@ type CheckStatus struct {
 	// with POST /v1/release when the work is done (else it is freed when the
 	// limit's window passes). Absent when the status holds none.
 	Lease uint64 `json:"lease,omitempty"`
+	// Untried: the descriptor is an alternative of a choice group that was
+	// not tried (an earlier one was admitted, or a requirement denied the
+	// request): nothing was asked of its counter, so it has no limit.
+	Untried bool `json:"untried,omitempty"`
+	// PassedOver: the descriptor is an alternative of a choice group that
+	// was over its limit at its try (code OVER_LIMIT, with its reason and
+	// retry_after_ms), in a request admitted with a later alternative: the
+	// request is allowed all the same.
+	PassedOver bool `json:"passed_over,omitempty"`
 }
 
 // MarshalJSON writes remaining and reset_after_ms, zero or not, exactly when
@@ -495,15 +519,19 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 	for i := range resp.Statuses {
 		s := &resp.Statuses[i]
 		cs := CheckStatus{
-			Code:      codeString(s.Code),
-			Unlimited: s.Unlimited,
-			Shadowed:  s.Shadowed,
-			Degraded:  string(s.Degraded),
-			Lease:     s.Lease,
+			Code:       codeString(s.Code),
+			Unlimited:  s.Unlimited,
+			Shadowed:   s.Shadowed,
+			Degraded:   string(s.Degraded),
+			Lease:      s.Lease,
+			Untried:    s.Untried,
+			PassedOver: s.PassedOver,
 		}
 		if s.Code == service.CodeOverLimit {
-			out.Allowed = false
-			out.Code = codeString(service.CodeOverLimit)
+			if !s.PassedOver {
+				out.Allowed = false
+				out.Code = codeString(service.CodeOverLimit)
+			}
 			cs.Reason = statusReason(s)
 		}
 		if s.Rule != nil {
@@ -524,7 +552,15 @@ func EncodeCheckResponse(resp service.Response) CheckResponse {
 			out.Reason = headers.ReasonLimited
 		}
 	}
+	if c := resp.Choice; c != nil {
+		out.Choice = map[string]ChoiceJSON{c.Group: choiceJSON(c)}
+	}
 	return out
+}
+
+// choiceJSON is c as the answer's choice field gives it.
+func choiceJSON(c *service.Choice) ChoiceJSON {
+	return ChoiceJSON{Value: c.Value, Key: c.Key, Index: c.Index, Descriptor: c.Descriptor}
 }
 
 // limitJSON describes the limit of a status that has one.
