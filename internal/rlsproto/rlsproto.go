@@ -432,7 +432,10 @@ func Request(req service.Request) (*rlsv3.RateLimitRequest, error) {
 // reset, but no algorithm, burst or exact retry time. So Result.Limit is
 // requests_per_unit (or the remaining count, when a burst makes that
 // larger), a refused status waits duration_until_reset, and a limit of 0
-// refuses with sluice.ReasonCostTooHigh (no wait helps).
+// refuses with sluice.ReasonCostTooHigh (no wait helps). A choice in
+// dynamic_metadata (ChoiceKey) becomes Response.Choice, and then an
+// OVER_LIMIT status of an admitted response is an alternative passed over
+// (service.Status.PassedOver).
 func Response(in *rlsv3.RateLimitResponse, n int) (service.Response, error) {
 	if len(in.GetStatuses()) != n {
 		return service.Response{}, fmt.Errorf("rlsproto: %d statuses for %d descriptors", len(in.GetStatuses()), n)
@@ -483,5 +486,33 @@ func Response(in *rlsv3.RateLimitResponse, n int) (service.Response, error) {
 			}
 		}
 	}
+	if out.Choice = choiceOf(in, n); out.Choice != nil && out.OverallCode == service.CodeOK {
+		for i := range out.Statuses {
+			out.Statuses[i].PassedOver = out.Statuses[i].Code == service.CodeOverLimit
+		}
+	}
 	return out, nil
+}
+
+// choiceOf reads ChoiceValue back from in's dynamic_metadata: the one
+// group it names, or nil when there is none or it is not that shape (a
+// descriptor index outside the n asked about included).
+func choiceOf(in *rlsv3.RateLimitResponse, n int) *service.Choice {
+	groups := in.GetDynamicMetadata().GetFields()[ChoiceKey].GetStructValue().GetFields()
+	if len(groups) != 1 {
+		return nil
+	}
+	for g, v := range groups {
+		f := v.GetStructValue().GetFields()
+		value, vok := f["value"].GetKind().(*structpb.Value_StringValue)
+		key, kok := f["key"].GetKind().(*structpb.Value_StringValue)
+		index, iok := f["index"].GetKind().(*structpb.Value_NumberValue)
+		desc, dok := f["descriptor"].GetKind().(*structpb.Value_NumberValue)
+		if !vok || !kok || !iok || !dok || index.NumberValue < 0 || index.NumberValue >= float64(n) ||
+			desc.NumberValue < 0 || desc.NumberValue >= float64(n) {
+			return nil
+		}
+		return &service.Choice{Group: g, Value: value.StringValue, Key: key.StringValue, Index: int(index.NumberValue), Descriptor: int(desc.NumberValue)}
+	}
+	return nil
 }

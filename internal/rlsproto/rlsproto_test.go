@@ -12,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice"
@@ -298,5 +299,35 @@ func TestRefusedResetIsTheRetry(t *testing.T) {
 	}
 	if r := back.Statuses[0].Result; r.RetryAfter != 3*time.Second || r.Reason != sluice.ReasonLimited {
 		t.Errorf("read back: retry %v reason %v, want 3s limited", r.RetryAfter, r.Reason)
+	}
+}
+
+// TestChoiceRoundTrip: a choice goes to dynamic_metadata (ChoiceKey) and
+// back, and on the way back an OVER_LIMIT status of the admitted response
+// is an alternative passed over; a malformed choice is none.
+func TestChoiceRoundTrip(t *testing.T) {
+	cl := &service.CurrentLimit{RequestsPerUnit: 1, Unit: "minute", Window: time.Minute}
+	c := &service.Choice{Group: "model", Index: 1, Descriptor: 2, Key: "model", Value: "gpt-4o-mini"}
+	resp := service.Response{OverallCode: service.CodeOK, Choice: c, Statuses: []service.Status{
+		{Code: service.CodeOK, CurrentLimit: cl, Result: sluice.Result{Allowed: true, Limit: 1}},
+		{Code: service.CodeOverLimit, CurrentLimit: cl, Result: sluice.Result{Limit: 1, Reason: sluice.ReasonLimited, RetryAfter: time.Second}},
+		{Code: service.CodeOK, CurrentLimit: cl, Result: sluice.Result{Allowed: true, Limit: 1}},
+	}}
+	out, err := Response(ToProto(resp), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Choice == nil || *out.Choice != *c {
+		t.Fatalf("choice back %+v, want %+v", out.Choice, *c)
+	}
+	for i, st := range out.Statuses {
+		if st.PassedOver != (i == 1) {
+			t.Errorf("status %d: passed over %v, want %v", i, st.PassedOver, i == 1)
+		}
+	}
+	bad := ToProto(resp)
+	bad.DynamicMetadata.Fields[ChoiceKey].GetStructValue().Fields["model"].GetStructValue().Fields["descriptor"] = structpb.NewNumberValue(7)
+	if out, err := Response(bad, 3); err != nil || out.Choice != nil || out.Statuses[1].PassedOver {
+		t.Errorf("a choice naming descriptor 7 of 3: %+v, %v; want no choice", out.Choice, err)
 	}
 }
