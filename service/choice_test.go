@@ -321,3 +321,42 @@ func TestChoiceConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestChoiceStoreDown: when the store fails at a try, that try's failure
+// modes decide and no further alternative is tried: failing open admits
+// with the first alternative (named, nothing charged), failing closed
+// denies without a choice; one store call either way.
+func TestChoiceStoreDown(t *testing.T) {
+	snap, err := rules.Parse("llm.yaml", []byte(choiceRules), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []rules.FailureMode{rules.FailureOpen, rules.FailureClosed} {
+		fs := &failingStore{err: errStoreDown}
+		fs.fail.Store(true)
+		cfg := DefaultConfig()
+		cfg.DefaultFailureMode = mode
+		e, err := New(cfg, StaticRules{snap}, fs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := e.Check(context.Background(), Request{Domain: "llm", Descriptors: []Descriptor{
+			desc("api_key", "k"), desc("api_key", "k", "model", "big"), desc("api_key", "k", "model", "mid")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fs.calls.Load(); got != 1 {
+			t.Errorf("%v: %d store calls, want 1 (no second try after a failure)", mode, got)
+		}
+		open := mode == rules.FailureOpen
+		if (resp.OverallCode == CodeOK) != open || (resp.Choice != nil) != open {
+			t.Errorf("%v: code %v, choice %+v; want admitted with a choice: %v", mode, resp.OverallCode, resp.Choice, open)
+		}
+		if open && (resp.Choice.Descriptor != 1 || resp.Statuses[1].Degraded != FailedOpen) {
+			t.Errorf("open: choice %+v, status %+v; want big, failed open", resp.Choice, resp.Statuses[1])
+		}
+		if !resp.Statuses[2].Untried {
+			t.Errorf("%v: mid's status %+v, want untried", mode, resp.Statuses[2])
+		}
+	}
+}
