@@ -30,7 +30,7 @@ func specOf(t *testing.T, yml, js string) (y, j *Spec) {
 // a YAML decoding with a JSON one.
 func written(s *Spec) Spec {
 	c := *s
-	c.Line, c.lines, c.replLines = 0, [numFields]int{}, nil
+	c.Line, c.lines, c.replLines, c.usageLines = 0, [numFields]int{}, nil, nil
 	if s.Tiers != nil {
 		c.Tiers = map[string]*Spec{}
 		for k, v := range s.Tiers {
@@ -86,6 +86,14 @@ func TestSpecYAMLAndJSON(t *testing.T) {
 			json:     `{"unit":"second","requests_per_unit":1,"algorithm":"gcra"}`,
 			use:      Use{What: "a request's limit", Allowed: FieldRequestsPerUnit | FieldUnit, RequireWindow: true},
 			wantErrs: []string{"3|algorithm: not allowed in a request's limit (want only unit, requests_per_unit)"}},
+		{name: "money budget", yaml: "usage:\n  model: m\n  output: o\nbudget: 2.5\ncalendar: day\n",
+			json:    `{"usage":{"model":"m","output":"o"},"budget":"2.5","calendar":"day"}`,
+			use:     Use{Path: []Step{{Key: "k", Kind: MatchAny}, {Key: "m", Kind: MatchAny}, {Key: "o", Kind: MatchAny}}},
+			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 2_500_000, Window: 25 * time.Hour}},
+		{name: "money usage off the path", yaml: "usage:\n  model: m\n  input: i\nbudget: \"1\"\nunit: day\n",
+			json:     `{"usage":{"model":"m","input":"i"},"budget":"1","unit":"day"}`,
+			use:      Use{Path: []Step{{Key: "m", Kind: MatchAny}}},
+			wantErrs: []string{`3|usage.input: key "i" is not on this rule's path (m)`}},
 		{name: "a request's limit", yaml: "unit: hour\nrequests_per_unit: 7\n", json: `{"unit":"hour","requests_per_unit":7}`,
 			use:     Use{What: "a request's limit", Allowed: FieldRequestsPerUnit | FieldUnit, RequireWindow: true},
 			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 7, Window: time.Hour}},
