@@ -103,6 +103,9 @@ type plan struct {
 	// is left, and charging nothing either way.
 	probing bool
 	probe   int
+	// refused: a money rule refused the descriptor (a model without a
+	// price: reason unknown_model); it has no op.
+	refused bool
 }
 
 // adjust makes plan build the ops of Engine.Charge or Engine.Reset
@@ -146,6 +149,10 @@ type scratch struct {
 	// units: the unit of each descriptor's limit given in the request,
 	// found once by validate (unset for descriptors without one).
 	units []rules.Unit
+	// refused: a descriptor not in shadow mode was refused (plan.refused);
+	// err: a descriptor's usage cannot be priced (see callCost).
+	refused bool
+	err     error
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -159,7 +166,7 @@ func (s *scratch) release() {
 	clear(s.units)
 	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs, s.units =
 		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0], s.units[:0]
-	s.calendar = false
+	s.calendar, s.refused, s.err = false, false, nil
 	s.batch = batch.Batch{}
 	scratchPool.Put(s)
 }
@@ -203,6 +210,22 @@ func (e *Engine) plan(pol *policy, sc *scratch, req *Request, adj *adjust) Respo
 		currents[i] = res.current
 		st.CurrentLimit = &currents[i]
 		cost, act := descriptorOp(req, i, adj)
+		if res.from == byRule && res.info.rule.Usage != nil && adj == nil {
+			r := res.info.rule
+			c, known, err := callCost(pol.prices, r, i, d.Entries)
+			if err != nil {
+				sc.err = err
+				return resp
+			}
+			if !known {
+				st.Code, st.Result = CodeOverLimit, sluice.Result{Reason: ReasonUnknownModel}
+				shadow := res.info.shadow || res.shadow
+				sc.refused = sc.refused || !shadow
+				sc.plans = append(sc.plans, plan{desc: i, info: res.info, rule: r, op: -1, refused: true, shadow: shadow, global: res.info.global && !res.shadow})
+				continue
+			}
+			cost = c // its hits do not count: the tokens' price does
+		}
 		if res.from == byRequest {
 			planGiven(pol, dom, sc, d, i, &res, cost, act)
 		} else {
@@ -211,6 +234,9 @@ func (e *Engine) plan(pol *policy, sc *scratch, req *Request, adj *adjust) Respo
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
+	}
+	if sc.refused {
+		refuse(sc, &resp)
 	}
 	markUndo(sc, e.cfg.Fallback != nil)
 	finishOps(sc)

@@ -556,6 +556,8 @@ func statusReason(s *service.Status) string {
 		return headers.ReasonPenalty
 	case s.Result.Reason == service.ReasonDenyList:
 		return headers.ReasonDenyList
+	case s.Result.Reason == service.ReasonUnknownModel:
+		return headers.ReasonUnknownModel
 	}
 	return headers.ReasonLimited
 }

@@ -33,7 +33,13 @@ descriptors:
 // serveYAML is serveRLS for a rule file of its own.
 func serveYAML(t *testing.T, yaml string, store sluice.Store) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	snap, err := rules.Parse("llm.yaml", []byte(yaml), rules.Options{})
+	return serveYAMLOpts(t, yaml, rules.Options{}, store)
+}
+
+// serveYAMLOpts is serveYAML reading the rules with opts.
+func serveYAMLOpts(t *testing.T, yaml string, opts rules.Options, store sluice.Store) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	snap, err := rules.Parse("llm.yaml", []byte(yaml), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
