@@ -8,6 +8,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/rules"
@@ -88,6 +90,12 @@ func TestMoneyBudgets(t *testing.T) {
 		}
 		if k, tm, ok := remaining(t, "k2", "t1"); !ok || k != 50_000_000 || tm != 2_000_000_000-spent-60_000_000 {
 			t.Errorf("k2: %d, %d, %v; want $50 and the team's rest, OK", k, tm, ok)
+		}
+		// Token counts no counter can take: INVALID_ARGUMENT, nothing charged.
+		bad := envoyCall("k3", "t2", "gpt-4o", 0, 0, 0)
+		bad.Descriptors[0].Entries[2].Value = "12k"
+		if _, err := c.ShouldRateLimit(t.Context(), bad); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("bad token count: %v, want INVALID_ARGUMENT", err)
 		}
 		// An unlisted model pays default_model's (gpt-4o's) prices.
 		call(t, c, envoyCall("k3", "t2", "some-new-model", 1000, 0, 0))
