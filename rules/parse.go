@@ -138,11 +138,22 @@ func (p *parser) parse(data []byte) (tree *domainTree) {
 			tree = nil
 		}
 	}()
+	n := p.document(data, "a mapping with domain and descriptors", "a rule file holds one domain")
+	if n == nil {
+		return nil
+	}
+	return p.root(n)
+}
+
+// document decodes data as one YAML document and returns its top node,
+// or nil when there is none; a second document is a problem (second says
+// what a file holds). want says what an empty file should have held.
+func (p *parser) document(data []byte, want, second string) *yaml.Node {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			p.add(0, "", "file is empty; want a mapping with domain and descriptors")
+			p.add(0, "", "file is empty; want %s", want)
 		} else {
 			p.syntax(err)
 		}
@@ -150,15 +161,15 @@ func (p *parser) parse(data []byte) (tree *domainTree) {
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		p.add(extra.Line, "", "a second YAML document; a rule file holds one domain")
+		p.add(extra.Line, "", "a second YAML document; %s", second)
 	} else if !errors.Is(err, io.EOF) {
 		p.syntax(err)
 	}
 	if len(doc.Content) == 0 {
-		p.add(0, "", "file is empty; want a mapping with domain and descriptors")
+		p.add(0, "", "file is empty; want %s", want)
 		return nil
 	}
-	return p.root(doc.Content[0])
+	return doc.Content[0]
 }
 
 // syntax records a YAML syntax error. The YAML library reports the line of

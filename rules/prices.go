@@ -1,10 +1,8 @@
 package rules
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math/bits"
 	"regexp"
 	"slices"
@@ -190,27 +188,11 @@ func (p *parser) prices(data []byte) (t *Prices) {
 			t = nil
 		}
 	}()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			p.add(0, "", "file is empty; want a mapping with currency and models")
-		} else {
-			p.syntax(err)
-		}
+	top := p.document(data, "a mapping with currency and models", "a price table is one")
+	if top == nil {
 		return nil
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.add(extra.Line, "", "a second YAML document; a price table is one")
-	} else if !errors.Is(err, io.EOF) {
-		p.syntax(err)
-	}
-	if len(doc.Content) == 0 {
-		p.add(0, "", "file is empty; want a mapping with currency and models")
-		return nil
-	}
-	n := p.resolve(doc.Content[0])
+	n := p.resolve(top)
 	t = &Prices{models: map[string]Price{}}
 	var haveCurrency, haveModels bool
 	defLine := 0

@@ -274,7 +274,7 @@ type Use struct {
 	// Base is the rule a tier or override changes: its algorithm, window
 	// and calendar are the defaults. Nil for a rule's own limit.
 	Base *Rule
-	// Path is a rule's descriptor path (for pair_by).
+	// Path is a rule's descriptor path (for pair_by and usage).
 	Path []Step
 	// NoConcurrency refuses algorithm: concurrency (tiers and overrides:
 	// a lease is released against the rule's own limit).
@@ -501,7 +501,9 @@ func (s *Spec) TierLimit(u Use) (*TierLimit, error) {
 // Rule checks s as a rule file's rate_limit on path u.Path and compiles
 // it into the rule's limit fields (Name, Limit, Unit, RequestsPerUnit,
 // Unlimited, FailureMode, Placement, SubCounters, Penalty, Replaces,
-// SettleAfter, PairBy, PairIndex, Calendar and Tiers; Line is s.Line).
+// SettleAfter, PairBy, PairIndex, Usage, Calendar and Tiers; Line is
+// s.Line). A money rule (usage and budget) has its budget, in micro-units,
+// as Limit.Quota.
 // The errors are SpecErrors.
 func (s *Spec) Rule(u Use) (*Rule, error) {
 	c := &checker{s: s}

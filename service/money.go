@@ -28,7 +28,7 @@ func callCost(table *rules.Prices, r *rules.Rule, i int, entries []rules.Entry) 
 		n, perr := strconv.ParseUint(v, 10, 64)
 		if perr != nil || n > algorithm.MaxExact {
 			return 0, false, fmt.Errorf("service: %w: descriptor %d: %s (%s tokens): want a whole number from 0 to %d, got %q",
-				ErrInvalidRequest, i, entries[at].Key, rules.TokenType(t), uint64(algorithm.MaxExact), echo(v))
+				ErrInvalidRequest, i, entries[at].Key, rules.TokenType(t), uint64(algorithm.MaxExact), v) // v: bounded by RequestBounds
 		}
 		tokens[t] = int64(n)
 	}
@@ -41,19 +41,6 @@ func callCost(table *rules.Prices, r *rules.Rule, i int, entries []rules.Entry) 
 		return 0, true, fmt.Errorf("service: %w: descriptor %d: the call's cost: %w", ErrInvalidRequest, i, err)
 	}
 	return cost, true, nil
-}
-
-// echo is s cut to 64 bytes: a refused value quoted back.
-func echo(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && s[i]&0xC0 == 0x80 {
-		i--
-	}
-	return s[:i] + "…"
 }
 
 // refuse drops the ops of a request one of whose descriptors a money rule

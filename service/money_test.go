@@ -39,11 +39,17 @@ const moneyPrices = "currency: USD\nmodels:\n  m1: {input: 1000000, output: 2000
 
 func moneySnap(t *testing.T, prices string) *rules.Snapshot {
 	t.Helper()
+	return moneySnapOf(t, moneyRules, prices)
+}
+
+// moneySnapOf compiles a rule file with a price table.
+func moneySnapOf(t *testing.T, yaml, prices string) *rules.Snapshot {
+	t.Helper()
 	table, err := rules.ParsePrices("prices.yaml", []byte(prices))
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := rules.Parse("llm.yaml", []byte(moneyRules), rules.Options{Prices: table})
+	snap, err := rules.Parse("llm.yaml", []byte(yaml), rules.Options{Prices: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,15 +193,7 @@ func TestMoneyUnknownModelKeepsCharges(t *testing.T) {
 	yaml := moneyRules + `  - key: tokens
     rate_limit: {unit: day, requests_per_unit: 1000, settle: after}
 `
-	table, err := rules.ParsePrices("p.yaml", []byte(moneyPrices))
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := rules.Parse("llm.yaml", []byte(yaml), rules.Options{Prices: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarnessSnap(t, snap, DefaultConfig(), nil)
+	h := newHarnessSnap(t, moneySnapOf(t, yaml, moneyPrices), DefaultConfig(), nil)
 	tokens := desc("tokens", "k")
 	tokens.Hits = u64(300)
 	req := call("k", "t", "gpt-9", 10, 10)
