@@ -358,3 +358,35 @@ func TestWatcherPrices(t *testing.T) {
 		t.Errorf("LastError %v after a good table", w.LastError())
 	}
 }
+
+// TestWatcherPricesConfigMap: a price table mounted from a ConfigMap of
+// its own (a symlink through ..data, swapped by the kubelet) is reloaded
+// when the swap happens.
+func TestWatcherPricesConfigMap(t *testing.T) {
+	dir, pdir := t.TempDir(), t.TempDir()
+	writeAtomic(t, filepath.Join(dir, "r.yaml"), "domain: llm\ndescriptors:\n  - key: model\n    descriptors:\n      - key: in\n        rate_limit: {usage: {model: model, input: in}, budget: \"5\", unit: day}\n")
+	version := func(name string, input int) {
+		t.Helper()
+		must(t, os.Mkdir(filepath.Join(pdir, name), 0o755))
+		must(t, os.WriteFile(filepath.Join(pdir, name, "prices.yaml"), fmt.Appendf(nil, "currency: USD\nmodels:\n  m: {input: %d}\n", input), 0o644))
+	}
+	version("..2026_01_01_00_00_00.1", 1)
+	must(t, os.Symlink("..2026_01_01_00_00_00.1", filepath.Join(pdir, "..data")))
+	must(t, os.Symlink("..data/prices.yaml", filepath.Join(pdir, "prices.yaml")))
+	w, events := startWatcherOpts(t, dir, rules.Options{PricesFile: filepath.Join(pdir, "prices.yaml")})
+	input := func() int64 {
+		p, ok := w.Current().Prices().Price("m")
+		if !ok {
+			return -1
+		}
+		return p[rules.Input]
+	}
+	if got := input(); got != 1 {
+		t.Fatalf("input price %d at start, want 1", got)
+	}
+	version("..2026_01_01_00_01_00.2", 2)
+	must(t, os.Symlink("..2026_01_01_00_01_00.2", filepath.Join(pdir, "..data_tmp")))
+	must(t, os.Rename(filepath.Join(pdir, "..data_tmp"), filepath.Join(pdir, "..data")))
+	must(t, os.RemoveAll(filepath.Join(pdir, "..2026_01_01_00_00_00.1")))
+	waitReload(t, events, true, func() bool { return input() == 2 })
+}
