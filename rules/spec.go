@@ -756,6 +756,12 @@ func (c *checker) money(r *Rule, p *limitPart, alg sluice.Algorithm, path []Step
 		c.bad(FieldTiers, "not available with budget")
 		good = false
 	}
+	if !r.SettleAfter && alg != sluice.Concurrency {
+		// settle: before would deny a call's cost once it is spent,
+		// and count nothing of it.
+		c.bad(FieldBudget, "a call's cost is known when it ends: give settle: after (its charge is never denied; the request path is a look)")
+		good = false
+	}
 	if q, err := ParseBudget(s.Budget); err != nil {
 		c.bad(FieldBudget, "%v", err)
 		good = false

@@ -328,7 +328,7 @@ func TestWatcherPrices(t *testing.T) {
 	table := func(input int) string {
 		return fmt.Sprintf("currency: USD\nmodels:\n  m: {input: %d}\n", input)
 	}
-	writeAtomic(t, filepath.Join(dir, "r.yaml"), "domain: llm\ndescriptors:\n  - key: k\n    descriptors:\n      - key: model\n        descriptors:\n          - key: in\n            rate_limit: {usage: {model: model, input: in}, budget: \"5\", unit: day}\n")
+	writeAtomic(t, filepath.Join(dir, "r.yaml"), "domain: llm\ndescriptors:\n  - key: k\n    descriptors:\n      - key: model\n        descriptors:\n          - key: in\n            rate_limit: {usage: {model: model, input: in}, budget: \"5\", unit: day, settle: after}\n")
 	writeAtomic(t, prices, table(100))
 	w, events := startWatcherOpts(t, dir, rules.Options{PricesFile: prices})
 	inputPrice := func() int64 {
@@ -364,7 +364,7 @@ func TestWatcherPrices(t *testing.T) {
 // when the swap happens.
 func TestWatcherPricesConfigMap(t *testing.T) {
 	dir, pdir := t.TempDir(), t.TempDir()
-	writeAtomic(t, filepath.Join(dir, "r.yaml"), "domain: llm\ndescriptors:\n  - key: model\n    descriptors:\n      - key: in\n        rate_limit: {usage: {model: model, input: in}, budget: \"5\", unit: day}\n")
+	writeAtomic(t, filepath.Join(dir, "r.yaml"), "domain: llm\ndescriptors:\n  - key: model\n    descriptors:\n      - key: in\n        rate_limit: {usage: {model: model, input: in}, budget: \"5\", unit: day, settle: after}\n")
 	version := func(name string, input int) {
 		t.Helper()
 		must(t, os.Mkdir(filepath.Join(pdir, name), 0o755))
