@@ -113,19 +113,18 @@ type Prices struct {
 }
 
 // Price returns the prices of model: its own, else DefaultModel's; ok is
-// false when the table has neither (or p is nil).
-func (p *Prices) Price(model string) (price *Price, ok bool) {
+// false when the table has neither (or p is nil). It does not allocate.
+func (p *Prices) Price(model string) (price Price, ok bool) {
 	if p == nil {
-		return nil, false
+		return Price{}, false
 	}
 	if pr, ok := p.models[model]; ok {
-		return &pr, true
+		return pr, true
 	}
 	if p.DefaultModel != "" {
-		pr := p.models[p.DefaultModel]
-		return &pr, true
+		return p.models[p.DefaultModel], true
 	}
-	return nil, false
+	return Price{}, false
 }
 
 // Models returns the models of the table, sorted.

@@ -21,10 +21,10 @@ func TestParsePrices(t *testing.T) {
 	if p.Currency != "USD" || p.File != "p.yaml" || p.DefaultModel != "a" || strings.Join(p.Models(), ",") != "a,b" {
 		t.Fatalf("table = %+v, models %v", p, p.Models())
 	}
-	if pr, ok := p.Price("b"); !ok || *pr != (Price{0, 0, 1, 2, 3}) {
+	if pr, ok := p.Price("b"); !ok || pr != (Price{0, 0, 1, 2, 3}) {
 		t.Errorf("Price(b) = %v, %v; want [0 0 1 2 3]", pr, ok)
 	}
-	if pr, ok := p.Price("unlisted"); !ok || *pr != (Price{Input: 2500000, Output: 10000000}) {
+	if pr, ok := p.Price("unlisted"); !ok || pr != (Price{Input: 2500000, Output: 10000000}) {
 		t.Errorf("Price(unlisted) = %v, %v; want default_model a's prices", pr, ok)
 	}
 	var none *Prices

@@ -43,7 +43,7 @@ func moneySnap(t *testing.T, prices string) *rules.Snapshot {
 }
 
 // moneySnapOf compiles a rule file with a price table.
-func moneySnapOf(t *testing.T, yaml, prices string) *rules.Snapshot {
+func moneySnapOf(t testing.TB, yaml, prices string) *rules.Snapshot {
 	t.Helper()
 	table, err := rules.ParsePrices("prices.yaml", []byte(prices))
 	if err != nil {
