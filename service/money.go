@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/sluice-rl/sluice"
@@ -47,7 +48,13 @@ func callCost(table *rules.Prices, r *rules.Rule, i int, entries []rules.Entry) 
 // refused (reason unknown_model, see plan): its Takes — looks, probes,
 // acquires — whose statuses become OK with nothing counted, as the deny
 // list's do; its charges and refunds stand (spent already, never denied).
+// It does nothing when every refused descriptor is in shadow mode or
+// replaced by another matched rule; sc.refused then goes back to false.
 func refuse(sc *scratch, resp *Response) {
+	sc.refused = slices.ContainsFunc(sc.plans, func(p plan) bool { return p.refused && !p.dropped && !p.shadow })
+	if !sc.refused {
+		return
+	}
 	kept := sc.ops[:0]
 	for i := range sc.plans {
 		p := &sc.plans[i]

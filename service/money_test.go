@@ -240,3 +240,30 @@ func TestMoneyReloadPrices(t *testing.T) {
 		t.Errorf("remaining %d, want %d", st.Result.Remaining, 50_000-600)
 	}
 }
+
+// TestMoneyUnknownModelShadow: a money rule in shadow mode that cannot
+// price the model reports it, and the request is admitted and charged
+// elsewhere, as for any shadow-mode denial.
+func TestMoneyUnknownModelShadow(t *testing.T) {
+	yaml := `domain: llm
+descriptors:
+  - key: key
+    descriptors:
+      - key: model
+        descriptors:
+          - key: in
+            shadow_mode: true
+            rate_limit: {usage: {model: model, input: in}, budget: "1", unit: day, settle: after}
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 5}
+`
+	h := newHarnessSnap(t, moneySnapOf(t, yaml, moneyPrices), DefaultConfig(), nil)
+	req := Request{Domain: "llm", Descriptors: []Descriptor{desc("key", "k", "model", "gpt-9", "in", "0"), desc("user", "u")}}
+	resp := h.check(t, req)
+	if resp.OverallCode != CodeOK || !resp.Statuses[0].Shadowed || resp.Statuses[0].Result.Reason != ReasonUnknownModel || resp.Statuses[1].Result.Remaining != 4 {
+		t.Errorf("statuses %+v; want admitted, the money rule shadowed (unknown_model), the user charged", resp.Statuses)
+	}
+	if got := h.decisions("llm", "key.model.in", OutcomeShadowDenied); got != 1 {
+		t.Errorf("shadow-denied decisions %v, want 1", got)
+	}
+}

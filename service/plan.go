@@ -149,7 +149,8 @@ type scratch struct {
 	// units: the unit of each descriptor's limit given in the request,
 	// found once by validate (unset for descriptors without one).
 	units []rules.Unit
-	// refused: a descriptor not in shadow mode was refused (plan.refused);
+	// refused: a descriptor was refused (plan.refused), and after refuse,
+	// one not in shadow mode nor replaced;
 	// err: a descriptor's usage cannot be priced (see callCost).
 	refused bool
 	err     error
@@ -220,7 +221,7 @@ func (e *Engine) plan(pol *policy, sc *scratch, req *Request, adj *adjust) Respo
 			if !known {
 				st.Code, st.Result = CodeOverLimit, sluice.Result{Reason: ReasonUnknownModel}
 				shadow := res.info.shadow || res.shadow
-				sc.refused = sc.refused || !shadow
+				sc.refused = true
 				sc.plans = append(sc.plans, plan{desc: i, info: res.info, rule: r, op: -1, refused: true, shadow: shadow, global: res.info.global && !res.shadow})
 				continue
 			}
