@@ -2,7 +2,8 @@
 // unchanged, plus Sluice's extensions inside rate_limit (algorithm, burst,
 // window, failure_mode) — validates them with file:line:field errors, and
 // compiles a directory of them into an immutable Snapshot that matches request
-// descriptors to rules.
+// descriptors to rules. It also reads price tables (ParsePrices), which a
+// snapshot carries for its money budgets.
 package rules
 
 import (
