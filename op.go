@@ -84,7 +84,7 @@ const (
 
 // Reason says why a Result is what it is. The zero value is
 // ReasonAllowed. A store sets ReasonAllowed, ReasonLimited or
-// ReasonCostTooHigh; the engine (package service) adds its own two.
+// ReasonCostTooHigh; the engine (package service) adds its own three.
 type Reason uint8
 
 const (
@@ -97,14 +97,16 @@ const (
 	// (its capacity, see Limit); waiting will not help and RetryAfter is
 	// zero.
 	ReasonCostTooHigh
-	// Reasons 3 and 4 are the engine's, set by it and never by a store:
-	// service.ReasonPenalty and service.ReasonDenyList.
+	// Reasons 3, 4 and 5 are the engine's, set by it and never by a
+	// store: service.ReasonPenalty, service.ReasonDenyList and
+	// service.ReasonUnknownModel.
 	reasonPenalty
 	reasonDenyList
+	reasonUnknownModel
 )
 
 // String names the reason: "allowed", "limited", "cost_too_high", and the
-// engine's "penalty" and "deny_list".
+// engine's "penalty", "deny_list" and "unknown_model".
 func (r Reason) String() string {
 	switch r {
 	case ReasonAllowed:
@@ -117,6 +119,8 @@ func (r Reason) String() string {
 		return "penalty"
 	case reasonDenyList:
 		return "deny_list"
+	case reasonUnknownModel:
+		return "unknown_model"
 	}
 	return "unknown"
 }

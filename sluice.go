@@ -11,7 +11,7 @@
 // Params, CheckOp, …) live in package store/stack; the bounds of the
 // arithmetic (MaxExact, MaxLogQuota, MinWindow, MaxWindow, in µs) in
 // package algorithm. Package service holds the engine's own reasons
-// (ReasonPenalty, ReasonDenyList).
+// (ReasonPenalty, ReasonDenyList, ReasonUnknownModel).
 package sluice
 
 import (

@@ -20,6 +20,10 @@ const (
 	// ReasonDenyList: the request names an entry on a deny list; waiting
 	// does not help, so no Retry-After is sent.
 	ReasonDenyList = "deny_list"
+	// ReasonUnknownModel: a money budget applies, and the price table
+	// prices no model the request names; waiting does not help, so no
+	// Retry-After is sent.
+	ReasonUnknownModel = "unknown_model"
 	// ReasonUnavailable: the limit could not be decided (its store is down
 	// and it fails closed) or the server is shedding load: a 503.
 	ReasonUnavailable = "unavailable"

@@ -62,7 +62,7 @@ func TestRemovedAndGuard(t *testing.T) {
 				t.Fatal(p.probs)
 			}
 		}
-		s, err := compile(trees, nil)
+		s, err := compile(trees, nil, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,6 +30,14 @@ type Options struct {
 	// top-level descriptors are merged, and a descriptor two of them
 	// declare is an error. False: a domain in two files is an error.
 	MergeDomains bool
+	// Prices is the price table of money rules (rate_limit.usage and
+	// budget), carried by the snapshot (Snapshot.Prices). When it is nil,
+	// PricesFile names a price table file (LoadPrices) read again by each
+	// Parse, ParseFiles and LoadDir, with its problems among the rules';
+	// LoadDir skips it when it is in the directory. A rule with usage and
+	// neither is an error.
+	Prices     *Prices
+	PricesFile string
 }
 
 func (o Options) algorithm() sluice.Algorithm {
@@ -130,11 +138,22 @@ func (p *parser) parse(data []byte) (tree *domainTree) {
 			tree = nil
 		}
 	}()
+	n := p.document(data, "a mapping with domain and descriptors", "a rule file holds one domain")
+	if n == nil {
+		return nil
+	}
+	return p.root(n)
+}
+
+// document decodes data as one YAML document and returns its top node,
+// or nil when there is none; a second document is a problem (second says
+// what a file holds). want says what an empty file should have held.
+func (p *parser) document(data []byte, want, second string) *yaml.Node {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			p.add(0, "", "file is empty; want a mapping with domain and descriptors")
+			p.add(0, "", "file is empty; want %s", want)
 		} else {
 			p.syntax(err)
 		}
@@ -142,15 +161,15 @@ func (p *parser) parse(data []byte) (tree *domainTree) {
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		p.add(extra.Line, "", "a second YAML document; a rule file holds one domain")
+		p.add(extra.Line, "", "a second YAML document; %s", second)
 	} else if !errors.Is(err, io.EOF) {
 		p.syntax(err)
 	}
 	if len(doc.Content) == 0 {
-		p.add(0, "", "file is empty; want a mapping with domain and descriptors")
+		p.add(0, "", "file is empty; want %s", want)
 		return nil
 	}
-	return p.root(doc.Content[0])
+	return doc.Content[0]
 }
 
 // syntax records a YAML syntax error. The YAML library reports the line of
@@ -428,6 +447,14 @@ func (p *parser) descriptor(n *yaml.Node, field string, parent []Step, t *domain
 			if r.PairBy != "" {
 				r.Path[r.PairIndex].Paired = true
 			}
+			if u := r.Usage; u != nil {
+				r.Path[u.Model].Usage = true
+				for _, i := range u.Tokens {
+					if i >= 0 {
+						r.Path[i].Usage = true
+					}
+				}
+			}
 			r.ShadowMode = shadow
 			r.DetailedMetric = detailed
 			r.QuotaMode, r.Metadata = quota, meta
@@ -613,6 +640,8 @@ func (p *parser) spec(n *yaml.Node, field string, known []string) (*Spec, bool) 
 			fine = p.replaces(v, f, s)
 		case FieldTiers:
 			fine = p.tiers(v, f, s)
+		case FieldUsage:
+			fine = p.usage(v, f, s)
 		default:
 			var str string
 			str, fine = p.str(v, f)
@@ -650,6 +679,8 @@ func (s *Spec) text(bit Field) *string {
 		return &s.PairBy
 	case FieldChoice:
 		return &s.Choice
+	case FieldBudget:
+		return &s.Budget
 	}
 	return new(string)
 }
@@ -664,6 +695,21 @@ func (p *parser) int64(v *yaml.Node, field string, max uint64) (int64, bool) {
 	}
 	p.add(v.Line, field, "want a whole number from 0 to %d, got %s", max, kindName(v))
 	return 0, false
+}
+
+// usageKeys are the keys of rate_limit.usage.
+var usageKeys = append([]string{"model"}, tokenTypeNames[:]...)
+
+// usage reads rate_limit.usage: a mapping of usageKeys to descriptor keys.
+func (p *parser) usage(v *yaml.Node, field string, s *Spec) bool {
+	good := true
+	s.Usage, s.usageLines = map[string]string{}, map[string]int{}
+	ok := p.fields(v, field, usageKeys, func(key string, _, kv *yaml.Node) {
+		str, ok := p.str(kv, join(field, key))
+		good = good && ok
+		s.Usage[key], s.usageLines[key] = str, kv.Line
+	})
+	return ok && good
 }
 
 // replaces reads rate_limit.replaces: a list of {name: …}.

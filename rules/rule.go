@@ -2,7 +2,8 @@
 // unchanged, plus Sluice's extensions inside rate_limit (algorithm, burst,
 // window, failure_mode) — validates them with file:line:field errors, and
 // compiles a directory of them into an immutable Snapshot that matches request
-// descriptors to rules.
+// descriptors to rules. It also reads price tables (ParsePrices), which a
+// snapshot carries for its money budgets.
 package rules
 
 import (
@@ -154,11 +155,28 @@ type Rule struct {
 	// Tiers holds the limit of each tier the rule gives one for (rule file
 	// rate_limit.tiers); nil means the tier has the rule's own Limit.
 	Tiers [NumTiers]*TierLimit
+	// Usage, when set, makes the rule a money budget (rate_limit.usage
+	// and budget): a call costs what its tokens cost at the price table's
+	// prices (Prices), in micro-units of its currency, instead of its
+	// hits; Limit.Quota is the budget in micro-units (RequestsPerUnit is
+	// it too, or 4294967295 when more).
+	Usage *Usage
 	// Calendar, when set, makes the quota reset at the start of each
 	// calendar month or day (rate_limit.calendar); Limit is then a
 	// fixed_window with the longest period as its nominal window, and the
 	// engine counts each period with Calendar.Limit.
 	Calendar *Calendar
+}
+
+// Usage says which entries of a money rule's path carry the model and
+// each token type's count (rate_limit.usage): an index into Rule.Path, -1
+// for a token type not given. Those entries' values are left out of the
+// counter's key (Step.Usage).
+type Usage struct {
+	Model  int
+	Tokens [NumTokenTypes]int
+	// Line is the line of usage in its file.
+	Line int
 }
 
 // MatchKind says how one level of a rule's path matches a request entry.
@@ -187,13 +205,17 @@ type Step struct {
 	// Paired: the step is its rule's Rule.PairBy entry; its value names a
 	// request, not a counter, so every value shares one counter.
 	Paired bool
+	// Usage: the step is one of its rule's Rule.Usage entries; its value
+	// is a model or a token count, not a counter's, so every value shares
+	// one counter.
+	Usage bool
 }
 
 // Counted reports the value a store key should carry for entry value v at
 // this step: "" when the step is Paired, the pattern when it is Shared,
 // else v.
 func (s *Step) Counted(v string) string {
-	if s.Paired {
+	if s.Paired || s.Usage {
 		return ""
 	}
 	if s.Shared {

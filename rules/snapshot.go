@@ -2,6 +2,7 @@ package rules
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,18 @@ type Snapshot struct {
 	tenantKeys map[string]string
 	// deny holds each domain's deny list, if its file has one.
 	deny map[string]*DenyList
+	// prices is the price table of money rules (Options.Prices), or nil.
+	prices *Prices
+}
+
+// Prices returns the price table the snapshot was loaded with
+// (Options.Prices or Options.PricesFile), or nil without one. A rule
+// with Usage is only in a snapshot that has one.
+func (s *Snapshot) Prices() *Prices {
+	if s == nil {
+		return nil
+	}
+	return s.prices
 }
 
 // level is one level of a domain's descriptor tree, indexed for matching.
@@ -130,7 +143,7 @@ func Parse(file string, data []byte, opts Options) (*Snapshot, error) {
 	if t != nil {
 		trees = append(trees, t)
 	}
-	return compile(trees, p.probs)
+	return compile(trees, p.probs, opts)
 }
 
 // File is one rule file's name (used in problems) and contents, for
@@ -167,7 +180,7 @@ func ParseFiles(files []File, opts Options) (*Snapshot, error) {
 	if opts.MergeDomains {
 		trees = mergeTrees(trees, &probs)
 	}
-	return compile(trees, probs)
+	return compile(trees, probs, opts)
 }
 
 // LoadDir reads every *.yaml and *.yml file in dir (not in subdirectories;
@@ -188,6 +201,10 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 	var probs Errors
 	files := 0
 	var total int64
+	var pricesSt os.FileInfo
+	if opts.PricesFile != "" {
+		pricesSt, _ = os.Stat(opts.PricesFile)
+	}
 	for _, e := range ents {
 		name := e.Name()
 		ext := strings.ToLower(filepath.Ext(name))
@@ -199,6 +216,9 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 		if err != nil {
 			probs = append(probs, Problem{File: path, Msg: err.Error()})
 			continue
+		}
+		if pricesSt != nil && os.SameFile(st, pricesSt) {
+			continue // the price table, not a rule file
 		}
 		if !st.Mode().IsRegular() {
 			continue
@@ -232,7 +252,7 @@ func LoadDir(dir string, opts Options) (*Snapshot, error) {
 	if opts.MergeDomains {
 		trees = mergeTrees(trees, &probs)
 	}
-	return compile(trees, probs)
+	return compile(trees, probs, opts)
 }
 
 // readFile reads the file at path, or refuses it when it is longer than
@@ -307,8 +327,19 @@ func mergeTrees(trees []*domainTree, probs *Errors) []*domainTree {
 // compile builds a Snapshot from parsed files, adding the problems only the
 // whole set reveals: duplicate domains, colliding rule IDs, replaces that name
 // no rule.
-func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
+func compile(trees []*domainTree, probs Errors, opts Options) (*Snapshot, error) {
 	s := &Snapshot{domains: map[string]*level{}, byName: map[string]map[string]*Rule{}, tenantKeys: map[string]string{}}
+	s.prices = opts.Prices
+	if s.prices == nil && opts.PricesFile != "" {
+		t, err := LoadPrices(opts.PricesFile)
+		var errs Errors
+		if errors.As(err, &errs) {
+			probs = append(probs, errs...)
+		} else if err != nil {
+			probs = append(probs, Problem{File: opts.PricesFile, Msg: err.Error()})
+		}
+		s.prices = t
+	}
 	first := map[string]*domainTree{}
 	for _, t := range trees {
 		if t.domain == "" {
@@ -344,6 +375,10 @@ func compile(trees []*domainTree, probs Errors) (*Snapshot, error) {
 			}
 			ids[r.ID] = r
 			domainRules = append(domainRules, r)
+			if r.Usage != nil && s.prices == nil && opts.PricesFile == "" {
+				probs = append(probs, Problem{File: r.File, Line: r.Usage.Line, Field: d.field + ".rate_limit.usage",
+					Msg: "a money budget needs a price table: start sluice serve with --prices FILE (rules.Options.Prices)"})
+			}
 			if o, ok := names[r.Name]; r.Name != "" && (!ok || r.ID < o.ID) {
 				names[r.Name] = r
 			}

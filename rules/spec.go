@@ -65,6 +65,15 @@ type Spec struct {
 	// request's descriptors matching rules of one group are tried in
 	// request order, the first that admits is charged (see Rule.Choice).
 	Choice string `json:"choice,omitempty"`
+	// Usage makes the rule count money: it names the entries carrying the
+	// model ("model") and each token type's count ("input", "output",
+	// "cached_read", "cache_write", "reasoning"); a call costs what its
+	// tokens cost at the price table's prices. Budget is then the limit.
+	Usage map[string]string `json:"usage,omitempty"`
+	// Budget is a money rule's limit, an amount of the price table's
+	// currency as a decimal ("250.00", at most 6 decimals), in place of
+	// RequestsPerUnit.
+	Budget string `json:"budget,omitempty"`
 
 	// Given holds a bit for each field the source wrote (see Spec).
 	Given Field `json:"-"`
@@ -74,6 +83,8 @@ type Spec struct {
 	// replaces name.
 	lines     [numFields]int
 	replLines []int
+	// usageLines holds the line of each usage key's value.
+	usageLines map[string]int
 }
 
 // Replace is one entry of Spec.Replaces.
@@ -104,12 +115,14 @@ const (
 	FieldSettle
 	FieldPairBy
 	FieldChoice
+	FieldUsage
+	FieldBudget
 	numFieldsBit
 )
 
 // numFields is the number of fields; a field added to the list above
 // without raising it does not compile (the check below).
-const numFields = 18
+const numFields = 20
 
 var _ = [1]struct{}{}[numFieldsBit>>numFields-1]
 
@@ -120,7 +133,7 @@ const FieldAll = numFieldsBit - 1
 const FieldLimit = FieldRequestsPerUnit | FieldUnit | FieldWindow | FieldAlgorithm | FieldBurst
 
 // notUnlimited is what an unlimited rule may not give.
-const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldChoice
+const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldChoice | FieldUsage | FieldBudget
 
 // fieldKeys names each field (by bit index), in rate_limit's key order.
 var fieldKeys = [numFields]string{
@@ -128,6 +141,7 @@ var fieldKeys = [numFields]string{
 	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
 	"tiers", "calendar", "time_zone", "penalty", "settle", "pair_by",
 	"choice",
+	"usage", "budget",
 }
 
 func (f Field) index() int {
@@ -201,6 +215,10 @@ func (s *Spec) has(f Field) bool {
 		return s.PairBy != ""
 	case FieldChoice:
 		return s.Choice != ""
+	case FieldUsage:
+		return len(s.Usage) > 0
+	case FieldBudget:
+		return s.Budget != ""
 	}
 	return false
 }
@@ -264,7 +282,7 @@ type Use struct {
 	// Base is the rule a tier or override changes: its algorithm, window
 	// and calendar are the defaults. Nil for a rule's own limit.
 	Base *Rule
-	// Path is a rule's descriptor path (for pair_by).
+	// Path is a rule's descriptor path (for pair_by and usage).
 	Path []Step
 	// NoConcurrency refuses algorithm: concurrency (tiers and overrides:
 	// a lease is released against the rule's own limit).
@@ -491,7 +509,9 @@ func (s *Spec) TierLimit(u Use) (*TierLimit, error) {
 // Rule checks s as a rule file's rate_limit on path u.Path and compiles
 // it into the rule's limit fields (Name, Limit, Unit, RequestsPerUnit,
 // Unlimited, FailureMode, Placement, SubCounters, Penalty, Replaces,
-// SettleAfter, PairBy, PairIndex, Choice, Calendar and Tiers; Line is s.Line).
+// SettleAfter, PairBy, PairIndex, Choice, Usage, Calendar and Tiers; Line is
+// s.Line). A money rule (usage and budget) has its budget, in micro-units,
+// as Limit.Quota.
 // The errors are SpecErrors.
 func (s *Spec) Rule(u Use) (*Rule, error) {
 	c := &checker{s: s}
@@ -536,7 +556,10 @@ func (s *Spec) Rule(u Use) (*Rule, error) {
 			valid = false
 		}
 	}
-	if !s.has(FieldRequestsPerUnit) {
+	switch {
+	case s.has(FieldBudget) || s.has(FieldUsage):
+		valid = c.money(r, &p, alg, u.Path) && valid
+	case !s.has(FieldRequestsPerUnit):
 		c.errs = append(c.errs, SpecError{Field: "requests_per_unit", Line: s.Line, Msg: "required (0 denies every request)"})
 		valid = false
 	}
@@ -743,12 +766,115 @@ func (c *checker) pairBy(r *Rule, alg sluice.Algorithm, path []Step) bool {
 		r.PairIndex = i
 		return true
 	}
+	c.bad(FieldPairBy, "key %q is not on this rule's path (%s)", r.PairBy, pathKeys(path))
+	return false
+}
+
+// money checks the usage and budget of a money rule r on path and sets
+// r.Usage and the quota (the budget in micro-units).
+func (c *checker) money(r *Rule, p *limitPart, alg sluice.Algorithm, path []Step) bool {
+	s := c.s
+	good := true
+	switch {
+	case !s.has(FieldUsage):
+		c.bad(FieldBudget, "only with usage (the entries a call's cost is computed from)")
+		return false
+	case !s.has(FieldBudget):
+		c.bad(FieldUsage, "give budget (an amount of the price table's currency) with usage")
+		return false
+	}
+	if s.has(FieldRequestsPerUnit) {
+		c.bad(FieldRequestsPerUnit, "give budget or requests_per_unit, not both")
+		good = false
+	}
+	if alg == sluice.Concurrency {
+		c.bad(FieldBudget, "a concurrency limit counts requests in flight, not money")
+		good = false
+	}
+	if s.has(FieldTiers) {
+		c.bad(FieldTiers, "not available with budget")
+		good = false
+	}
+	if !r.SettleAfter && alg != sluice.Concurrency {
+		// settle: before would deny a call's cost once it is spent,
+		// and count nothing of it.
+		c.bad(FieldBudget, "a call's cost is known when it ends: give settle: after (its charge is never denied; the request path is a look)")
+		good = false
+	}
+	if q, err := ParseBudget(s.Budget); err != nil {
+		c.bad(FieldBudget, "%v", err)
+		good = false
+	} else {
+		p.lim.Quota, p.rpu = q, uint32(min(q, math.MaxUint32))
+	}
+	u := &Usage{Model: -1, Line: s.line(FieldUsage)}
+	for t := range u.Tokens {
+		u.Tokens[t] = -1
+	}
+	at := map[string]string{} // entry key → the usage key naming it
+	for _, k := range slices.Sorted(maps.Keys(s.Usage)) {
+		entry, f := s.Usage[k], "usage."+k
+		line := s.line(FieldUsage)
+		if l := s.usageLines[k]; l > 0 {
+			line = l
+		}
+		bad := func(format string, args ...any) {
+			c.errs = append(c.errs, SpecError{Field: f, Line: line, Msg: fmt.Sprintf(format, args...)})
+			good = false
+		}
+		t := tokenType(k)
+		if k != "model" && t == NumTokenTypes {
+			bad("unknown key (want model, %s)", strings.Join(tokenTypeNames[:], ", "))
+			continue
+		}
+		if entry == "" {
+			bad("must name a descriptor key")
+			continue
+		}
+		if o, dup := at[entry]; dup {
+			bad("key %q is also usage.%s", entry, o)
+			continue
+		}
+		at[entry] = k
+		i := slices.IndexFunc(path, func(st Step) bool { return st.Key == entry })
+		switch {
+		case i < 0:
+			bad("key %q is not on this rule's path (%s)", entry, pathKeys(path))
+			continue
+		case path[i].Kind != MatchAny:
+			bad("the descriptor of key %q names a value; the entry carrying a model or a token count must match any value (give its key only)", entry)
+			continue
+		case entry == r.PairBy:
+			bad("key %q is the rule's pair_by", entry)
+			continue
+		}
+		if k == "model" {
+			u.Model = i
+		} else {
+			u.Tokens[t] = i
+		}
+	}
+	if _, ok := s.Usage["model"]; !ok {
+		c.errs = append(c.errs, SpecError{Field: "usage.model", Line: s.line(FieldUsage), Msg: "required (the key of the entry naming the model)"})
+		good = false
+	}
+	if !slices.ContainsFunc(tokenTypeNames[:], func(k string) bool { _, ok := s.Usage[k]; return ok }) {
+		c.bad(FieldUsage, "name the entry of at least one token type (%s)", strings.Join(tokenTypeNames[:], ", "))
+		good = false
+	}
+	if good {
+		r.Usage = u
+	}
+	return good
+}
+
+// pathKeys spells a path's keys as "k1 > k2".
+func pathKeys(path []Step) string {
 	keys := make([]string, len(path))
 	for i := range path {
 		keys[i] = path[i].Key
 	}
-	c.bad(FieldPairBy, "key %q is not on this rule's path (%s)", r.PairBy, strings.Join(keys, " > "))
-	return false
+	return strings.Join(keys, " > ")
 }
 
 // tiers compiles rate_limit.tiers for rule r, whose own limit is known.

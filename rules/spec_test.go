@@ -30,7 +30,7 @@ func specOf(t *testing.T, yml, js string) (y, j *Spec) {
 // a YAML decoding with a JSON one.
 func written(s *Spec) Spec {
 	c := *s
-	c.Line, c.lines, c.replLines = 0, [numFields]int{}, nil
+	c.Line, c.lines, c.replLines, c.usageLines = 0, [numFields]int{}, nil, nil
 	if s.Tiers != nil {
 		c.Tiers = map[string]*Spec{}
 		for k, v := range s.Tiers {
@@ -90,6 +90,14 @@ func TestSpecYAMLAndJSON(t *testing.T) {
 			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 3, Window: time.Minute}},
 		{name: "choice not a name", yaml: "unit: minute\nrequests_per_unit: 3\nchoice: a b\n", json: `{"unit":"minute","requests_per_unit":3,"choice":"a b"}`,
 			wantErrs: []string{`3|choice: want a group name: a lowercase letter, then up to 63 lowercase letters, digits, '_', '-' or '.', got "a b"`}},
+		{name: "money budget", yaml: "usage:\n  model: m\n  output: o\nbudget: 2.5\ncalendar: day\nsettle: after\n",
+			json:    `{"usage":{"model":"m","output":"o"},"budget":"2.5","calendar":"day","settle":"after"}`,
+			use:     Use{Path: []Step{{Key: "k", Kind: MatchAny}, {Key: "m", Kind: MatchAny}, {Key: "o", Kind: MatchAny}}},
+			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 2_500_000, Window: 25 * time.Hour}},
+		{name: "money usage off the path", yaml: "usage:\n  model: m\n  input: i\nbudget: \"1\"\nunit: day\nsettle: after\n",
+			json:     `{"usage":{"model":"m","input":"i"},"budget":"1","unit":"day","settle":"after"}`,
+			use:      Use{Path: []Step{{Key: "m", Kind: MatchAny}}},
+			wantErrs: []string{`3|usage.input: key "i" is not on this rule's path (m)`}},
 		{name: "a request's limit", yaml: "unit: hour\nrequests_per_unit: 7\n", json: `{"unit":"hour","requests_per_unit":7}`,
 			use:     Use{What: "a request's limit", Allowed: FieldRequestsPerUnit | FieldUnit, RequireWindow: true},
 			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 7, Window: time.Hour}},

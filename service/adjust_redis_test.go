@@ -16,16 +16,22 @@ import (
 // key prefix), with the store's clock the harness's fake one.
 func newRedisHarness(t *testing.T, url, yaml string) *harness {
 	t.Helper()
+	snap, err := rules.Parse("a.yaml", []byte(yaml), rules.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newRedisHarnessSnap(t, url, snap)
+}
+
+// newRedisHarnessSnap is newRedisHarness of a compiled snapshot.
+func newRedisHarnessSnap(t *testing.T, url string, snap *rules.Snapshot) *harness {
+	t.Helper()
 	clock := storetest.NewClock()
 	st, err := redis.New(redis.Options{URL: url, Now: clock.Now, Timeout: 5 * time.Second, Prefix: fmt.Sprintf("t%d:", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	snap, err := rules.Parse("a.yaml", []byte(yaml), rules.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := newHarnessSnap(t, snap, DefaultConfig(), st)
 	h.clock = clock
 	h.eng.cfg.Now = clock.Now

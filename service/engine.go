@@ -200,6 +200,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		return resp, nil
 	}
 	resp := e.plan(pol, sc, &req, nil)
+	if sc.err != nil {
+		return Response{}, sc.err
+	}
 	if e.cfg.Now != nil {
 		touch(sc, e.cfg.Now())
 	} else {

@@ -103,6 +103,9 @@ type plan struct {
 	// is left, and charging nothing either way.
 	probing bool
 	probe   int
+	// refused: a money rule refused the descriptor (a model without a
+	// price: reason unknown_model); it has no op.
+	refused bool
 }
 
 // adjust makes plan build the ops of Engine.Charge or Engine.Reset
@@ -149,6 +152,11 @@ type scratch struct {
 	// skip: the descriptors plan leaves out (the other alternatives of a
 	// choice's try; see choice.go); nil plans every descriptor.
 	skip []bool
+	// refused: a descriptor was refused (plan.refused), and after refuse,
+	// one not in shadow mode nor replaced;
+	// err: a descriptor's usage cannot be priced (see callCost).
+	refused bool
+	err     error
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -169,7 +177,7 @@ func (s *scratch) replan() {
 	}
 	s.plans, s.ops, s.results, s.local, s.lres, s.key, s.obs =
 		s.plans[:0], s.ops[:0], s.results[:0], s.local[:0], s.lres[:0], s.key[:0], s.obs[:0]
-	s.calendar = false
+	s.calendar, s.refused, s.err = false, false, nil
 	s.batch = batch.Batch{}
 }
 
@@ -215,6 +223,22 @@ func (e *Engine) plan(pol *policy, sc *scratch, req *Request, adj *adjust) Respo
 		currents[i] = res.current
 		st.CurrentLimit = &currents[i]
 		cost, act := descriptorOp(req, i, adj)
+		if res.from == byRule && res.info.rule.Usage != nil && adj == nil {
+			r := res.info.rule
+			c, known, err := callCost(pol.prices, r, i, d.Entries)
+			if err != nil {
+				sc.err = err
+				return resp
+			}
+			if !known {
+				st.Code, st.Result = CodeOverLimit, sluice.Result{Reason: ReasonUnknownModel}
+				shadow := res.info.shadow || res.shadow
+				sc.refused = true
+				sc.plans = append(sc.plans, plan{desc: i, info: res.info, rule: r, op: -1, refused: true, shadow: shadow, global: res.info.global && !res.shadow})
+				continue
+			}
+			cost = c // its hits do not count: the tokens' price does
+		}
 		if res.from == byRequest {
 			planGiven(pol, dom, sc, d, i, &res, cost, act)
 		} else {
@@ -223,6 +247,9 @@ func (e *Engine) plan(pol *policy, sc *scratch, req *Request, adj *adjust) Respo
 	}
 	if replacing {
 		e.applyReplaces(sc, &resp)
+	}
+	if sc.refused {
+		refuse(sc, &resp)
 	}
 	markUndo(sc, e.cfg.Fallback != nil)
 	finishOps(sc)

@@ -45,6 +45,9 @@ type policy struct {
 	// defaults (desc, op, ks, ke, local and lim are filled per request).
 	given    plan
 	replicas int
+	// prices is the price table of the snapshot's money rules (nil
+	// without one).
+	prices *rules.Prices
 }
 
 // domainInfo is one domain's data made ready once.
@@ -142,7 +145,7 @@ func (e *Engine) compile() *policy {
 	if old != nil && old.snap == snap && old.overlay == ov {
 		return old
 	}
-	p := &policy{snap: snap, overlay: ov, replicas: e.cfg.ExpectedReplicas,
+	p := &policy{snap: snap, overlay: ov, replicas: e.cfg.ExpectedReplicas, prices: snap.Prices(),
 		given: plan{mode: e.cfg.DefaultFailureMode, shadow: e.cfg.ShadowMode, global: e.cfg.ShadowMode, quota: e.cfg.QuotaMode}}
 	switch {
 	case ov != nil:

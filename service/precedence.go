@@ -37,6 +37,12 @@ import (
 //  8. A calendar quota counts that limit in its current period, unless it
 //     came from an override that is not a calendar one.
 //
+// Then the cost of each descriptor (plan): its hits, except on a money rule
+// (rules.Rule.Usage), where it is what the descriptor's tokens cost at the
+// policy's price table; a model the table does not price makes the
+// descriptor OVER_LIMIT with reason unknown_model, and the request takes
+// nothing (refuse: its charges and refunds stand).
+//
 // After every descriptor (applyReplaces):
 //
 //  9. A matched rule whose name another matched rule replaces is dropped.

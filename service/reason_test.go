@@ -19,7 +19,8 @@ func TestReasons(t *testing.T) {
 		{sluice.ReasonCostTooHigh, "cost_too_high"},
 		{service.ReasonPenalty, "penalty"},
 		{service.ReasonDenyList, "deny_list"},
-		{service.ReasonDenyList + 1, "unknown"},
+		{service.ReasonUnknownModel, "unknown_model"},
+		{service.ReasonUnknownModel + 1, "unknown"},
 	} {
 		if got := tc.r.String(); got != tc.want {
 			t.Errorf("Reason(%d).String() = %q, want %q", tc.r, got, tc.want)

@@ -32,6 +32,12 @@ func (e *Engine) record(sc *scratch, req *Request, resp *Response) {
 		st := &resp.Statuses[p.desc]
 		var out int
 		switch {
+		case p.refused && p.shadow:
+			e.shadow(p, st)
+			out = outShadowDenied
+		case p.refused:
+			out = outDenied
+			resp.OverallCode = CodeOverLimit
 		case p.op < 0: // unlimited
 			out = outAllowed
 		case st.Code == CodeOverLimit && p.shadow:

@@ -46,6 +46,10 @@ type rulesConfig struct {
 	XDS, XDSNode string
 	// DefaultAlgorithm applies to rate_limits that name none.
 	DefaultAlgorithm string
+	// Prices, if set, is the price table file of money budgets
+	// (rules.Options.PricesFile): watched and reloaded with the rules
+	// (with XDS, read again with each rules update).
+	Prices string
 	// Guard holds back reloads that remove domains or rules in use.
 	Guard ruleGuardConfig
 }
@@ -262,6 +266,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Rules.Dir, "rules", c.Rules.Dir, "directory of rule files (watched for changes)")
 	fs.StringVar(&c.Rules.XDS, "rules-xds", c.Rules.XDS, "xDS management server (host:port) to take the rules from (RateLimitConfig resources over ADS) instead of --rules")
 	fs.StringVar(&c.Rules.XDSNode, "rules-xds-node", c.Rules.XDSNode, "xDS node ID sent to --rules-xds")
+	fs.StringVar(&c.Rules.Prices, "prices", c.Rules.Prices, "price table file (YAML) of money budgets (rate_limit.usage and budget), watched and reloaded with the rules")
 	fs.StringVar(&c.Rules.DefaultAlgorithm, "default-algorithm", c.Rules.DefaultAlgorithm, "algorithm of rules that name none: "+algorithmList())
 	fs.BoolVar(&c.Rules.Guard.AllowRemoval, "rules-allow-removal", c.Rules.Guard.AllowRemoval, "apply rule reloads that remove a domain or a rule in use (off: such a reload is held until confirmed in "+rules.AllowRemovalFile+")")
 	fs.DurationVar(&c.Rules.Guard.InUse, "rules-in-use-window", c.Rules.Guard.InUse, "a rule matched within this window is in use: a reload removing it is held (0: only removed domains are held)")

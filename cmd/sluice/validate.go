@@ -28,8 +28,9 @@ func runValidate(_ context.Context, args []string, getenv env, stdout, stderr io
 	alg := fs.String("default-algorithm", sluice.FixedWindow.String(),
 		"algorithm of rules that name none, as for sluice serve (env SLUICE_DEFAULT_ALGORITHM): "+algorithmNames())
 	merge := fs.Bool("merge-domains", false, "let rule files share a domain, as sluice serve --merge-domains (env SLUICE_MERGE_DOMAINS)")
+	prices := fs.String("prices", "", "price table file of money budgets, as sluice serve --prices (env SLUICE_PRICES)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice validate [--default-algorithm A] [--merge-domains] DIR|FILE…")
+		fmt.Fprintln(stderr, "Usage: sluice validate [--default-algorithm A] [--merge-domains] [--prices FILE] DIR|FILE…")
 		fmt.Fprintln(stderr, "\nLoads rule directories (every *.yaml and *.yml, as `sluice serve --rules` does) or single")
 		fmt.Fprintln(stderr, "rule files and prints every problem as file:line: field: message. Exit status 0 when all are")
 		fmt.Fprintln(stderr, "valid, 1 when any problem is found, 2 on a usage error.")
@@ -42,11 +43,15 @@ func runValidate(_ context.Context, args []string, getenv env, stdout, stderr io
 		}
 		return err
 	}
-	algSet, mergeSet := false, false
+	algSet, mergeSet, pricesSet := false, false, false
 	fs.Visit(func(f *flag.Flag) {
 		algSet = algSet || f.Name == "default-algorithm"
 		mergeSet = mergeSet || f.Name == "merge-domains"
+		pricesSet = pricesSet || f.Name == "prices"
 	})
+	if v := getenv("SLUICE_PRICES"); v != "" && !pricesSet {
+		*prices = v
+	}
 	if v := getenv("SLUICE_MERGE_DOMAINS"); v != "" && !mergeSet {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -65,7 +70,7 @@ func runValidate(_ context.Context, args []string, getenv env, stdout, stderr io
 		fs.Usage()
 		return fmt.Errorf("validate: no rule directory or file given: %w", errUsage)
 	}
-	opts := rules.Options{DefaultAlgorithm: a, MergeDomains: *merge}
+	opts := rules.Options{DefaultAlgorithm: a, MergeDomains: *merge, PricesFile: *prices}
 	problems := 0
 	for _, path := range fs.Args() {
 		snap, err := load(path, opts)

@@ -63,6 +63,7 @@ type Decision struct {
 	costTooHigh     bool
 	penalty         bool // a refused limit is a penalty (reason penalty)
 	denyList        bool // an entry is on a deny list (reason deny_list)
+	unknownModel    bool // a money budget prices no such model (reason unknown_model)
 }
 
 // Reset empties d, keeping its slices' capacity.
@@ -90,6 +91,10 @@ func (d *Decision) Add(resp *service.Response) {
 		case st.Code == service.CodeOverLimit && st.Result.Reason == service.ReasonDenyList:
 			d.denyList = true
 			d.Violated = append(d.Violated, headers.ReasonDenyList)
+			continue
+		case st.Code == service.CodeOverLimit && st.Result.Reason == service.ReasonUnknownModel:
+			d.unknownModel = true
+			d.Violated = append(d.Violated, headers.ReasonUnknownModel)
 			continue
 		case st.Degraded == service.FailedClosed && st.Code == service.CodeOverLimit:
 			d.storeDown = true
@@ -184,6 +189,8 @@ func (d *Decision) settle() {
 	case d.denyList:
 		// Refused outright: waiting is pointless.
 		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonDenyList, 0
+	case d.unknownModel:
+		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonUnknownModel, 0
 	case len(d.Violated) > 0 && d.costTooHigh:
 		// Some limit can never admit this request: waiting is pointless.
 		d.Status, d.Reason, d.RetryAfter = http.StatusTooManyRequests, headers.ReasonCostTooHigh, 0
@@ -241,7 +248,7 @@ func (d *Decision) Fields() []Field {
 	if d.RetryAfter > 0 {
 		out = append(out, Field{headers.RetryAfter, strconv.FormatInt(d.RetryAfter, 10)})
 	}
-	if d.Reason == headers.ReasonPenalty || d.Reason == headers.ReasonDenyList {
+	if d.Reason == headers.ReasonPenalty || d.Reason == headers.ReasonDenyList || d.Reason == headers.ReasonUnknownModel {
 		out = append(out, Field{headers.SluiceReason, d.Reason})
 	}
 	return out

@@ -60,6 +60,10 @@ type Watcher struct {
 	cur    atomic.Pointer[rules.Snapshot]
 	fw     *fsnotify.Watcher
 	clean  string // filepath.Clean(dir)
+	// prices is filepath.Clean(opts.PricesFile) ("" without one), read
+	// with the rules by each load; pricesDir is its directory, watched
+	// too when it is not dir.
+	prices, pricesDir string
 
 	mu         sync.Mutex // serializes reloads; guards lastErr, lastReload and held
 	lastErr    error
@@ -109,6 +113,10 @@ func New(dir string, opts rules.Options, logger *slog.Logger) (*Watcher, error) 
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	w := &Watcher{dir: dir, opts: opts, logger: logger, clean: filepath.Clean(dir)}
+	if opts.PricesFile != "" && opts.Prices == nil {
+		w.prices = filepath.Clean(opts.PricesFile)
+		w.pricesDir = filepath.Dir(w.prices)
+	}
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("rules: watch %s: %w", dir, err)
@@ -128,8 +136,13 @@ func New(dir string, opts rules.Options, logger *slog.Logger) (*Watcher, error) 
 }
 
 // watch adds the directory to fw and, when it is a symlink, its parent too,
-// so that replacing the link is seen.
+// so that replacing the link is seen; and the price table's directory.
 func (w *Watcher) watch(fw *fsnotify.Watcher) error {
+	if w.pricesDir != "" && w.pricesDir != w.clean {
+		if err := fw.Add(w.pricesDir); err != nil {
+			return fmt.Errorf("rules: watch %s: %w", w.pricesDir, err)
+		}
+	}
 	if err := fw.Add(w.dir); err != nil {
 		return fmt.Errorf("rules: watch %s: %w", w.dir, err)
 	}
@@ -281,7 +294,8 @@ func refs(rs []rules.RuleRef) []string {
 
 // Run watches the directory and reloads after changes until ctx is done,
 // then returns nil. It follows writes, creates, renames and removals of rule
-// files, and the symlink swap a Kubernetes ConfigMap volume does on update
+// files and of the price table (rules.Options.PricesFile, wherever it is),
+// and the symlink swap a Kubernetes ConfigMap volume does on update
 // ("..data" pointed at a new timestamped directory). If the directory itself
 // is a symlink, its parent is watched too, so replacing the link is seen. If
 // the directory disappears, the last good rules stay in force (the failed
@@ -321,7 +335,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			// directory recreated); watching it again is harmless otherwise.
 			// While it is missing, look for it again every second, without
 			// reporting the same failure each time.
-			if err := fw.Add(w.dir); err != nil {
+			if err := w.watch(fw); err != nil {
 				if !lost {
 					lost = true
 					_ = w.Reload()
@@ -347,6 +361,9 @@ func (w *Watcher) relevant(dir, name string) bool {
 	name = filepath.Clean(name)
 	if name == dir {
 		return true
+	}
+	if w.prices != "" && (name == w.prices || (filepath.Dir(name) == w.pricesDir && strings.HasPrefix(filepath.Base(name), ".."))) {
+		return true // the price table, or its ConfigMap's swap
 	}
 	if filepath.Dir(name) != dir {
 		return false // a sibling of a symlinked rules dir

@@ -40,7 +40,13 @@ type reloadEvent struct {
 // reload events.
 func startWatcher(t *testing.T, dir string) (*Watcher, chan reloadEvent) {
 	t.Helper()
-	w, err := New(dir, rules.Options{}, nil)
+	return startWatcherOpts(t, dir, rules.Options{})
+}
+
+// startWatcherOpts is startWatcher loading with opts.
+func startWatcherOpts(t *testing.T, dir string, opts rules.Options) (*Watcher, chan reloadEvent) {
+	t.Helper()
+	w, err := New(dir, opts, nil)
 	if err != nil {
 		t.Fatalf("NewWatcher: %v", err)
 	}
@@ -311,4 +317,76 @@ func TestChangeBeforeRunIsSeen(t *testing.T) {
 		}
 	}()
 	waitReload(t, events, true, func() bool { return quotaOf(w, "one") == 7 })
+}
+
+// TestWatcherPrices: the price table (in a directory of its own) is
+// reloaded with the rules when it changes; a bad table keeps the last
+// good rules and prices in force, and a fixed one is taken up.
+func TestWatcherPrices(t *testing.T) {
+	dir, pdir := t.TempDir(), t.TempDir()
+	prices := filepath.Join(pdir, "prices.yaml")
+	table := func(input int) string {
+		return fmt.Sprintf("currency: USD\nmodels:\n  m: {input: %d}\n", input)
+	}
+	writeAtomic(t, filepath.Join(dir, "r.yaml"), "domain: llm\ndescriptors:\n  - key: k\n    descriptors:\n      - key: model\n        descriptors:\n          - key: in\n            rate_limit: {usage: {model: model, input: in}, budget: \"5\", unit: day, settle: after}\n")
+	writeAtomic(t, prices, table(100))
+	w, events := startWatcherOpts(t, dir, rules.Options{PricesFile: prices})
+	inputPrice := func() int64 {
+		p, ok := w.Current().Prices().Price("m")
+		if !ok {
+			return -1
+		}
+		return p[rules.Input]
+	}
+	if got := inputPrice(); got != 100 {
+		t.Fatalf("input price %d at start, want 100", got)
+	}
+	writeAtomic(t, prices, table(200))
+	waitReload(t, events, true, func() bool { return inputPrice() == 200 })
+
+	writeAtomic(t, prices, "currency: USD\nmodels:\n  m: {input: -1}\n")
+	ev := waitReload(t, events, false, func() bool { return true })
+	if ev.err == nil || !strings.Contains(ev.err.Error(), "prices.yaml:3: models.m.input") || w.LastError() == nil {
+		t.Errorf("bad table: reload error %v, LastError %v; want the table's file:line", ev.err, w.LastError())
+	}
+	if got := inputPrice(); got != 200 {
+		t.Errorf("input price %d after a bad table, want the last good 200", got)
+	}
+	writeAtomic(t, prices, table(300))
+	waitReload(t, events, true, func() bool { return inputPrice() == 300 })
+	if w.LastError() != nil {
+		t.Errorf("LastError %v after a good table", w.LastError())
+	}
+}
+
+// TestWatcherPricesConfigMap: a price table mounted from a ConfigMap of
+// its own (a symlink through ..data, swapped by the kubelet) is reloaded
+// when the swap happens.
+func TestWatcherPricesConfigMap(t *testing.T) {
+	dir, pdir := t.TempDir(), t.TempDir()
+	writeAtomic(t, filepath.Join(dir, "r.yaml"), "domain: llm\ndescriptors:\n  - key: model\n    descriptors:\n      - key: in\n        rate_limit: {usage: {model: model, input: in}, budget: \"5\", unit: day, settle: after}\n")
+	version := func(name string, input int) {
+		t.Helper()
+		must(t, os.Mkdir(filepath.Join(pdir, name), 0o755))
+		must(t, os.WriteFile(filepath.Join(pdir, name, "prices.yaml"), fmt.Appendf(nil, "currency: USD\nmodels:\n  m: {input: %d}\n", input), 0o644))
+	}
+	version("..2026_01_01_00_00_00.1", 1)
+	must(t, os.Symlink("..2026_01_01_00_00_00.1", filepath.Join(pdir, "..data")))
+	must(t, os.Symlink("..data/prices.yaml", filepath.Join(pdir, "prices.yaml")))
+	w, events := startWatcherOpts(t, dir, rules.Options{PricesFile: filepath.Join(pdir, "prices.yaml")})
+	input := func() int64 {
+		p, ok := w.Current().Prices().Price("m")
+		if !ok {
+			return -1
+		}
+		return p[rules.Input]
+	}
+	if got := input(); got != 1 {
+		t.Fatalf("input price %d at start, want 1", got)
+	}
+	version("..2026_01_01_00_01_00.2", 2)
+	must(t, os.Symlink("..2026_01_01_00_01_00.2", filepath.Join(pdir, "..data_tmp")))
+	must(t, os.Rename(filepath.Join(pdir, "..data_tmp"), filepath.Join(pdir, "..data")))
+	must(t, os.RemoveAll(filepath.Join(pdir, "..2026_01_01_00_00_00.1")))
+	waitReload(t, events, true, func() bool { return input() == 2 })
 }

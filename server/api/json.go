@@ -64,8 +64,10 @@ type CheckResponse struct {
 	Code string `json:"code"`
 	// Reason says why a request is not allowed: "limited" (retry after the
 	// statuses' retry_after_ms), "cost_too_high" (a limit can never admit
-	// this cost: do not retry it) or "unavailable" (a limit's store is down
-	// and it fails closed). Absent when allowed.
+	// this cost: do not retry it), "unavailable" (a limit's store is down
+	// and it fails closed) or "unknown_model" (a money budget applies and
+	// the price table prices no such model: do not retry it). Absent when
+	// allowed.
 	Reason string `json:"reason,omitempty"`
 	// Statuses has one entry per request descriptor, in request order.
 	Statuses []CheckStatus `json:"statuses"`
@@ -98,8 +100,9 @@ type CheckStatus struct {
 	Limit *LimitJSON `json:"limit,omitempty"`
 	// Unlimited: the matching rule is unlimited.
 	Unlimited bool `json:"unlimited,omitempty"`
-	// Reason says why the status is OVER_LIMIT: "limited", "cost_too_high"
-	// or "unavailable" (see CheckResponse.Reason). Absent when OK.
+	// Reason says why the status is OVER_LIMIT: "limited", "cost_too_high",
+	// "unavailable" or "unknown_model" (see CheckResponse.Reason). Absent
+	// when OK.
 	Reason string `json:"reason,omitempty"`
 	// Remaining is how many more hits the limit admits now. Present exactly
 	// when Limit is (a limit applied); no rule and unlimited rules have none.
@@ -592,6 +595,8 @@ func statusReason(s *service.Status) string {
 		return headers.ReasonPenalty
 	case s.Result.Reason == service.ReasonDenyList:
 		return headers.ReasonDenyList
+	case s.Result.Reason == service.ReasonUnknownModel:
+		return headers.ReasonUnknownModel
 	}
 	return headers.ReasonLimited
 }

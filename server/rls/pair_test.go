@@ -34,7 +34,13 @@ descriptors:
 // options opts.
 func serveYAML(t *testing.T, yaml string, store sluice.Store, opts Options) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	snap, err := rules.Parse("llm.yaml", []byte(yaml), rules.Options{})
+	return serveYAMLOpts(t, yaml, rules.Options{}, store, opts)
+}
+
+// serveYAMLOpts is serveYAML reading the rules with ropts.
+func serveYAMLOpts(t *testing.T, yaml string, ropts rules.Options, store sluice.Store, opts Options) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	snap, err := rules.Parse("llm.yaml", []byte(yaml), ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
