@@ -78,6 +78,7 @@ type Store struct {
 
 var (
 	_ stack.KeyLister = (*Store)(nil)
+	_ stack.Claimer   = (*Store)(nil)
 	_ batch.Decider   = (*Store)(nil)
 )
 
@@ -102,6 +103,7 @@ type store struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	done      chan struct{}
+	claims    claims // Claim's names (claim.go)
 }
 
 // New returns a Store configured by opts.
@@ -187,6 +189,9 @@ func (s *store) Sweep() {
 		s.swept.Add(uint64(s.sweepShard(sh, now)))
 		sh.mu.Unlock()
 	}
+	s.claims.mu.Lock()
+	s.claims.dropExpired(now)
+	s.claims.mu.Unlock()
 }
 
 // Stats returns the Store's counters.
