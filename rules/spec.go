@@ -61,6 +61,10 @@ type Spec struct {
 	Settle string `json:"settle,omitempty"`
 	// PairBy names the entry carrying a request ID (concurrency only).
 	PairBy string `json:"pair_by,omitempty"`
+	// NotifyAt lists the levels, in percent of the limit (1 to 100,
+	// strictly increasing, at most MaxNotifyLevels), whose crossing is
+	// told once per period (Rule.NotifyAt).
+	NotifyAt []int64 `json:"notify_at,omitempty"`
 
 	// Given holds a bit for each field the source wrote (see Spec).
 	Given Field `json:"-"`
@@ -99,12 +103,13 @@ const (
 	FieldPenalty
 	FieldSettle
 	FieldPairBy
+	FieldNotifyAt
 	numFieldsBit
 )
 
 // numFields is the number of fields; a field added to the list above
 // without raising it does not compile (the check below).
-const numFields = 17
+const numFields = 18
 
 var _ = [1]struct{}{}[numFieldsBit>>numFields-1]
 
@@ -115,13 +120,14 @@ const FieldAll = numFieldsBit - 1
 const FieldLimit = FieldRequestsPerUnit | FieldUnit | FieldWindow | FieldAlgorithm | FieldBurst
 
 // notUnlimited is what an unlimited rule may not give.
-const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy
+const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldNotifyAt
 
 // fieldKeys names each field (by bit index), in rate_limit's key order.
 var fieldKeys = [numFields]string{
 	"unit", "requests_per_unit", "unlimited", "name", "replaces",
 	"algorithm", "burst", "window", "failure_mode", "placement", "sub_counters",
 	"tiers", "calendar", "time_zone", "penalty", "settle", "pair_by",
+	"notify_at",
 }
 
 func (f Field) index() int {
@@ -193,6 +199,8 @@ func (s *Spec) has(f Field) bool {
 		return s.Settle != ""
 	case FieldPairBy:
 		return s.PairBy != ""
+	case FieldNotifyAt:
+		return len(s.NotifyAt) > 0
 	}
 	return false
 }
@@ -483,7 +491,8 @@ func (s *Spec) TierLimit(u Use) (*TierLimit, error) {
 // Rule checks s as a rule file's rate_limit on path u.Path and compiles
 // it into the rule's limit fields (Name, Limit, Unit, RequestsPerUnit,
 // Unlimited, FailureMode, Placement, SubCounters, Penalty, Replaces,
-// SettleAfter, PairBy, PairIndex, Calendar and Tiers; Line is s.Line).
+// SettleAfter, PairBy, PairIndex, NotifyAt, Calendar and Tiers; Line is
+// s.Line).
 // The errors are SpecErrors.
 func (s *Spec) Rule(u Use) (*Rule, error) {
 	c := &checker{s: s}
@@ -543,6 +552,9 @@ func (s *Spec) Rule(u Use) (*Rule, error) {
 	}
 	if r.PairBy != "" {
 		valid = c.pairBy(r, alg, u.Path) && valid
+	}
+	if s.has(FieldNotifyAt) {
+		valid = c.notifyAt(r, alg) && valid
 	}
 	if r.SettleAfter && alg == sluice.Concurrency {
 		c.bad(FieldSettle, "concurrency limits count requests in flight; they cannot settle after")
@@ -684,6 +696,59 @@ func (c *checker) calendar(cal *Calendar, alg *sluice.Algorithm) bool {
 		cal.Location = time.UTC
 	}
 	return good
+}
+
+// MaxNotifyLevels bounds the levels of rate_limit.notify_at.
+const MaxNotifyLevels = 8
+
+// notifyAt checks rate_limit.notify_at against the rule's algorithm,
+// sub-counters and placement, and sets r.NotifyAt. Only the algorithms
+// whose Result says how much of the limit is used now (fixed_window and
+// calendar quotas, sliding_window, sliding_log, token_bucket, gcra) can
+// tell a level crossed: a concurrency limit counts requests in flight and
+// a leaky_bucket its queue. A rule split over sub-counters sees one
+// counter's share, and a hybrid one an allotment, not the whole budget.
+func (c *checker) notifyAt(r *Rule, alg sluice.Algorithm) bool {
+	s := c.s
+	levels := s.NotifyAt
+	switch {
+	case len(levels) == 0:
+		c.bad(FieldNotifyAt, "want a list of 1 to %d percentages such as [50, 80, 100], got none", MaxNotifyLevels)
+		return false
+	case len(levels) > MaxNotifyLevels:
+		c.bad(FieldNotifyAt, "%d levels; want at most %d", len(levels), MaxNotifyLevels)
+		return false
+	}
+	good := true
+	for i, l := range levels {
+		switch {
+		case l < 1 || l > 100:
+			c.bad(FieldNotifyAt, "level %d: want a percentage from 1 to 100, got %d", i+1, l)
+			good = false
+		case i > 0 && l <= levels[i-1]:
+			c.bad(FieldNotifyAt, "level %d: %d after %d; want the levels strictly increasing", i+1, l, levels[i-1])
+			good = false
+		}
+	}
+	switch {
+	case alg == sluice.Concurrency || alg == sluice.LeakyBucket:
+		c.bad(FieldNotifyAt, "%v does not count what a period used; notify_at takes fixed_window (or calendar), sliding_window, sliding_log, token_bucket or gcra", alg)
+		good = false
+	case r.SubCounters > 1:
+		c.bad(FieldNotifyAt, "not allowed with sub_counters (each counter sees its share, not the budget)")
+		good = false
+	case r.Placement == PlacementHybrid:
+		c.bad(FieldNotifyAt, "not allowed with placement hybrid (an instance sees its allotment, not the budget)")
+		good = false
+	}
+	if !good {
+		return false
+	}
+	r.NotifyAt = make([]uint8, len(levels))
+	for i, l := range levels {
+		r.NotifyAt[i] = uint8(l)
+	}
+	return true
 }
 
 // pairBy checks r.PairBy against the rule's algorithm and path, and sets
