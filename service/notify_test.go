@@ -28,8 +28,8 @@ func TestCrossedLevels(t *testing.T) {
 		{std, 10, 9, 10, []uint8{100}},
 		{std, 10, 10, 10, nil}, // nothing used (a look)
 		{std, 10, 7, 7, nil},
-		{std, 3, 1, 2, []uint8{50}},       // ceil(1.5) = 2
-		{std, 3, 2, 3, []uint8{80, 100}},  // ceil(2.4) = 3
+		{std, 3, 1, 2, []uint8{50}},      // ceil(1.5) = 2
+		{std, 3, 2, 3, []uint8{80, 100}}, // ceil(2.4) = 3
 		{std, 1, 0, 1, []uint8{50, 80, 100}},
 		{std, 0, 0, 1, nil}, // a limit of 0 admits nothing
 		{std, 100, -20, 49, nil},
@@ -38,7 +38,7 @@ func TestCrossedLevels(t *testing.T) {
 		{std, 100, 99, 100, []uint8{100}},
 		{[]uint8{1}, 1_000_000, 9_999, 10_000, []uint8{1}},
 		{[]uint8{1}, 1_000_000, 10_000, 10_001, nil},
-		{[]uint8{33, 66, 99}, 1 << 40, 0, (1 << 40) * 66 / 100, []uint8{33}},  // 66% rounds down: below ceil
+		{[]uint8{33, 66, 99}, 1 << 40, 0, (1 << 40) * 66 / 100, []uint8{33}},   // 66% rounds down: below ceil
 		{[]uint8{33, 66, 99}, 1 << 40, 0, (1<<40)*66/100 + 1, []uint8{33, 66}}, // …and one more reaches it
 	} {
 		from, to := crossedLevels(tc.levels, tc.limit, tc.before, tc.after)
