@@ -16,7 +16,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -67,8 +66,9 @@ type Log interface {
 	// Add records f.
 	Add(ctx context.Context, f Fired) error
 	// Page returns up to limit records, newest first, older than cursor
-	// (a Next of an earlier page; "" for the newest), and the cursor of the
-	// next page ("" when none is left).
+	// (a next of an earlier page, always a positive whole number; "" for
+	// the newest), and the cursor of the next page ("" when none is
+	// left).
 	Page(ctx context.Context, cursor string, limit int) (page []Fired, next string, err error)
 }
 
@@ -287,13 +287,12 @@ func (m *Memory) Add(_ context.Context, f Fired) error {
 
 // Page implements Log; the cursor is a sequence number.
 func (m *Memory) Page(_ context.Context, cursor string, limit int) ([]Fired, string, error) {
-	before := int64(math.MaxInt64)
-	if cursor != "" {
-		c, err := strconv.ParseInt(cursor, 10, 64)
-		if err != nil || c <= 0 {
-			return nil, "", fmt.Errorf("notify: cursor %q: want the next of an earlier page", cursor)
-		}
-		before = c
+	before, err := parseCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	if before == 0 {
+		before = math.MaxInt64
 	}
 	limit = min(max(limit, 1), MaxPage)
 	m.mu.Lock()
