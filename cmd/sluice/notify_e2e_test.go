@@ -16,6 +16,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/notify"
 	"github.com/sluice-rl/sluice/server/admin"
 )
@@ -157,4 +158,94 @@ func TestNotifyConfig(t *testing.T) {
 	}
 	ok := notifyConfig{Webhook: "https://hooks.example/x", SecretFile: "f", secret: []byte("0123456789abcdef")}
 	ok.validate(func(f string, a ...any) { t.Errorf("valid config: "+f, a...) })
+}
+
+const notifyFleetRules = `domain: llm
+descriptors:
+  - key: team
+    rate_limit: {unit: hour, requests_per_unit: 10, notify_at: [50, 100]}
+  - key: spend
+    rate_limit: {unit: hour, requests_per_unit: 100, settle: after, notify_at: [50, 100]}
+`
+
+// TestNotifyFleetRedis: two servers sharing one Redis (single and
+// Cluster), checked concurrently, one over gRPC and one over HTTP, with
+// charges into debt that make each engine report levels again: every
+// level is POSTed exactly once for the fleet.
+func TestNotifyFleetRedis(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"single", func(t *testing.T) string { return redistest.Start(t).URL() }},
+		{"cluster", func(t *testing.T) string { return redistest.StartCluster(t).URL() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := tc.url(t)
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "llm.yaml"), []byte(notifyFleetRules), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			secretFile := filepath.Join(t.TempDir(), "secret")
+			if err := os.WriteFile(secretFile, []byte("whsec-fleet-0123456789abcdef"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			hooks := &hookLog{}
+			recv := httptest.NewServer(hooks)
+			t.Cleanup(recv.Close)
+			edit := withRedis(url, func(c *serveConfig) {
+				c.Notify.Webhook, c.Notify.SecretFile = recv.URL, secretFile
+				if err := c.Notify.load(); err != nil {
+					t.Fatal(err)
+				}
+			})
+			a, b := startServer(t, dir, edit), startServer(t, dir, edit)
+			var wg sync.WaitGroup
+			for i := range 12 {
+				wg.Go(func() {
+					for _, d := range []struct {
+						key  string
+						hits int
+					}{{"team", 1}, {"spend", 30}} {
+						if i%2 == 0 {
+							h := uint32(d.hits)
+							a.should(t, &rlsv3.RateLimitRequest{Domain: "llm", HitsAddend: h, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor(d.key, "x")}})
+						} else {
+							body := fmt.Sprintf(`{"domain":"llm","hits":%d,"descriptors":[{"entries":[{"key":%q,"value":"x"}]}]}`, d.hits, d.key)
+							if code, out := post(t, b.base+"/v1/check", body); code != 200 && code != 429 {
+								t.Errorf("HTTP check: %d %s", code, out)
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			handled := func(s *testServer) bool {
+				st := s.notifier.Stats()
+				var fired uint64
+				for _, n := range st.Fired {
+					fired += n
+				}
+				return st.Heard == st.Held+fired+st.ClaimErrors+st.Dropped && st.Webhook.Sent == fired
+			}
+			waitUntil(t, "both notifiers to handle what they heard", 10*time.Second, func() bool { return handled(a) && handled(b) })
+			hooks.mu.Lock()
+			defer hooks.mu.Unlock()
+			seen := map[string]int{}
+			for _, body := range hooks.bodies {
+				var f notify.Fired
+				if err := json.Unmarshal(body, &f); err != nil {
+					t.Fatal(err)
+				}
+				seen[fmt.Sprintf("%s@%d", f.Rule, f.Level)]++
+			}
+			want := map[string]int{"team@50": 1, "team@100": 1, "spend@50": 1, "spend@100": 1}
+			if fmt.Sprint(seen) != fmt.Sprint(want) {
+				t.Errorf("the fleet POSTed %v, want each level once: %v", seen, want)
+			}
+			if held := a.notifier.Stats().Held + b.notifier.Stats().Held; held == 0 {
+				t.Error("no crossing was found claimed: the test did not make the engines report a level twice")
+			}
+		})
+	}
 }
