@@ -71,7 +71,7 @@ type Stats struct {
 // package algorithm (ChargeTAT, RefundFixedWindow, …), Reset by deleting
 // the key; a key a refund brings back to its fresh state is deleted too. A
 // batch that a Take denies applies none of its ops, actions included. It
-// implements stack.KeyLister (Keys).
+// implements stack.KeyLister (Keys) and stack.Claimer (Claim).
 type Store struct {
 	*store
 }
@@ -179,8 +179,9 @@ func (s *store) background(sweep time.Duration) {
 	}
 }
 
-// Sweep deletes every key that is back in its fresh state now. The Store
-// calls it every SweepInterval; tests call it directly.
+// Sweep deletes every key that is back in its fresh state now, and every
+// expired claim (Claim). The Store calls it every SweepInterval; tests
+// call it directly.
 func (s *store) Sweep() {
 	now := s.clock()
 	for i := range s.shards {
