@@ -176,3 +176,28 @@ func TestNotifyCrossingFields(t *testing.T) {
 		t.Errorf("Claim = %q, want the counter's key (its hash tag) with |n50", c.Claim)
 	}
 }
+
+// A calendar quota's crossing ends with its calendar period (midnight of
+// the month's end in the rule's zone), not the store window's longer one.
+func TestNotifyCalendarPeriodEnd(t *testing.T) {
+	log := &crossingLog{}
+	cfg := DefaultConfig()
+	cfg.Notify = log
+	h := newHarness(t, `
+domain: llm
+descriptors:
+  - key: team
+    rate_limit: {calendar: month, requests_per_unit: 100, notify_at: [80]}
+`, cfg)
+	h.eng.cfg.Now = h.clock.Now
+	h.clock.Set(time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC))
+	h.check(t, Request{Domain: "llm", Descriptors: []Descriptor{desc("team", "t")}, Hits: 80})
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.all) != 1 {
+		t.Fatalf("heard %d crossings, want 1", len(log.all))
+	}
+	if c, want := log.all[0], time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC); !c.PeriodEnd.Equal(want) || c.Level != 80 {
+		t.Errorf("crossing %+v; want level 80 ending %v", c, want)
+	}
+}
