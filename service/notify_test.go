@@ -201,3 +201,33 @@ descriptors:
 		t.Errorf("crossing %+v; want level 80 ending %v", c, want)
 	}
 }
+
+// A Notifier costs a check that crosses nothing no allocation: the
+// engine looks at each plan's levels and moves on.
+func TestNotifyNoAllocsWithoutCrossing(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("coverage counters allocate")
+	}
+	const big = `
+domain: llm
+descriptors:
+  - key: team
+    rate_limit: {unit: hour, requests_per_unit: 1000000000, notify_at: [50, 80, 100]}
+`
+	allocs := func(n Notifier) float64 {
+		cfg := DefaultConfig()
+		cfg.Notify = n
+		h := newHarness(t, big, cfg)
+		req := Request{Domain: "llm", Descriptors: []Descriptor{desc("team", "a")}}
+		ctx := context.Background()
+		return testing.AllocsPerRun(200, func() { _, _ = h.eng.Check(ctx, req) })
+	}
+	log := &crossingLog{}
+	without, with := allocs(nil), allocs(log)
+	if with != without {
+		t.Errorf("a check allocates %v times with a Notifier, %v without", with, without)
+	}
+	if len(log.take()) != 0 {
+		t.Error("a crossing was heard")
+	}
+}
