@@ -41,19 +41,7 @@ func newInstance(t *testing.T, cfg compose.Config, snap *rules.Snapshot) *instan
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	log := NewMemory(100)
-	n, err := New(Options{Claimer: st, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	scfg := service.DefaultConfig()
-	scfg.Notify = n
-	eng, err := service.New(scfg, service.StaticRules{Snapshot: snap}, st, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &instance{eng: eng, n: n, log: log}
+	return sharedInstance(t, st, snap)
 }
 
 // settled waits until each Notifier has handled every crossing it heard,
