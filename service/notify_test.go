@@ -231,3 +231,35 @@ descriptors:
 		t.Error("a crossing was heard")
 	}
 }
+
+// BenchmarkCheckNotify is BenchmarkCheck's serial loop on a notify_at
+// rule that no check crosses, with and without a Notifier: what looking
+// for crossings costs a check.
+func BenchmarkCheckNotify(b *testing.B) {
+	const rules = `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 1000000000, notify_at: [50, 80, 100]}
+`
+	for _, tc := range []struct {
+		name string
+		n    Notifier
+	}{{"without", nil}, {"with", &crossingLog{}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Notify = tc.n
+			h := newHarness(b, rules, cfg)
+			reqs := benchRequests()
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := h.eng.Check(ctx, reqs[i%benchKeys]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
