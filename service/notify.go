@@ -13,6 +13,11 @@ import (
 // above. Every instance that sees a crossing reports it; Claim names it so
 // that a Notifier tells it once per period across the fleet (see
 // stack.Claimer).
+//
+// A counter in debt (a charge past its limit) reports Remaining 0, not
+// how deep: the engine then takes the use before a charge as Limit − cost
+// and may report a level it had reached before again; the claim keeps it
+// told once.
 type Crossing struct {
 	// Domain and Rule (the rule's ID) name the budget; Key is the
 	// request's entries for it, "k1=v1.k2=v2".
@@ -33,11 +38,6 @@ type Crossing struct {
 	// the period is over.
 	Claim string
 }
-
-// A counter in debt (a charge past its limit) reports Remaining 0, not
-// how deep: the engine then takes the use before a charge as Limit − cost
-// and may report a level it had reached before again. The claim keeps
-// it told once.
 
 // Notifier hears the crossings of notify_at levels (Config.Notify). The
 // engine calls Crossed on the request path, after the store answered,
