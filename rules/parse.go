@@ -642,6 +642,8 @@ func (p *parser) spec(n *yaml.Node, field string, known []string) (*Spec, bool) 
 			fine = p.tiers(v, f, s)
 		case FieldUsage:
 			fine = p.usage(v, f, s)
+		case FieldNotifyAt:
+			fine = p.levels(v, f, s)
 		default:
 			var str string
 			str, fine = p.str(v, f)
@@ -710,6 +712,22 @@ func (p *parser) usage(v *yaml.Node, field string, s *Spec) bool {
 		s.Usage[key], s.usageLines[key] = str, kv.Line
 	})
 	return ok && good
+}
+
+// levels reads rate_limit.notify_at: a list of whole numbers (their range
+// and order are the validator's).
+func (p *parser) levels(v *yaml.Node, field string, s *Spec) bool {
+	if v.Kind != yaml.SequenceNode {
+		p.add(v.Line, field, "want a list of percentages such as [50, 80, 100], got %s", kindName(v))
+		return false
+	}
+	good := true
+	for i, c := range v.Content {
+		x, ok := p.int64(p.resolve(c), fmt.Sprintf("%s[%d]", field, i), 100)
+		good = good && ok
+		s.NotifyAt = append(s.NotifyAt, x)
+	}
+	return good
 }
 
 // replaces reads rate_limit.replaces: a list of {name: …}.

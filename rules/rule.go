@@ -128,6 +128,15 @@ type Rule struct {
 	// admits (service.Response.Choices names it); a requirement that is
 	// over denies the request without trying further.
 	Choice string
+	// NotifyAt (rate_limit.notify_at) lists levels in percent of the limit
+	// in force (1 to 100, strictly increasing; nil: none): when an
+	// admitted check or a charge takes the counter's use from below
+	// ceil(level% × limit) to it or above, the engine tells its Notifier,
+	// once per period across the fleet (service.Config.Notify). Only on
+	// fixed_window (and calendar), sliding_window, sliding_log,
+	// token_bucket and gcra rules, without sub-counters or placement
+	// hybrid.
+	NotifyAt []uint8
 	// QuotaMode (the descriptor's quota_mode, as envoyproxy/ratelimit's):
 	// this rule's denial alone does not deny the request; a request is
 	// denied by its quota-mode rules only when every one of them denies.

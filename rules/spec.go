@@ -74,6 +74,10 @@ type Spec struct {
 	// currency as a decimal ("250.00", at most 6 decimals), in place of
 	// RequestsPerUnit.
 	Budget string `json:"budget,omitempty"`
+	// NotifyAt lists the levels, in percent of the limit (1 to 100,
+	// strictly increasing, at most MaxNotifyLevels), whose crossing is
+	// told once per period (Rule.NotifyAt).
+	NotifyAt []int64 `json:"notify_at,omitempty"`
 
 	// Given holds a bit for each field the source wrote (see Spec).
 	Given Field `json:"-"`
@@ -117,12 +121,13 @@ const (
 	FieldChoice
 	FieldUsage
 	FieldBudget
+	FieldNotifyAt
 	numFieldsBit
 )
 
 // numFields is the number of fields; a field added to the list above
 // without raising it does not compile (the check below).
-const numFields = 20
+const numFields = 21
 
 var _ = [1]struct{}{}[numFieldsBit>>numFields-1]
 
@@ -133,7 +138,7 @@ const FieldAll = numFieldsBit - 1
 const FieldLimit = FieldRequestsPerUnit | FieldUnit | FieldWindow | FieldAlgorithm | FieldBurst
 
 // notUnlimited is what an unlimited rule may not give.
-const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldChoice | FieldUsage | FieldBudget
+const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldChoice | FieldUsage | FieldBudget | FieldNotifyAt
 
 // fieldKeys names each field (by bit index), in rate_limit's key order.
 var fieldKeys = [numFields]string{
@@ -142,6 +147,7 @@ var fieldKeys = [numFields]string{
 	"tiers", "calendar", "time_zone", "penalty", "settle", "pair_by",
 	"choice",
 	"usage", "budget",
+	"notify_at",
 }
 
 func (f Field) index() int {
@@ -219,6 +225,8 @@ func (s *Spec) has(f Field) bool {
 		return len(s.Usage) > 0
 	case FieldBudget:
 		return s.Budget != ""
+	case FieldNotifyAt:
+		return len(s.NotifyAt) > 0
 	}
 	return false
 }
@@ -509,7 +517,7 @@ func (s *Spec) TierLimit(u Use) (*TierLimit, error) {
 // Rule checks s as a rule file's rate_limit on path u.Path and compiles
 // it into the rule's limit fields (Name, Limit, Unit, RequestsPerUnit,
 // Unlimited, FailureMode, Placement, SubCounters, Penalty, Replaces,
-// SettleAfter, PairBy, PairIndex, Choice, Usage, Calendar and Tiers; Line is
+// SettleAfter, PairBy, PairIndex, Choice, Usage, NotifyAt, Calendar and Tiers; Line is
 // s.Line). A money rule (usage and budget) has its budget, in micro-units,
 // as Limit.Quota.
 // The errors are SpecErrors.
@@ -578,6 +586,9 @@ func (s *Spec) Rule(u Use) (*Rule, error) {
 	if r.Choice != "" && r.PairBy != "" {
 		c.bad(FieldChoice, "not allowed with pair_by (a paired slot is released by its request ID, not chosen)")
 		valid = false
+	}
+	if s.has(FieldNotifyAt) {
+		valid = c.notifyAt(r, alg) && valid
 	}
 	if r.SettleAfter && alg == sluice.Concurrency {
 		c.bad(FieldSettle, "concurrency limits count requests in flight; they cannot settle after")
@@ -746,6 +757,59 @@ func (c *checker) calendar(cal *Calendar, alg *sluice.Algorithm) bool {
 		cal.Location = time.UTC
 	}
 	return good
+}
+
+// MaxNotifyLevels bounds the levels of rate_limit.notify_at.
+const MaxNotifyLevels = 8
+
+// notifyAt checks rate_limit.notify_at against the rule's algorithm,
+// sub-counters and placement, and sets r.NotifyAt. Only the algorithms
+// whose Result says how much of the limit is used now (fixed_window and
+// calendar quotas, sliding_window, sliding_log, token_bucket, gcra) can
+// tell a level crossed: a concurrency limit counts requests in flight and
+// a leaky_bucket its queue. A rule split over sub-counters sees one
+// counter's share, and a hybrid one an allotment, not the whole budget.
+func (c *checker) notifyAt(r *Rule, alg sluice.Algorithm) bool {
+	s := c.s
+	levels := s.NotifyAt
+	switch {
+	case len(levels) == 0:
+		c.bad(FieldNotifyAt, "want a list of 1 to %d percentages such as [50, 80, 100], got none", MaxNotifyLevels)
+		return false
+	case len(levels) > MaxNotifyLevels:
+		c.bad(FieldNotifyAt, "%d levels; want at most %d", len(levels), MaxNotifyLevels)
+		return false
+	}
+	good := true
+	for i, l := range levels {
+		switch {
+		case l < 1 || l > 100:
+			c.bad(FieldNotifyAt, "level %d: want a percentage from 1 to 100, got %d", i+1, l)
+			good = false
+		case i > 0 && l <= levels[i-1]:
+			c.bad(FieldNotifyAt, "level %d: %d after %d; want the levels strictly increasing", i+1, l, levels[i-1])
+			good = false
+		}
+	}
+	switch {
+	case alg == sluice.Concurrency || alg == sluice.LeakyBucket:
+		c.bad(FieldNotifyAt, "%v does not count what a period used; notify_at takes fixed_window (or calendar), sliding_window, sliding_log, token_bucket or gcra", alg)
+		good = false
+	case r.SubCounters > 1:
+		c.bad(FieldNotifyAt, "not allowed with sub_counters (each counter sees its share, not the budget)")
+		good = false
+	case r.Placement == PlacementHybrid:
+		c.bad(FieldNotifyAt, "not allowed with placement hybrid (an instance sees its allotment, not the budget)")
+		good = false
+	}
+	if !good {
+		return false
+	}
+	r.NotifyAt = make([]uint8, len(levels))
+	for i, l := range levels {
+		r.NotifyAt[i] = uint8(l)
+	}
+	return true
 }
 
 // pairBy checks r.PairBy against the rule's algorithm and path, and sets

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,12 @@ func TestSpecYAMLAndJSON(t *testing.T) {
 			json:     `{"usage":{"model":"m","input":"i"},"budget":"1","unit":"day","settle":"after"}`,
 			use:      Use{Path: []Step{{Key: "m", Kind: MatchAny}}},
 			wantErrs: []string{`3|usage.input: key "i" is not on this rule's path (m)`}},
+		{name: "notify_at", yaml: "unit: day\nrequests_per_unit: 100\nnotify_at: [50, 80, 100]\n",
+			json:    `{"unit":"day","requests_per_unit":100,"notify_at":[50,80,100]}`,
+			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 100, Window: 24 * time.Hour}},
+		{name: "notify_at out of order", yaml: "unit: day\nrequests_per_unit: 100\nnotify_at: [80, 80]\n",
+			json:     `{"unit":"day","requests_per_unit":100,"notify_at":[80,80]}`,
+			wantErrs: []string{"3|notify_at: level 2: 80 after 80; want the levels strictly increasing"}},
 		{name: "a request's limit", yaml: "unit: hour\nrequests_per_unit: 7\n", json: `{"unit":"hour","requests_per_unit":7}`,
 			use:     Use{What: "a request's limit", Allowed: FieldRequestsPerUnit | FieldUnit, RequireWindow: true},
 			wantLim: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 7, Window: time.Hour}},
@@ -180,5 +187,27 @@ func TestSpecDecodeErrors(t *testing.T) {
 	}
 	if _, err := DecodeSpecYAML("t.yaml", []byte("unit: second\nrequests_per_unit: 1\ntiers:\n  pro:\n")); err == nil || !strings.Contains(err.Error(), "t.yaml:4: tiers.pro: want a mapping, got nothing") {
 		t.Errorf("YAML's null tier: %v, want t.yaml:4: tiers.pro: want a mapping, got nothing", err)
+	}
+}
+
+// notify_at compiles into Rule.NotifyAt, on every algorithm that counts
+// what a period used, calendar quotas included.
+func TestNotifyAtCompiles(t *testing.T) {
+	for _, tc := range []struct{ yaml string }{
+		{"unit: day\nrequests_per_unit: 100\nnotify_at: [50, 80, 100]\n"},
+		{"calendar: month\nrequests_per_unit: 100\nnotify_at: [50, 80, 100]\n"},
+		{"unit: day\nrequests_per_unit: 100\nalgorithm: token_bucket\nnotify_at: [50, 80, 100]\n"},
+		{"unit: day\nrequests_per_unit: 100\nalgorithm: sliding_window\nnotify_at: [50, 80, 100]\n"},
+		{"unit: day\nrequests_per_unit: 100\nalgorithm: gcra\nnotify_at: [50, 80, 100]\n"},
+	} {
+		y, _ := specOf(t, tc.yaml, "{}")
+		r, err := y.Rule(Use{})
+		if err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		if want := []uint8{50, 80, 100}; !slices.Equal(r.NotifyAt, want) {
+			t.Errorf("%q: NotifyAt = %v, want %v", tc.yaml, r.NotifyAt, want)
+		}
 	}
 }

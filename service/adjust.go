@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algorithm"
@@ -85,6 +86,9 @@ func (e *Engine) Charge(ctx context.Context, creq ChargeRequest) (Response, erro
 	}
 	if sc.calendar {
 		trimCalendar(sc, &resp)
+	}
+	if e.cfg.Notify != nil {
+		e.notify(sc, &req, &resp, time.Now())
 	}
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]

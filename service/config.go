@@ -58,6 +58,10 @@ type Config struct {
 	// (envoyproxy/ratelimit's QUOTA_MODE; see rules.Rule.QuotaMode): a
 	// request is denied only when all its limited descriptors are over.
 	QuotaMode bool
+	// Notify, when set, hears each level of a rule's notify_at that an
+	// admitted check or a charge crosses (see Notifier, Crossing). Nil
+	// tells nobody, and the engine looks for no crossing.
+	Notify Notifier
 	// Now is the clock that places calendar quotas (rules.Calendar) in
 	// their month or day; nil means time.Now. Give it the store's clock in
 	// tests with a fake one.

@@ -225,6 +225,9 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		}
 	}
 	e.record(sc, &req, &resp)
+	if e.cfg.Notify != nil {
+		e.notify(sc, &req, &resp, start)
+	}
 	if e.cfg.Sample != nil {
 		e.cfg.Sample.record(&req, &resp)
 	}

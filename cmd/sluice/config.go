@@ -33,6 +33,7 @@ type serveConfig struct {
 	Log     logConfig
 	Guard   guardConfig // guard.go
 	Envoy   envoyConfig
+	Notify  notifyConfig // notify.go
 	// ShutdownTimeout bounds the drain of in-flight calls on SIGINT/SIGTERM;
 	// what is still running after it is cut off.
 	ShutdownTimeout time.Duration
@@ -315,6 +316,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain in-flight calls on SIGINT/SIGTERM")
 	c.Guard.flags(fs)
 	c.Envoy.flags(fs)
+	c.Notify.flags(fs)
 }
 
 func algorithmList() string {
@@ -483,6 +485,7 @@ func (c serveConfig) Validate() error {
 		bad("--shutdown-timeout: %v, want a positive duration", c.ShutdownTimeout)
 	}
 	c.Guard.validate(bad)
+	c.Notify.validate(bad)
 	errs = append(errs, c.Envoy.validate(c.Listen.TLS, c.Store.Kind)...)
 	return errors.Join(errs...)
 }

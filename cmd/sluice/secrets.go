@@ -17,8 +17,12 @@ import (
 // the error `serve` returns are scrubbed of the secret strings, in case a
 // dependency quotes the URL.
 
-// loadSecrets reads --redis-url-file, if given, into the Redis URL.
+// loadSecrets reads --redis-url-file, if given, into the Redis URL, and
+// --notify-secret-file.
 func (c *serveConfig) loadSecrets() error {
+	if err := c.Notify.load(); err != nil {
+		return err
+	}
 	if c.Store.Redis.URLFile == "" {
 		return nil
 	}
@@ -36,9 +40,10 @@ func (c *serveConfig) loadSecrets() error {
 
 // secrets returns the strings that must not be shown: the password of the
 // Redis URL (or its whole user info when it has no password part, as in
-// redis://token@host).
+// redis://token@host), the PostgreSQL URL's, and the webhook's key and
+// URL's (notifyConfig.secrets).
 func (c serveConfig) secrets() []string {
-	return append(urlSecrets(c.Store.Redis.URL), urlSecrets(c.Tenants.PostgresURL)...)
+	return append(append(urlSecrets(c.Store.Redis.URL), urlSecrets(c.Tenants.PostgresURL)...), c.Notify.secrets()...)
 }
 
 func urlSecrets(raw string) []string {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/notify"
 	"github.com/sluice-rl/sluice/observe"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/rules/watch"
@@ -111,12 +112,14 @@ type server struct {
 	tracker *observe.Tracker   // nil without admin tokens
 	sample  *service.Sample    // nil without admin tokens or --sample-size
 	dash    *dashboard.Handler // nil without admin tokens
-	fleet   dashboard.Fleet    // the Redis store, for a fleet-wide dashboard
-	rls     *rls.Server
-	rlqs    *rlqs.Server
-	grpc    *grpc.Server
-	http    *http.Server
-	debug   *http.Server
+	// notifier tells the levels of rules' notify_at (notify.go).
+	notifier *notify.Notifier
+	fleet    dashboard.Fleet // the Redis store, for a fleet-wide dashboard
+	rls      *rls.Server
+	rlqs     *rlqs.Server
+	grpc     *grpc.Server
+	http     *http.Server
+	debug    *http.Server
 
 	grpcLn, httpLn, debugLn net.Listener
 	draining                atomic.Bool
@@ -222,6 +225,12 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 			return nil, err
 		}
 	}
+	n, err := s.newNotifier(reg, log.With("component", "notify"))
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, n)
+	s.notifier, ecfg.Notify = n, n
 	if toks.Len() > 0 && cfg.Service.SampleSize > 0 { // for sluice diff
 		s.sample = service.NewSample(cfg.Service.SampleSize, cfg.Service.SampleEvery)
 		ecfg.Sample = s.sample

@@ -432,7 +432,8 @@ func (s *server) withAdmin(h http.Handler, toks *admin.Tokens, log *slog.Logger)
 	if toks.Len() == 0 {
 		return h, nil
 	}
-	opts := admin.Options{Tokens: toks, Rules: s.watcher.Current, Checker: s.engine, Counters: s.engine, Logger: log, Sample: s.sample}
+	opts := admin.Options{Tokens: toks, Rules: s.watcher.Current, Checker: s.engine, Counters: s.engine, Logger: log, Sample: s.sample,
+		Notifications: s.notifier}
 	if s.pg != nil {
 		opts.Store = s.pg
 	}

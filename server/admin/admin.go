@@ -100,6 +100,9 @@ type Options struct {
 	// Sample is the engine's sample of recent checks (GET
 	// /admin/v1/sample); nil answers 503.
 	Sample *service.Sample
+	// Notifications lists the notify_at levels that fired (GET
+	// /admin/v1/notifications); nil answers 503.
+	Notifications Notifications
 }
 
 // Prefix is the path every admin endpoint starts with.
@@ -179,6 +182,7 @@ func (h *handler) routes() []route {
 		{"DELETE /admin/v1/deny", h.auth(true, h.withStore(h.removeDeny))},
 		{"GET /admin/v1/audit", h.auth(false, h.withStore(h.audit))},
 		{"GET /admin/v1/sample", h.auth(false, h.sample)},
+		{"GET /admin/v1/notifications", h.auth(false, h.notifications)},
 	}
 }
 

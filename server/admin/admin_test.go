@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/pgtest"
+	"github.com/sluice-rl/sluice/notify"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -599,5 +600,62 @@ func TestDecodeSwitchScopes(t *testing.T) {
 		if got := strings.Join(names, ","); got != tt.errs {
 			t.Errorf("DecodeSwitch(%s): fields %s, want %s", tt.body, got, tt.errs)
 		}
+	}
+}
+
+// GET /admin/v1/notifications lists what fired, newest first, in pages,
+// to a read-only token; without a Notifications it answers 503; a bad
+// limit or cursor is 400.
+func TestNotificationsEndpoint(t *testing.T) {
+	log := notify.NewMemory(10)
+	for i := range 3 {
+		_ = log.Add(context.Background(), notify.Fired{ID: fmt.Sprint("f", i), Domain: "api", Rule: "api_key", Key: "api_key=k", Level: 50 + 10*i,
+			Limit: 100, Used: int64(50 + 10*i), PeriodEnd: time.Unix(3600, 0).UTC(), FiredAt: time.Unix(int64(i), 0).UTC()})
+	}
+	toks := &Tokens{}
+	_ = toks.Add("reader", ReadOnly, roToken)
+	snap, _ := rules.Parse("x.yaml", []byte(testRules), rules.Options{})
+	get := func(opts Options, path, token string) (int, []byte) {
+		t.Helper()
+		h, err := New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.Bytes()
+	}
+	opts := Options{Tokens: toks, Rules: func() *rules.Snapshot { return snap }, Notifications: log}
+	code, body := get(opts, "/admin/v1/notifications?limit=2", roToken)
+	var page NotificationsJSON
+	if err := json.Unmarshal(body, &page); code != 200 || err != nil {
+		t.Fatalf("GET: %d %s", code, body)
+	}
+	if len(page.Notifications) != 2 || page.Notifications[0].ID != "f2" || page.Notifications[1].ID != "f1" || page.Next == "" {
+		t.Fatalf("first page %s, want f2, f1 and a cursor", body)
+	}
+	if f := page.Notifications[0]; !f.PeriodEnd.Equal(time.Unix(3600, 0)) || f.Level != 70 || f.Key != "api_key=k" || f.Used != 70 || f.Limit != 100 {
+		t.Errorf("first notification %+v", f)
+	}
+	code, body = get(opts, "/admin/v1/notifications?limit=2&cursor="+page.Next, roToken)
+	var older NotificationsJSON
+	if err := json.Unmarshal(body, &older); code != 200 || err != nil || len(older.Notifications) != 1 || older.Notifications[0].ID != "f0" || older.Next != "" {
+		t.Errorf("next page: %d %s, want f0 alone", code, body)
+	}
+	for _, bad := range []string{"limit=0", "limit=1001", "limit=x", "cursor=-1", "cursor=abc"} {
+		if code, body := get(opts, "/admin/v1/notifications?"+bad, roToken); code != 400 {
+			t.Errorf("?%s: %d %s, want 400", bad, code, body)
+		}
+	}
+	if code, _ := get(opts, "/admin/v1/notifications", ""); code != 401 {
+		t.Errorf("without a token: %d, want 401", code)
+	}
+	opts.Notifications = nil
+	if code, _ := get(opts, "/admin/v1/notifications", roToken); code != 503 {
+		t.Errorf("without notifications: %d, want 503", code)
 	}
 }

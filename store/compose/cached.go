@@ -1,6 +1,8 @@
 package compose
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -27,7 +29,7 @@ var ErrNoAllotter = errors.New("compose: the store leases no allotments")
 // cross-slot batches can free quota before a denial's RetryAfter) and the
 // cache was not forced on. Everything else a layer may be asked for goes
 // to next (key listings, allotments) or to g (node health, invalidations,
-// reset announcements),
+// reset announcements, claims),
 // so that the cache hides nothing from the engine.
 type cached struct {
 	cache  *hybrid.Denied
@@ -105,3 +107,13 @@ func (c *cached) Resets(ctx context.Context, fn func(keys []string, all bool)) e
 
 // Stats returns the cache's counters.
 func (c *cached) Stats() hybrid.DeniedStats { return c.cache.Stats() }
+
+// Claim implements stack.Claimer with the shared store's (a claim is the
+// fleet's, whatever store decides the counter: a hybrid store's counters
+// live in it too), or fails with an error wrapping stack.ErrNoClaimer.
+func (c *cached) Claim(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	if c.g == nil {
+		return claim(c.next, ctx, key, ttl)
+	}
+	return claim(c.g, ctx, key, ttl)
+}

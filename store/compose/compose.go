@@ -30,9 +30,10 @@
 // The stack is a batch.Decider: the engine hands it a whole check in one
 // call. Every layer passes the optional interfaces through: stack.KeyLister,
 // stack.Allotter (where a layer can lease), stack.HealthReporter,
-// stack.Invalidator, stack.ResetAnnouncer and io.Closer; a layer over a
-// store that lacks one answers with an error wrapping
-// stack.ErrNoKeyLister, ErrNoAllotter or ErrNoInvalidator, never with
+// stack.Invalidator, stack.ResetAnnouncer, stack.Claimer and io.Closer; a
+// layer over a store that lacks one answers with an error wrapping
+// stack.ErrNoKeyLister, ErrNoAllotter, ErrNoInvalidator or
+// stack.ErrNoClaimer, never with
 // silence. Stats replace metrics: the package
 // imports no metrics library, its caller registers what Stats returns.
 package compose
@@ -170,7 +171,7 @@ func (c Config) Validate() error {
 // Stack is a built store stack. It is a sluice.Store, stack.KeyLister,
 // stack.Allotter (the Redis store's, or the memory store's with
 // KindMemory), stack.HealthReporter, stack.Invalidator,
-// stack.ResetAnnouncer and io.Closer.
+// stack.ResetAnnouncer, stack.Claimer and io.Closer.
 // It is safe for concurrent use.
 type Stack struct {
 	top    sluice.Store
@@ -192,6 +193,7 @@ var (
 	_ stack.HealthReporter = (*Stack)(nil)
 	_ stack.Invalidator    = (*Stack)(nil)
 	_ stack.ResetAnnouncer = (*Stack)(nil)
+	_ stack.Claimer        = (*Stack)(nil)
 	_ io.Closer            = (*Stack)(nil)
 	_ batch.Decider        = (*Stack)(nil)
 )
@@ -329,6 +331,13 @@ func (s *Stack) Invalidations(ctx context.Context, fn func(keys []string, all bo
 		return fmt.Errorf("compose: %T: %w", s.mem, ErrNoInvalidator)
 	}
 	return s.conn.Invalidations(ctx, fn)
+}
+
+// Claim implements stack.Claimer: with KindMemory the memory store's
+// (this process alone), with KindRedis Placed's (the Redis store's, or
+// the local store's for keys placed local).
+func (s *Stack) Claim(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	return claim(s.top, ctx, key, ttl)
 }
 
 // Resets implements stack.ResetAnnouncer with the Redis store's; it

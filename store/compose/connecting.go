@@ -95,6 +95,16 @@ func (c *connecting) Keys(ctx context.Context, prefix string, max int) ([]string
 	return s.Keys(ctx, prefix, max)
 }
 
+// Claim passes to the real store once connected, else fails (with
+// sluice.ErrStoreUnavailable).
+func (c *connecting) Claim(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	s := c.current()
+	if s == nil {
+		return false, errNotConnected
+	}
+	return s.Claim(ctx, key, ttl)
+}
+
 // Cluster reports whether the connected store is a Redis Cluster; true
 // (the cautious answer for the denied-key cache) until connected.
 func (c *connecting) Cluster() bool {

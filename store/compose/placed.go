@@ -1,6 +1,8 @@
 package compose
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -335,4 +337,26 @@ func resets(st sluice.Store, ctx context.Context, fn func(keys []string, all boo
 		return fmt.Errorf("compose: %T: %w", st, ErrNoInvalidator)
 	}
 	return ra.Resets(ctx, fn)
+}
+
+// Claim implements stack.Claimer: a key placed local (stack.KeyLocal) is
+// claimed in the local store, whose counter is this process's alone; any
+// other, hybrid included, in the global store the fleet shares. It
+// returns an error wrapping stack.ErrNoClaimer when that store cannot
+// claim.
+func (p *Placed) Claim(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	st := p.Global
+	if key != "" && key[0] == stack.KeyLocal && p.Local != nil {
+		st = p.Local
+	}
+	return claim(st, ctx, key, ttl)
+}
+
+// claim forwards to st's Claimer, or fails with stack.ErrNoClaimer.
+func claim(st any, ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	c, ok := st.(stack.Claimer)
+	if !ok {
+		return false, fmt.Errorf("compose: %T: %w", st, stack.ErrNoClaimer)
+	}
+	return c.Claim(ctx, key, ttl)
 }

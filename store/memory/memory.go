@@ -71,13 +71,14 @@ type Stats struct {
 // package algorithm (ChargeTAT, RefundFixedWindow, …), Reset by deleting
 // the key; a key a refund brings back to its fresh state is deleted too. A
 // batch that a Take denies applies none of its ops, actions included. It
-// implements stack.KeyLister (Keys).
+// implements stack.KeyLister (Keys) and stack.Claimer (Claim).
 type Store struct {
 	*store
 }
 
 var (
 	_ stack.KeyLister = (*Store)(nil)
+	_ stack.Claimer   = (*Store)(nil)
 	_ batch.Decider   = (*Store)(nil)
 )
 
@@ -102,6 +103,7 @@ type store struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	done      chan struct{}
+	claims    claims // Claim's names (claim.go)
 }
 
 // New returns a Store configured by opts.
@@ -177,8 +179,9 @@ func (s *store) background(sweep time.Duration) {
 	}
 }
 
-// Sweep deletes every key that is back in its fresh state now. The Store
-// calls it every SweepInterval; tests call it directly.
+// Sweep deletes every key that is back in its fresh state now, and every
+// expired claim (Claim). The Store calls it every SweepInterval; tests
+// call it directly.
 func (s *store) Sweep() {
 	now := s.clock()
 	for i := range s.shards {
@@ -187,6 +190,9 @@ func (s *store) Sweep() {
 		s.swept.Add(uint64(s.sweepShard(sh, now)))
 		sh.mu.Unlock()
 	}
+	s.claims.mu.Lock()
+	s.claims.dropExpired(now)
+	s.claims.mu.Unlock()
 }
 
 // Stats returns the Store's counters.

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -477,6 +478,29 @@ func (s *Store) AuditPage(ctx context.Context, q AuditQuery) (rows []AuditEntry,
 	}
 	if len(out) > q.Limit {
 		return out[:q.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+// AuditAction returns the audit rows of action ("notify"), newest first,
+// with an ID below before (0: from the newest), at most limit (1 to
+// tenant.MaxAuditPage), and more: whether older rows exist.
+func (s *Store) AuditAction(ctx context.Context, action string, before int64, limit int) (rows []AuditEntry, more bool, err error) {
+	limit = min(max(limit, 1), tenant.MaxAuditPage)
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	r, err := s.pool.Query(ctx, `SELECT id, at, actor, action, subject, before, after FROM sluice_audit
+		WHERE action = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, action, before, limit+1)
+	if err != nil {
+		return nil, false, wrap("audit action", err)
+	}
+	out, err := pgx.CollectRows(r, scanAudit)
+	if err != nil {
+		return nil, false, wrap("audit action", err)
+	}
+	if len(out) > limit {
+		return out[:limit], true, nil
 	}
 	return out, false, nil
 }
