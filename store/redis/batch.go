@@ -134,6 +134,9 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 			cost = "-" + cost
 		case op.Action == sluice.Reset:
 			cost = "x"
+		case stack.Paired(op):
+			lease = "p" + strconv.FormatUint(op.Lease, 10) + ":" + strconv.FormatInt(op.Reserve, 10) + ":" +
+				strconv.FormatInt(op.SettleWithin.Microseconds(), 10)
 		case op.Limit.Algorithm == sluice.Concurrency && op.Cost > 0:
 			if r.leases == nil {
 				r.leases = make([]uint64, n)
@@ -148,7 +151,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	}
 	if n == 1 && mode == modeDecide {
 		op := &ops[r.op(0)]
-		r.one = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.SlidingLog && op.Limit.Algorithm != sluice.Concurrency
+		r.one = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.SlidingLog && op.Limit.Algorithm != sluice.Concurrency && !stack.Paired(op)
 		r.fast = r.one && op.Limit.Algorithm == sluice.FixedWindow
 		if r.fast {
 			r.win = windowArgs(op.Limit)

@@ -660,6 +660,11 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
 	if s.native {
+		for i := range ops {
+			if ops[i].Limit.Algorithm == sluice.FixedWindow && stack.Paired(&ops[i]) {
+				return fmt.Errorf("redis: op %q: %w", ops[i].Key, ErrNativePaired)
+			}
+		}
 		switch nat, mixed := s.nativeGroupOf(ops); {
 		case mixed:
 			return s.takeMixed(ctx, ops, results, now)
@@ -861,6 +866,15 @@ func kinds(ops []sluice.Op) (action, deniable int) {
 		case op.Action != sluice.Take:
 			if action < 0 {
 				action = i
+			}
+		case stack.Paired(op):
+			// A reservation or its settle: it may deny, and may charge
+			// or refund (the cross-slot refund cannot take it back).
+			if action < 0 {
+				action = i
+			}
+			if deniable < 0 {
+				deniable = i
 			}
 		case !op.Release && op.Cost > 0 && deniable < 0:
 			deniable = i

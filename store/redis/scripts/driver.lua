@@ -16,7 +16,9 @@
 -- integer (a Take), "r" for a concurrency release, "+" and an integer for a
 -- sluice.Charge, "-" and an integer for a sluice.Refund, or "x" for a
 -- sluice.Reset (mode 0 only: the store never sends a cross-slot group an
--- action); lease is a decimal ID or "".
+-- action); lease is a decimal ID or "", or for a reservation of
+-- reserve-then-settle (sluice.Op.Lease on another algorithm: pair_step)
+-- "p" and lease:reserve:within (within in µs).
 -- KEYS: one per op, in order.
 --
 -- Invalidation: once every group is decided, the call PUBLISHes on channel
@@ -235,6 +237,71 @@ local function act(g, c, op, now)
   return alg.refund(c.st, now, op.cost, c.p)
 end
 
+-- Reserve-then-settle: a reservation's record is the string
+-- "phase:n:exp" (PAIR_RESERVED …, lib.lua; n units reserved, exp its expiry
+-- in µs) at the counter's key and "|p" and the lease: the counter's hash
+-- slot.
+
+-- pair_step applies the reservation op (op.pair) to its entry c, in the
+-- steps of algorithm.PairStep and PairNext: no record (or an expired one),
+-- a Take of the cost (op.reserve when it is 0), recorded reserved or
+-- denied; reserved(n), the settle, a Charge of cost − n or a Refund of
+-- n − cost, recorded settled; denied or settled, a look. The record is
+-- written by pair_save once the group is decided (a denial is kept even
+-- when the group is denied). It returns the decision and whether the
+-- counter changed.
+local function pair_step(g, c, op, now)
+  local rkey = c.key .. '|p' .. op.lease
+  local raw = call('GET', rkey)
+  local phase, rn, exp = PAIR_NONE, 0, 0
+  if raw then
+    local a, b, e = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    phase, rn, exp = tonumber(a), tonumber(b), tonumber(e)
+  end
+  if exp <= now then
+    phase = PAIR_NONE
+  end
+  local until_ = now + op.within
+  local d, ch, rec, keep
+  if phase == PAIR_NONE then
+    local n = op.cost
+    if n == 0 then
+      n = op.reserve
+    end
+    d, ch = c.alg.step(c.st, now, n, c.p)
+    if d[1] == ALLOWED then
+      rec = PAIR_RESERVED .. ':' .. str(n) .. ':' .. str(until_)
+    else
+      rec, keep = PAIR_DENIED .. ':0:' .. str(until_), true
+    end
+  elseif phase == PAIR_RESERVED then
+    if op.cost > rn then
+      d, ch = act(g, c, {act = CHARGE, cost = op.cost - rn}, now)
+    elseif op.cost < rn then
+      d, ch = act(g, c, {act = REFUND, cost = rn - op.cost}, now)
+    else
+      d, ch = c.alg.step(c.st, now, 0, c.p), false
+    end
+    rec = PAIR_SETTLED .. ':0:' .. str(until_)
+  else
+    d, ch = c.alg.step(c.st, now, 0, c.p), false
+  end
+  if rec then
+    g.recs[#g.recs + 1] = {key = rkey, val = rec, ttl = str(cdiv(op.within, 1000)), keep = keep}
+  end
+  return d, ch
+end
+
+-- pair_save writes the records pair_step left in recs: all of them when
+-- the group was admitted, else only the denials.
+local function pair_save(recs, denied)
+  for _, r in ipairs(recs) do
+    if r.keep or not denied then
+      call('SET', r.key, r.val, 'PX', r.ttl)
+    end
+  end
+end
+
 -- step applies op to its entry c: a release, or a charge of cost.
 local function step(c, op, now, cost)
   if op.rel then
@@ -276,6 +343,9 @@ local function read_ops(ai, n)
     local op = {p = limit(ARGV[ai]), lease = lease}
     if lease == '' then
       op.lease = nil
+    elseif string.byte(lease) == 112 then -- 'p': a reservation
+      local l, r, w = string.match(lease, '^p(%d+):(%d+):(%d+)$')
+      op.pair, op.lease, op.reserve, op.within = true, l, tonumber(r), tonumber(w)
     end
     local head = string.sub(cost, 1, 1)
     if cost == 'r' then
@@ -399,12 +469,14 @@ local function decide(kbase, ops, now, mode)
   local g = new_pass(kbase, ops)
   local denied, charged = false, false
   local res = {}
+  local recs = {}
+  g.recs = recs
   for j = 1, #ops do
     local op = ops[j]
-    -- Only a Take of cost > 0 can deny the group.
-    g.deniable = g.deniable or (not op.act and not op.rel and op.cost > 0)
-    if op.act and mode ~= MODE_DECIDE then
-      return error('sluice: charge, refund or reset in a cross-slot group')
+    -- Only a Take of cost > 0, or a reservation, can deny the group.
+    g.deniable = g.deniable or (not op.act and not op.rel and op.cost > 0) or op.pair
+    if (op.act or op.pair) and mode ~= MODE_DECIDE then
+      return error('sluice: charge, refund, reset or reservation in a cross-slot group')
     end
   end
   for j = 1, #ops do
@@ -412,6 +484,8 @@ local function decide(kbase, ops, now, mode)
     local d, ch
     if op.act then
       d, ch = act(g, c, op, now)
+    elseif op.pair then
+      d, ch = pair_step(g, c, op, now)
     else
       d, ch = step(c, op, now, op.cost)
     end
@@ -431,6 +505,7 @@ local function decide(kbase, ops, now, mode)
     g = relook(kbase, ops, now, res)
   end
   save(g.order, now)
+  pair_save(recs, denied)
   local parts = {pack('<d', now)}
   for j = 1, #ops do
     emit(parts, res[j])
@@ -470,7 +545,7 @@ for _ = 1, tonumber(ARGV[3]) do
       ai = ai + 3
     end
     put(table.concat(parts))
-  elseif n == 1 and mode == MODE_DECIDE and not A[limit(ARGV[ai]).alg].log and is_take(ARGV[ai + 1]) then
+  elseif n == 1 and mode == MODE_DECIDE and not A[limit(ARGV[ai]).alg].log and is_take(ARGV[ai + 1]) and ARGV[ai + 2] == '' then
     decide_one(KEYS[kbase + 1], now, limit(ARGV[ai]), tonumber(ARGV[ai + 1]))
     ai = ai + 3
   else
