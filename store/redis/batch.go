@@ -112,7 +112,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	for k := range n {
 		op := &ops[r.op(k)]
 		actions = actions || op.Action != sluice.Take
-		if op.UndoIfUnknown && op.Action == sluice.Take && !op.Release && op.Cost > 0 && lateRefundable(op.Limit.Algorithm) {
+		if op.UndoIfUnknown && op.Action == sluice.Take && !op.Release && op.Cost > 0 && lateRefundable(op.Limit.Algorithm) && !stack.Paired(op) {
 			if r.unknown == nil {
 				r.unknown = r.unk1[:]
 				if n > 1 {
@@ -267,7 +267,7 @@ func (r *request) denied() bool {
 // charged reports whether the group holds a charge to refund.
 func (r *request) charged(ops []sluice.Op) bool {
 	for k := range r.n() {
-		if op := &ops[r.op(k)]; !op.Release && op.Cost > 0 {
+		if op := &ops[r.op(k)]; (!op.Release && op.Cost > 0) || stack.Paired(op) {
 			return true
 		}
 	}

@@ -857,8 +857,8 @@ func (s *Store) undo(reqs []*request, undoable []bool, order []int) *undoing {
 }
 
 // kinds returns the index of the first op of ops that is a Charge, Refund
-// or Reset, and of the first that may be denied (a Take of cost > 0); -1
-// for none.
+// or Reset (or a reservation on a sliding_log), and of the first that may
+// be denied (a Take of cost > 0, a reservation); -1 for none.
 func kinds(ops []sluice.Op) (action, deniable int) {
 	action, deniable = -1, -1
 	for i := range ops {
@@ -868,9 +868,11 @@ func kinds(ops []sluice.Op) (action, deniable int) {
 				action = i
 			}
 		case stack.Paired(op):
-			// A reservation or its settle: it may deny, and may charge
-			// or refund (the cross-slot refund cannot take it back).
-			if action < 0 {
+			// A reservation or its settle: it may deny. The cross-slot
+			// refund takes it back with its record (driver.lua's
+			// put_undo), except on a sliding_log, whose log refund it
+			// cannot undo: that one counts as an action too.
+			if action < 0 && op.Limit.Algorithm == sluice.SlidingLog {
 				action = i
 			}
 			if deniable < 0 {

@@ -71,11 +71,9 @@ func runPairBatch(t *testing.T, newStore NewStore) {
 	fw := sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Minute} // interval 6s
 	one := sluice.Limit{Algorithm: sluice.GCRA, Quota: 1, Window: time.Minute}
 	pair := func(key string, lease uint64, cost int64) sluice.Op {
-		return sluice.Op{Key: "pairbatch:{p}" + key, Limit: fw, Cost: cost, Lease: lease, Reserve: 2, SettleWithin: PairWithin}
+		return sluice.Op{Key: "pairbatch:" + key, Limit: fw, Cost: cost, Lease: lease, Reserve: 2, SettleWithin: PairWithin}
 	}
-	// One hash tag: a Redis Cluster refuses a batch across slots that
-	// holds a reservation (redis.ErrCrossSlotAction).
-	b := sluice.Op{Key: "pairbatch:{p}b", Limit: one, Cost: 1}
+	b := sluice.Op{Key: "pairbatch:b", Limit: one, Cost: 1}
 	runBatchSteps(t, s, []batchStep{
 		{"b full", []sluice.Op{b}, []sluice.Result{ok(1, 0, 60*sec)}},
 		{"reservation 1 admitted, b denies the batch", []sluice.Op{pair("a", 1, 4), b},

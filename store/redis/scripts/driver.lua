@@ -248,9 +248,10 @@ end
 -- denied; reserved(n), the settle, a Charge of cost − n or a Refund of
 -- n − cost, recorded settled; denied or settled, a look. The record is
 -- written by pair_save once the group is decided (a denial is kept even
--- when the group is denied). It returns the decision and whether the
--- counter changed.
-local function pair_step(g, c, op, now)
+-- when the group is denied), with what the op was (op j, the record
+-- before, the units it added to the counter: negative for a refund) for
+-- put_undo. It returns the decision and whether the counter changed.
+local function pair_step(g, c, op, now, j)
   local rkey = c.key .. '|p' .. op.lease
   local raw = call('GET', rkey)
   local phase, rn, exp = PAIR_NONE, 0, 0
@@ -263,6 +264,7 @@ local function pair_step(g, c, op, now)
   end
   local until_ = now + op.within
   local d, ch, rec, keep
+  local delta = 0
   if phase == PAIR_NONE then
     local n = op.cost
     if n == 0 then
@@ -270,15 +272,17 @@ local function pair_step(g, c, op, now)
     end
     d, ch = c.alg.step(c.st, now, n, c.p)
     if d[1] == ALLOWED then
-      rec = PAIR_RESERVED .. ':' .. str(n) .. ':' .. str(until_)
+      rec, delta = PAIR_RESERVED .. ':' .. str(n) .. ':' .. str(until_), n
     else
       rec, keep = PAIR_DENIED .. ':0:' .. str(until_), true
     end
   elseif phase == PAIR_RESERVED then
     if op.cost > rn then
-      d, ch = act(g, c, {act = CHARGE, cost = op.cost - rn}, now)
+      delta = op.cost - rn
+      d, ch = act(g, c, {act = CHARGE, cost = delta}, now)
     elseif op.cost < rn then
-      d, ch = act(g, c, {act = REFUND, cost = rn - op.cost}, now)
+      delta = op.cost - rn
+      d, ch = act(g, c, {act = REFUND, cost = -delta}, now)
     else
       d, ch = c.alg.step(c.st, now, 0, c.p), false
     end
@@ -287,7 +291,8 @@ local function pair_step(g, c, op, now)
     d, ch = c.alg.step(c.st, now, 0, c.p), false
   end
   if rec then
-    g.recs[#g.recs + 1] = {key = rkey, val = rec, ttl = str(cdiv(op.within, 1000)), keep = keep}
+    g.recs[#g.recs + 1] = {key = rkey, val = rec, ttl = str(cdiv(op.within, 1000)), keep = keep,
+      j = j, old = raw or '', delta = delta}
   end
   return d, ch
 end
@@ -371,16 +376,36 @@ local function refund(kbase, ops, now, ai)
   local g = new_pass(kbase, ops)
   local k = tonumber(ARGV[ai])
   ai = ai + 1
+  local pairs_ = {}
   for _ = 1, k do
-    local c = get(g, tonumber(ARGV[ai]))
-    if c.raw == ARGV[ai + 2] then
-      -- Untouched since the charge: put the old state back exactly.
-      c.restore = ARGV[ai + 1]
-      c.st = c.alg.load(c.restore ~= '' and c.restore)
-    elseif c.raw then
-      c.inverse, c.ours, c.owed = true, c.alg.load(ARGV[ai + 2]), 0
+    local j = tonumber(ARGV[ai])
+    if j < 0 then
+      -- A reservation's record: put back as it was unless changed since;
+      -- what op −j added to its counter is taken back below.
+      local val, delta = string.match(ARGV[ai + 2], '^(.*)|(-?%d+)$')
+      local rkey = KEYS[kbase - j] .. '|p' .. ops[-j].lease
+      if call('GET', rkey) == val then
+        local old = ARGV[ai + 1]
+        local e = tonumber(string.match(old, ':(%d+)$') or '0')
+        if old == '' or e <= now then
+          call('DEL', rkey)
+        else
+          call('SET', rkey, old, 'PX', str(cdiv(e - now, 1000)))
+        end
+      end
+      pairs_[-j] = tonumber(delta)
+      ai = ai + 3
+    else
+      local c = get(g, j)
+      if c.raw == ARGV[ai + 2] then
+        -- Untouched since the charge: put the old state back exactly.
+        c.restore = ARGV[ai + 1]
+        c.st = c.alg.load(c.restore ~= '' and c.restore)
+      elseif c.raw then
+        c.inverse, c.ours, c.owed = true, c.alg.load(ARGV[ai + 2]), 0
+      end
+      ai = ai + 3
     end
-    ai = ai + 3
   end
   -- Changed by others since: take back this group's charges, but only the
   -- part not already drained by now (the real now, when the group read
@@ -393,13 +418,27 @@ local function refund(kbase, ops, now, ai)
   ai = ai + 1
   for j = 1, n do
     local op, c = ops[j], get(g, j)
-    if c.inverse and op.cost > 0 and not op.rel then
+    if c.inverse and op.pair then
+      -- What the reservation or settle added (pair_step): a refund it
+      -- gave is charged back.
+      local delta = pairs_[j] or 0
+      if delta > 0 then
+        c.owed = c.owed + delta
+      elseif delta < 0 then
+        c.back = (c.back or 0) - delta
+      end
+    elseif c.inverse and op.cost > 0 and not op.rel then
       c.owed = c.owed + op.cost
     end
   end
   for _, c in ipairs(g.order) do
-    if c.inverse and c.owed > 0 then
-      c.alg.unstep(c.st, c.ours, c.owed, c.p, rnow)
+    if c.inverse and (c.owed > 0 or c.back) then
+      if c.owed > 0 then
+        c.alg.unstep(c.st, c.ours, c.owed, c.p, rnow)
+      end
+      if c.back then
+        c.alg.charge(c.st, rnow, c.back, c.p)
+      end
       c.restore = c.alg.encode(c.st)
     end
   end
@@ -457,6 +496,13 @@ local function put_undo(g, denied)
         undo[#undo + 1] = c.new or ''
       end
     end
+    -- A reservation's record: (−j, the record before, the record written
+    -- "|" the units op j added to its counter).
+    for _, r in ipairs(g.recs or {}) do
+      undo[#undo + 1] = -r.j
+      undo[#undo + 1] = r.old
+      undo[#undo + 1] = r.val .. '|' .. str(r.delta)
+    end
   end
   put(#undo / 3)
   for _, v in ipairs(undo) do
@@ -475,8 +521,11 @@ local function decide(kbase, ops, now, mode)
     local op = ops[j]
     -- Only a Take of cost > 0, or a reservation, can deny the group.
     g.deniable = g.deniable or (not op.act and not op.rel and op.cost > 0) or op.pair
-    if (op.act or op.pair) and mode ~= MODE_DECIDE then
-      return error('sluice: charge, refund, reset or reservation in a cross-slot group')
+    if op.act and mode ~= MODE_DECIDE then
+      return error('sluice: charge, refund or reset in a cross-slot group')
+    end
+    if op.pair and mode ~= MODE_DECIDE and A[op.p.alg].log then
+      return error('sluice: reservation of a log key in a cross-slot group')
     end
   end
   for j = 1, #ops do
@@ -485,7 +534,7 @@ local function decide(kbase, ops, now, mode)
     if op.act then
       d, ch = act(g, c, op, now)
     elseif op.pair then
-      d, ch = pair_step(g, c, op, now)
+      d, ch = pair_step(g, c, op, now, j)
     else
       d, ch = step(c, op, now, op.cost)
     end
