@@ -136,7 +136,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 			cost = "x"
 		case stack.Paired(op):
 			lease = "p" + strconv.FormatUint(op.Lease, 10) + ":" + strconv.FormatInt(op.Reserve, 10) + ":" +
-				strconv.FormatInt(op.SettleWithin.Microseconds(), 10)
+				strconv.FormatInt(op.SettleWithin.Microseconds(), 10) + ":" + pairKey(s.prefix, op.Limit.Algorithm, op.Key, op.Lease)
 		case op.Limit.Algorithm == sluice.Concurrency && op.Cost > 0:
 			if r.leases == nil {
 				r.leases = make([]uint64, n)

@@ -18,7 +18,8 @@
 -- sluice.Reset (mode 0 only: the store never sends a cross-slot group an
 -- action); lease is a decimal ID or "", or for a reservation of
 -- reserve-then-settle (sluice.Op.Lease on another algorithm: pair_step)
--- "p" and lease:reserve:within (within in µs).
+-- "p" and lease:reserve:within:record (within in µs, record the Redis key
+-- of its record, in the counter's slot: pairKey in slot.go).
 -- KEYS: one per op, in order.
 --
 -- Invalidation: once every group is decided, the call PUBLISHes on channel
@@ -239,8 +240,7 @@ end
 
 -- Reserve-then-settle: a reservation's record is the string
 -- "phase:n:exp" (PAIR_RESERVED …, lib.lua; n units reserved, exp its expiry
--- in µs) at the counter's key and "|p" and the lease: the counter's hash
--- slot.
+-- in µs) at the key the op names (op.rkey: the counter's hash slot).
 
 -- pair_step applies the reservation op (op.pair) to its entry c, in the
 -- steps of algorithm.PairStep and PairNext: no record (or an expired one),
@@ -252,7 +252,7 @@ end
 -- before, the units it added to the counter: negative for a refund) for
 -- put_undo. It returns the decision and whether the counter changed.
 local function pair_step(g, c, op, now, j)
-  local rkey = c.key .. '|p' .. op.lease
+  local rkey = op.rkey
   local raw = call('GET', rkey)
   local phase, rn, exp = PAIR_NONE, 0, 0
   if raw then
@@ -349,8 +349,8 @@ local function read_ops(ai, n)
     if lease == '' then
       op.lease = nil
     elseif string.byte(lease) == 112 then -- 'p': a reservation
-      local l, r, w = string.match(lease, '^p(%d+):(%d+):(%d+)$')
-      op.pair, op.lease, op.reserve, op.within = true, l, tonumber(r), tonumber(w)
+      local l, r, w, k = string.match(lease, '^p(%d+):(%d+):(%d+):(.+)$')
+      op.pair, op.lease, op.reserve, op.within, op.rkey = true, l, tonumber(r), tonumber(w), k
     end
     local head = string.sub(cost, 1, 1)
     if cost == 'r' then
@@ -383,7 +383,7 @@ local function refund(kbase, ops, now, ai)
       -- A reservation's record: put back as it was unless changed since;
       -- what op −j added to its counter is taken back below.
       local val, delta = string.match(ARGV[ai + 2], '^(.*)|(-?%d+)$')
-      local rkey = KEYS[kbase - j] .. '|p' .. ops[-j].lease
+      local rkey = ops[-j].rkey
       if call('GET', rkey) == val then
         local old = ARGV[ai + 1]
         local e = tonumber(string.match(old, ':(%d+)$') or '0')
