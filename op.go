@@ -69,7 +69,8 @@ type Op struct {
 	// a promise: a store that cannot do it ignores it (store/memory never
 	// times out), and a charge whose outcome the store never learns stays.
 	// It changes nothing in a Take that answers in time. Ignored on
-	// releases, actions and looks.
+	// releases, actions, looks and reservations (see Lease: a refund of
+	// the cost would not undo one).
 	UndoIfUnknown bool
 }
 
