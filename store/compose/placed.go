@@ -224,7 +224,9 @@ func (p *Placed) undo(ctx context.Context, ops []sluice.Op, results []sluice.Res
 			}
 			u := sluice.Op{Key: op.Key, Limit: op.Limit}
 			switch {
-			case op.Release || op.Cost == 0 || (op.Action != sluice.Take && op.Action != sluice.Charge):
+			case op.Release || op.Cost == 0 || (op.Action != sluice.Take && op.Action != sluice.Charge) || stack.Paired(&op):
+				// (A reservation is never undone here: a refund would leave
+				// its record saying reserved. Its group is decided last.)
 				continue
 			case op.Limit.Algorithm == sluice.Concurrency:
 				if results[i].Lease == 0 {
