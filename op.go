@@ -22,7 +22,11 @@ type Op struct {
 	Cost int64
 	// Release, for Concurrency limits, frees the lease named Lease instead of
 	// acquiring. A release is always allowed; releasing a lease that has
-	// expired or was never granted does nothing.
+	// expired or was never granted does nothing. On a reservation (a
+	// nonzero Lease on another algorithm, see Lease) it voids it: when the
+	// reservation has no record, one is written saying denied (a later op
+	// of that Lease is a look); otherwise nothing changes. Package batch
+	// voids the reservations of a denied request this way.
 	Release bool
 	// Lease names the lease to release (from Result.Lease of the acquire).
 	// On a Concurrency acquire (cost > 0, not Release) a nonzero Lease is
@@ -46,7 +50,8 @@ type Op struct {
 	// (a duplicate settle changes nothing). A reservation whose settle
 	// never comes stands; a settle after its record expired reserves anew.
 	// When a batch is denied, a reservation it admitted is undone with the
-	// batch (no record is left) and so is a settle. Ignored on other ops.
+	// batch (no record is left; see Release to void it) and so is a
+	// settle. Ignored on other ops.
 	Lease uint64
 	// Reserve, on a reservation (see Lease), is the units it reserves when
 	// Cost is 0, ≥ 0. Ignored on other ops.

@@ -169,8 +169,8 @@ func testReserveSettle(t *testing.T, a, b *Engine, clock *storetest.Clock) {
 
 	// Hierarchy: key and team in one request, all-or-nothing (key k3's
 	// 1000 binds below team t's 3000). A request denied by one of them
-	// reserves nothing on the other, and its settle reserves anew (its
-	// admitted reservation was undone with the request: no record).
+	// reserves nothing on the other, and its later calls are ignored on
+	// both.
 	two := func(k, id string, hits uint64) Request {
 		d1, d2 := desc("key", k, "request_id", id), desc("team", "t", "request_id", id)
 		d1.Hits, d2.Hits = u64(hits), u64(hits)
@@ -191,7 +191,8 @@ func testReserveSettle(t *testing.T, a, b *Engine, clock *storetest.Clock) {
 	both(t, "200 more: key denies, team not charged", b, two("k3", "h2", 200), false, 100, 2100)
 	both(t, "h1 settles 950 on both", b, two("k3", "h1", 950), true, 50, 2050)
 	both(t, "h1 again: ignored on both", a, two("k3", "h1", 950), true, 50, 2050)
-	// h2's team reservation was undone with the request (no record): its
-	// next call reserves there; on key, which denied it, it is ignored.
-	both(t, "h2 again, 40: team reserves, key ignores", b, two("k3", "h2", 40), true, 50, 2010)
+	// h2's team reservation was undone with the request and voided (its
+	// record says denied): its next call (its settle at stream end) is
+	// ignored on both, charging nothing.
+	both(t, "h2's stream done, usage 0: ignored on both", b, two("k3", "h2", 0), true, 50, 2050)
 }

@@ -131,6 +131,7 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 		op := &ops[i]
 		paired := stack.Paired(op)
 		k, st := p.storeOf(op.Key, op.Limit.Algorithm, paired)
+		paired = paired && !op.Release // a void can neither deny nor be undone
 		g := &groups[k]
 		g.st, g.idx = st, append(g.idx, i)
 		// A reservation can deny and cannot be undone by a refund (its

@@ -362,6 +362,22 @@ func (s *store) applyLog(sh *shard, op *sluice.Op, h uint64, now int64, p algori
 func (s *store) applyPaired(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]undo, out *sluice.Result) error {
 	pk := pairKey{op.Key, op.Lease}
 	old, found := sh.pairs[pk]
+	if op.Release { // a void: a look, and a denied record if none
+		inner := sluice.Op{Key: op.Key, Limit: op.Limit}
+		if err := s.apply(sh, &inner, h, now, nil, out); err != nil {
+			return err
+		}
+		if old.Exp <= now {
+			if sh.pairs == nil {
+				sh.pairs = make(map[pairKey]algorithm.Pair)
+			}
+			if !found {
+				pk.key = cloneKey(pk.key)
+			}
+			sh.pairs[pk] = algorithm.Pair{Phase: algorithm.PairDenied, Exp: now + op.SettleWithin.Microseconds()}
+		}
+		return nil
+	}
 	act, n := algorithm.PairStep(old, now, op.Cost, op.Reserve)
 	inner := *op
 	inner.Lease, inner.Reserve, inner.SettleWithin, inner.Cost = 0, 0, 0, n

@@ -126,6 +126,12 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 		cost := strconv.FormatInt(op.Cost, 10)
 		lease := ""
 		switch {
+		case stack.Paired(op):
+			if op.Release {
+				cost = "r" // a void
+			}
+			lease = "p" + strconv.FormatUint(op.Lease, 10) + ":" + strconv.FormatInt(op.Reserve, 10) + ":" +
+				strconv.FormatInt(op.SettleWithin.Microseconds(), 10) + ":" + pairKey(s.prefix, op.Limit.Algorithm, op.Key, op.Lease)
 		case op.Release:
 			cost, lease = "r", strconv.FormatUint(op.Lease, 10)
 		case op.Action == sluice.Charge:
@@ -134,9 +140,6 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 			cost = "-" + cost
 		case op.Action == sluice.Reset:
 			cost = "x"
-		case stack.Paired(op):
-			lease = "p" + strconv.FormatUint(op.Lease, 10) + ":" + strconv.FormatInt(op.Reserve, 10) + ":" +
-				strconv.FormatInt(op.SettleWithin.Microseconds(), 10) + ":" + pairKey(s.prefix, op.Limit.Algorithm, op.Key, op.Lease)
 		case op.Limit.Algorithm == sluice.Concurrency && op.Cost > 0:
 			if r.leases == nil {
 				r.leases = make([]uint64, n)

@@ -867,6 +867,8 @@ func kinds(ops []sluice.Op) (action, deniable int) {
 			if action < 0 {
 				action = i
 			}
+		case stack.Paired(op) && op.Release:
+			// A void: never denied, nothing to take back.
 		case stack.Paired(op):
 			// A reservation or its settle: it may deny. The cross-slot
 			// refund takes it back with its record (driver.lua's

@@ -178,8 +178,8 @@ func CheckOp(o *sluice.Op) error {
 		}
 		return fmt.Errorf("sluice: op %q: limit %v: %w", o.Key, o.Limit, err)
 	}
-	if o.Release && o.Limit.Algorithm != sluice.Concurrency {
-		return fmt.Errorf("sluice: op %q: release is only for concurrency limits, not %v", o.Key, o.Limit.Algorithm)
+	if o.Release && o.Limit.Algorithm != sluice.Concurrency && o.Lease == 0 {
+		return fmt.Errorf("sluice: op %q: release is only for concurrency limits and reservations, not %v", o.Key, o.Limit.Algorithm)
 	}
 	switch o.Action {
 	case sluice.Take, sluice.Reset:
@@ -205,10 +205,10 @@ func CheckOp(o *sluice.Op) error {
 }
 
 // Paired reports whether o is a reservation of reserve-then-settle (see
-// sluice.Op.Lease): a Take, not a release, with a nonzero Lease, on a
-// limit other than Concurrency.
+// sluice.Op.Lease), or its void (with Release): a Take with a nonzero
+// Lease on a limit other than Concurrency.
 func Paired(o *sluice.Op) bool {
-	return o.Lease != 0 && o.Action == sluice.Take && !o.Release && o.Limit.Algorithm != sluice.Concurrency
+	return o.Lease != 0 && o.Action == sluice.Take && o.Limit.Algorithm != sluice.Concurrency
 }
 
 // limitOK is a fast check, without allocation, that Validate would return

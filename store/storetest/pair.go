@@ -34,10 +34,15 @@ func pairTables() []Table {
 			{At: at(14 * sec), Pair: 4, Cost: 1, Want: ok(10, 0, 46*sec)},
 			// A new window; the denial of 4 expired at 24s.
 			{At: at(61 * sec), Pair: 4, Cost: 2, Want: ok(10, 8, 59*sec)},
-			{At: at(61 * sec), Pair: 4, Cost: 2, Want: ok(10, 8, 59*sec)}, // settle of exactly the reservation
-			{At: at(61 * sec), Pair: 4, Cost: 0, Want: ok(10, 8, 59*sec)}, // settled: a look
-			{At: at(62 * sec), Pair: 5, Cost: 0, Want: ok(10, 8, 58*sec)}, // Reserve 0: a reservation of nothing
-			{At: at(62 * sec), Pair: 5, Cost: 3, Want: ok(10, 5, 58*sec)}, // its settle charges all
+			{At: at(61 * sec), Pair: 4, Cost: 2, Want: ok(10, 8, 59*sec)},    // settle of exactly the reservation
+			{At: at(61 * sec), Pair: 4, Cost: 0, Want: ok(10, 8, 59*sec)},    // settled: a look
+			{At: at(62 * sec), Pair: 5, Cost: 0, Want: ok(10, 8, 58*sec)},    // Reserve 0: a reservation of nothing
+			{At: at(62 * sec), Pair: 5, Cost: 3, Want: ok(10, 5, 58*sec)},    // its settle charges all
+			{At: at(62 * sec), Pair: 6, Void: true, Want: ok(10, 5, 58*sec)}, // a void of no record: denied
+			{At: at(62 * sec), Pair: 6, Cost: 3, Want: ok(10, 5, 58*sec)},    // so a look
+			{At: at(62 * sec), Pair: 7, Cost: 2, Want: ok(10, 3, 58*sec)},
+			{At: at(62 * sec), Pair: 7, Void: true, Want: ok(10, 3, 58*sec)}, // a void leaves a reservation
+			{At: at(62 * sec), Pair: 7, Cost: 1, Want: ok(10, 4, 58*sec)},    // whose settle refunds 1
 		}},
 		{Name: "gcra/pair", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: 10 * time.Second}, Steps: []Step{
 			// interval 1s, burst 10.

@@ -25,7 +25,9 @@ type Step struct {
 	// 0, its record living PairWithin.
 	Pair    uint64
 	Reserve int64
-	Want    sluice.Result
+	// Void, with Pair, voids the reservation (sluice.Op.Release).
+	Void bool
+	Want sluice.Result
 }
 
 // Table is a named step table for one limit.
@@ -243,7 +245,7 @@ func RunTable(t *testing.T, s sluice.Store, clock *Clock, tb Table) {
 		case st.ReleaseOf < 0:
 			op.Release, op.Lease = true, 1<<63+12345
 		case st.Pair != 0:
-			op.Lease, op.Reserve, op.SettleWithin = st.Pair, st.Reserve, PairWithin
+			op.Lease, op.Reserve, op.SettleWithin, op.Release = st.Pair, st.Reserve, PairWithin, st.Void
 		}
 		got, err := take1(s, op)
 		if err != nil {

@@ -246,7 +246,8 @@ end
 -- steps of algorithm.PairStep and PairNext: no record (or an expired one),
 -- a Take of the cost (op.reserve when it is 0), recorded reserved or
 -- denied; reserved(n), the settle, a Charge of cost − n or a Refund of
--- n − cost, recorded settled; denied or settled, a look. The record is
+-- n − cost, recorded settled; denied or settled, a look. A void (op.rel)
+-- is a look that records denied when there is no record. The record is
 -- written by pair_save once the group is decided (a denial is kept even
 -- when the group is denied), with what the op was (op j, the record
 -- before, the units it added to the counter: negative for a refund) for
@@ -265,7 +266,14 @@ local function pair_step(g, c, op, now, j)
   local until_ = now + op.within
   local d, ch, rec, keep
   local delta = 0
-  if phase == PAIR_NONE then
+  if op.rel then
+    -- A void (a release of a reservation): a look, and a denied record
+    -- when there is none, so that later calls of the lease are looks.
+    if phase == PAIR_NONE then
+      rec, keep = PAIR_DENIED .. ':0:' .. str(until_), true
+    end
+    d, ch = c.alg.step(c.st, now, 0, c.p), false
+  elseif phase == PAIR_NONE then
     local n = op.cost
     if n == 0 then
       n = op.reserve
@@ -307,9 +315,10 @@ local function pair_save(recs, denied)
   end
 end
 
--- step applies op to its entry c: a release, or a charge of cost.
+-- step applies op to its entry c: a release, or a charge of cost (a
+-- reservation's void, or its op once its group is decided, a look).
 local function step(c, op, now, cost)
-  if op.rel then
+  if op.rel and not op.pair then
     return c.alg.release(c.st, now, c.p, op.lease), false
   end
   return c.alg.step(c.st, now, cost, c.p, op.lease)
@@ -520,7 +529,7 @@ local function decide(kbase, ops, now, mode)
   for j = 1, #ops do
     local op = ops[j]
     -- Only a Take of cost > 0, or a reservation, can deny the group.
-    g.deniable = g.deniable or (not op.act and not op.rel and op.cost > 0) or op.pair
+    g.deniable = g.deniable or (not op.act and not op.rel and (op.cost > 0 or op.pair))
     if op.act and mode ~= MODE_DECIDE then
       return error('sluice: charge, refund or reset in a cross-slot group')
     end
