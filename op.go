@@ -22,7 +22,11 @@ type Op struct {
 	Cost int64
 	// Release, for Concurrency limits, frees the lease named Lease instead of
 	// acquiring. A release is always allowed; releasing a lease that has
-	// expired or was never granted does nothing.
+	// expired or was never granted does nothing. On a reservation (a
+	// nonzero Lease on another algorithm, see Lease) it voids it: when the
+	// reservation has no record, one is written saying denied (a later op
+	// of that Lease is a look); otherwise nothing changes. Package batch
+	// voids the reservations of a denied request this way.
 	Release bool
 	// Lease names the lease to release (from Result.Lease of the acquire).
 	// On a Concurrency acquire (cost > 0, not Release) a nonzero Lease is
@@ -31,8 +35,31 @@ type Op struct {
 	// a name of its own (a request ID, hashed) sets it. An acquire whose
 	// chosen ID is still held is admitted as a look, holding nothing more
 	// (a retried acquire takes one slot, not two); its Result names the
-	// lease held. Ignored on other ops.
+	// lease held.
+	//
+	// On a Take of any other algorithm, a nonzero Lease names a
+	// reservation (reserve-then-settle, paired by a request ID the caller
+	// hashes): the store keeps a record per key and Lease, living
+	// SettleWithin, and decides the op by it, in one atomic step. No
+	// record: the op reserves, a Take of Cost (Reserve when Cost is 0);
+	// admitted, the record holds the units reserved; denied by its own
+	// limit, the record says denied. A record holding n units: the op
+	// settles, its Cost being the actual usage a: a Charge of a − n when
+	// positive, a Refund of n − a when negative, never denied; the record
+	// says settled. A record that says denied or settled: the op is a look
+	// (a duplicate settle changes nothing). A reservation whose settle
+	// never comes stands; a settle after its record expired reserves anew.
+	// When a batch is denied, a reservation it admitted is undone with the
+	// batch (no record is left; see Release to void it) and so is a
+	// settle. Ignored on other ops.
 	Lease uint64
+	// Reserve, on a reservation (see Lease), is the units it reserves when
+	// Cost is 0, ≥ 0. Ignored on other ops.
+	Reserve int64
+	// SettleWithin, on a reservation (see Lease), is how long its record
+	// lives: a whole number of milliseconds from 1ms to the longest
+	// Limit.Window. Ignored on other ops.
+	SettleWithin time.Duration
 	// Action says what the op does to its key; the zero value, Take, admits
 	// Cost only if it fits. Charge, Refund and Reset are never denied.
 	Action Action
@@ -47,7 +74,8 @@ type Op struct {
 	// a promise: a store that cannot do it ignores it (store/memory never
 	// times out), and a charge whose outcome the store never learns stays.
 	// It changes nothing in a Take that answers in time. Ignored on
-	// releases, actions and looks.
+	// releases, actions, looks and reservations (see Lease: a refund of
+	// the cost would not undo one).
 	UndoIfUnknown bool
 }
 

@@ -73,7 +73,8 @@ type Batch struct {
 	Charged bool
 	// SettleErr is the store's error applying Settle ops after the
 	// decision (on their own, or after the Takes where the store splits
-	// them); the decision stands.
+	// them), or voiding a denied batch's reservations; the decision
+	// stands.
 	SettleErr error
 	// PenaltyErr is the store's error starting penalties; the decision
 	// stands.
@@ -122,8 +123,8 @@ const passes = 2
 // admitted and that is admitted or has no Settle op (a Split batch that
 // mixes Takes with Charges or Refunds of other keys: twice), once more
 // per pass that decides denied Shadow or Quota ops as looks (at most
-// two), once to apply Settle ops of a denied batch, and once to start
-// penalties.
+// two), once to apply Settle ops of a denied batch, once to void its
+// reservations (voidReservations), and once to start penalties.
 func Run(ctx context.Context, st sluice.Store, b *Batch, mode Mode) error {
 	n := len(b.Ops)
 	if len(b.Results) != n || len(b.Shadowed) != n || (b.Roles != nil && len(b.Roles) != n) || (b.Of != nil && len(b.Of) != n) {
@@ -204,9 +205,34 @@ func Run(ctx context.Context, st sluice.Store, b *Batch, mode Mode) error {
 		settleAlone(ctx, st, b)
 	}
 	if !b.Charged {
+		voidReservations(ctx, st, b)
 		startPenalties(ctx, st, b)
 	}
 	return nil
+}
+
+// voidReservations voids, in one call, the reservations of a batch that
+// was denied (sluice.Op.Lease on a Take of a limit other than Concurrency)
+// that were not denied themselves: the batch undid them, leaving no
+// record, and a void records them denied, so that the request's later
+// calls with that lease (its settle at stream end) are looks, not new
+// reservations. A settle the batch undid is left as it was (reserved):
+// a void changes no record it finds.
+func voidReservations(ctx context.Context, st sluice.Store, b *Batch) {
+	var ops []sluice.Op
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		if op.Lease != 0 && op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.Concurrency && b.Results[i].Allowed {
+			ops = append(ops, sluice.Op{Key: op.Key, Limit: op.Limit, Lease: op.Lease, SettleWithin: op.SettleWithin, Release: true})
+		}
+	}
+	if len(ops) == 0 {
+		return
+	}
+	if err := st.Take(ctx, ops, make([]sluice.Result, len(ops))); err != nil {
+		err = fmt.Errorf("batch: voiding the reservations of a denied request: %w", err)
+		b.SettleErr = errors.Join(b.SettleErr, err)
+	}
 }
 
 // mixed reports whether a batch mixes charges or refunds with Takes of

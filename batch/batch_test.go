@@ -119,3 +119,42 @@ func TestRunShape(t *testing.T) {
 		t.Fatalf("Run without Shadowed: %v, want ErrBatchShape", err)
 	}
 }
+
+// TestRunVoidsReservations: a batch denied by another op voids, in one
+// more call, the reservations it admitted and undid (sluice.Op.Lease), so
+// that their later ops are looks; one admitted in a re-decided pass (a
+// shadow denial decided as a look) is charged, not voided.
+func TestRunVoidsReservations(t *testing.T) {
+	for _, mode := range []batch.Mode{batch.Atomic, batch.Split} {
+		clock := storetest.NewClock()
+		mem := memory.New(memory.Options{Now: clock.Now})
+		t.Cleanup(func() { mem.Close() })
+		st := &counting{Store: mem}
+		budget := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}
+		pair := func(lease uint64, cost int64) sluice.Op {
+			return sluice.Op{Key: "budget", Limit: budget, Cost: cost, Lease: lease, SettleWithin: time.Minute}
+		}
+		run := func(ops []sluice.Op, roles []batch.Role) *batch.Batch {
+			t.Helper()
+			b := &batch.Batch{Ops: ops, Results: make([]sluice.Result, len(ops)), Shadowed: make([]bool, len(ops)), Roles: roles}
+			if err := batch.Run(context.Background(), st, b, mode); err != nil || b.SettleErr != nil {
+				t.Fatalf("mode %d: Run: %v, %v", mode, err, b.SettleErr)
+			}
+			return b
+		}
+		run([]sluice.Op{take("full")}, nil)
+		st.calls = 0
+		if b := run([]sluice.Op{pair(1, 4), take("full")}, nil); b.Charged || st.calls != 2 {
+			t.Fatalf("mode %d: reservation with a denied Take: charged %v in %d calls, want denied in 2 (the decision, the void)", mode, b.Charged, st.calls)
+		}
+		if b := run([]sluice.Op{pair(1, 0)}, nil); !b.Charged || b.Results[0].Remaining != 10 {
+			t.Errorf("mode %d: the voided reservation's next op: %+v, want a look (10 left)", mode, b.Results[0])
+		}
+		if b := run([]sluice.Op{pair(2, 4), take("full")}, []batch.Role{batch.Enforce, batch.Shadow}); !b.Charged || b.Results[0].Remaining != 6 {
+			t.Fatalf("mode %d: reservation with a shadow denial: %+v charged %v, want charged, 6 left", mode, b.Results[0], b.Charged)
+		}
+		if b := run([]sluice.Op{pair(2, 5)}, nil); b.Results[0].Remaining != 5 {
+			t.Errorf("mode %d: the settle of 2 (usage 5): %+v, want 5 left", mode, b.Results[0])
+		}
+	}
+}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice"
 )
@@ -45,6 +46,51 @@ descriptors:
 			}
 		}
 		if got := r.Path[tt.index].Counted("r-1"); got != "" {
+			t.Errorf("rule %s: the paired step counts value %q, want \"\"", r.ID, got)
+		}
+	}
+}
+
+// TestSettleReserve reads rate_limit.settle: reserve with pair_by on any
+// algorithm but concurrency: the rule reserves, pairs by the entry (left
+// out of the counter), and reserve and settle_within take their values or
+// their defaults.
+func TestSettleReserve(t *testing.T) {
+	const file = `domain: llm
+descriptors:
+  - key: key
+    descriptors:
+      - key: request_id
+        rate_limit: {unit: hour, requests_per_unit: 100000, settle: reserve, pair_by: request_id, reserve: 4000, settle_within: 10m}
+  - key: team
+    descriptors:
+      - key: request_id
+        rate_limit: {algorithm: gcra, unit: hour, requests_per_unit: 100000, settle: reserve, pair_by: request_id}
+`
+	snap, err := Parse("llm.yaml", []byte(file), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		entries []Entry
+		alg     sluice.Algorithm
+		reserve int64
+		within  time.Duration
+	}{
+		{[]Entry{{"key", "k1"}, {"request_id", "r-1"}}, sluice.FixedWindow, 4000, 10 * time.Minute},
+		{[]Entry{{"team", "t1"}, {"request_id", "r-1"}}, sluice.GCRA, DefaultReserve, DefaultSettleWithin},
+	}
+	for _, tt := range tests {
+		r := snap.Match("llm", tt.entries)
+		if r == nil {
+			t.Fatalf("Match(%v) = nil, want the reserving rule", tt.entries)
+		}
+		if !r.SettleReserve || r.SettleAfter || r.PairBy != "request_id" || r.PairIndex != 1 || r.Limit.Algorithm != tt.alg ||
+			r.Reserve != tt.reserve || r.SettleWithin != tt.within {
+			t.Errorf("rule %s: SettleReserve %v SettleAfter %v PairBy %q PairIndex %d algorithm %v Reserve %d SettleWithin %v, want true false request_id 1 %v %d %v",
+				r.ID, r.SettleReserve, r.SettleAfter, r.PairBy, r.PairIndex, r.Limit.Algorithm, r.Reserve, r.SettleWithin, tt.alg, tt.reserve, tt.within)
+		}
+		if got := r.Path[1].Counted("r-1"); got != "" {
 			t.Errorf("rule %s: the paired step counts value %q, want \"\"", r.ID, got)
 		}
 	}

@@ -606,7 +606,8 @@ const MaxPenalty = 7 * 24 * time.Hour
 
 // maxOf bounds each whole-number field, for the message of a value that is
 // no whole number at all (the range itself is Spec's to check).
-var maxOf = map[Field]uint64{FieldRequestsPerUnit: math.MaxUint32, FieldBurst: sluicealgorithm.MaxExact, FieldSubCounters: MaxSubCounters}
+var maxOf = map[Field]uint64{FieldRequestsPerUnit: math.MaxUint32, FieldBurst: sluicealgorithm.MaxExact, FieldSubCounters: MaxSubCounters,
+	FieldReserve: sluicealgorithm.MaxExact}
 
 // spec is the YAML decoder of a Spec: it reads mapping n, whose keys must
 // be among known, checking only each value's YAML type (string, boolean,
@@ -625,7 +626,7 @@ func (p *parser) spec(n *yaml.Node, field string, known []string) (*Spec, bool) 
 		switch bit {
 		case FieldUnlimited:
 			s.Unlimited, fine = p.boolean(v, f)
-		case FieldRequestsPerUnit, FieldBurst, FieldSubCounters:
+		case FieldRequestsPerUnit, FieldBurst, FieldSubCounters, FieldReserve:
 			var x int64
 			x, fine = p.int64(v, f, maxOf[bit])
 			switch bit {
@@ -633,6 +634,8 @@ func (p *parser) spec(n *yaml.Node, field string, known []string) (*Spec, bool) 
 				s.RequestsPerUnit = x
 			case FieldBurst:
 				s.Burst = x
+			case FieldReserve:
+				s.Reserve = x
 			default:
 				s.SubCounters = x
 			}
@@ -683,6 +686,8 @@ func (s *Spec) text(bit Field) *string {
 		return &s.Choice
 	case FieldBudget:
 		return &s.Budget
+	case FieldSettleWithin:
+		return &s.SettleWithin
 	}
 	return new(string)
 }

@@ -116,7 +116,8 @@ type Rule struct {
 	// apply_on_stream_done at stream end) releases exactly that slot. The
 	// entry's value is left out of the counter's key, so every request
 	// ID shares the rule's counter. "" when the rule pairs nothing. Only
-	// on concurrency rules; PairIndex is the entry's index in Path.
+	// on concurrency rules and with SettleReserve; PairIndex is the
+	// entry's index in Path.
 	PairBy    string
 	PairIndex int
 	// Choice (rate_limit.choice) names the group of alternatives the rule
@@ -137,6 +138,17 @@ type Rule struct {
 	// token_bucket and gcra rules, without sub-counters or placement
 	// hybrid.
 	NotifyAt []uint8
+	// SettleReserve (rate_limit.settle: reserve): the rule's hits are
+	// reserved on the request path and settled at stream end, paired by
+	// the PairBy entry (sluice.Op.Lease names the reservation): the first
+	// call of a request ID reserves its hits (Reserve when it carries
+	// none) and may be denied; the next, with the actual usage as its
+	// hits, charges the difference or refunds it, never denied; later
+	// ones are ignored. Reserve and SettleWithin (how long a reservation
+	// waits for its settle) are set, to their defaults when not given.
+	SettleReserve bool
+	Reserve       int64
+	SettleWithin  time.Duration
 	// QuotaMode (the descriptor's quota_mode, as envoyproxy/ratelimit's):
 	// this rule's denial alone does not deny the request; a request is
 	// denied by its quota-mode rules only when every one of them denies.

@@ -57,9 +57,10 @@ type Spec struct {
 	TimeZone string `json:"time_zone,omitempty"`
 	// Penalty keeps a key denied this long after it went over.
 	Penalty string `json:"penalty,omitempty"`
-	// Settle is before or after.
+	// Settle is before, after or reserve.
 	Settle string `json:"settle,omitempty"`
-	// PairBy names the entry carrying a request ID (concurrency only).
+	// PairBy names the entry carrying a request ID (a concurrency rule, or
+	// any with settle: reserve).
 	PairBy string `json:"pair_by,omitempty"`
 	// Choice names a group of alternatives (first with quota): the
 	// request's descriptors matching rules of one group are tried in
@@ -78,6 +79,12 @@ type Spec struct {
 	// strictly increasing, at most MaxNotifyLevels), whose crossing is
 	// told once per period (Rule.NotifyAt).
 	NotifyAt []int64 `json:"notify_at,omitempty"`
+	// Reserve is what a reservation takes when its call carries no hits
+	// (settle: reserve only).
+	Reserve int64 `json:"reserve,omitempty"`
+	// SettleWithin is how long a reservation waits for its settle, a
+	// duration (settle: reserve only).
+	SettleWithin string `json:"settle_within,omitempty"`
 
 	// Given holds a bit for each field the source wrote (see Spec).
 	Given Field `json:"-"`
@@ -122,12 +129,14 @@ const (
 	FieldUsage
 	FieldBudget
 	FieldNotifyAt
+	FieldReserve
+	FieldSettleWithin
 	numFieldsBit
 )
 
 // numFields is the number of fields; a field added to the list above
 // without raising it does not compile (the check below).
-const numFields = 21
+const numFields = 23
 
 var _ = [1]struct{}{}[numFieldsBit>>numFields-1]
 
@@ -138,7 +147,8 @@ const FieldAll = numFieldsBit - 1
 const FieldLimit = FieldRequestsPerUnit | FieldUnit | FieldWindow | FieldAlgorithm | FieldBurst
 
 // notUnlimited is what an unlimited rule may not give.
-const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldChoice | FieldUsage | FieldBudget | FieldNotifyAt
+const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldChoice | FieldUsage | FieldBudget | FieldNotifyAt |
+	FieldReserve | FieldSettleWithin
 
 // fieldKeys names each field (by bit index), in rate_limit's key order.
 var fieldKeys = [numFields]string{
@@ -148,6 +158,7 @@ var fieldKeys = [numFields]string{
 	"choice",
 	"usage", "budget",
 	"notify_at",
+	"reserve", "settle_within",
 }
 
 func (f Field) index() int {
@@ -227,6 +238,10 @@ func (s *Spec) has(f Field) bool {
 		return s.Budget != ""
 	case FieldNotifyAt:
 		return len(s.NotifyAt) > 0
+	case FieldReserve:
+		return s.Reserve != 0
+	case FieldSettleWithin:
+		return s.SettleWithin != ""
 	}
 	return false
 }
@@ -517,7 +532,8 @@ func (s *Spec) TierLimit(u Use) (*TierLimit, error) {
 // Rule checks s as a rule file's rate_limit on path u.Path and compiles
 // it into the rule's limit fields (Name, Limit, Unit, RequestsPerUnit,
 // Unlimited, FailureMode, Placement, SubCounters, Penalty, Replaces,
-// SettleAfter, PairBy, PairIndex, Choice, Usage, NotifyAt, Calendar and Tiers; Line is
+// SettleAfter, PairBy, PairIndex, SettleReserve, Reserve, SettleWithin,
+// Choice, Usage, NotifyAt, Calendar and Tiers; Line is
 // s.Line). A money rule (usage and budget) has its budget, in micro-units,
 // as Limit.Quota.
 // The errors are SpecErrors.
@@ -590,6 +606,7 @@ func (s *Spec) Rule(u Use) (*Rule, error) {
 	if s.has(FieldNotifyAt) {
 		valid = c.notifyAt(r, alg) && valid
 	}
+	valid = c.reserve(r, alg) && valid
 	if r.SettleAfter && alg == sluice.Concurrency {
 		c.bad(FieldSettle, "concurrency limits count requests in flight; they cannot settle after")
 		valid = false
@@ -674,8 +691,24 @@ func (c *checker) other(r *Rule, cal *Calendar) {
 		case "before":
 		case "after":
 			r.SettleAfter = true
+		case "reserve":
+			r.SettleReserve = true
 		default:
-			c.bad(FieldSettle, "unknown settle %q (want before or after)", echo(s.Settle))
+			c.bad(FieldSettle, "unknown settle %q (want before, after or reserve)", echo(s.Settle))
+		}
+	}
+	if s.has(FieldReserve) && c.count(FieldReserve, s.Reserve, algorithm.MaxExact) {
+		r.Reserve = s.Reserve
+	}
+	if s.has(FieldSettleWithin) {
+		d, err := time.ParseDuration(s.SettleWithin)
+		switch {
+		case err != nil:
+			c.bad(FieldSettleWithin, "want a duration such as 1h, got %q", echo(s.SettleWithin))
+		case d < time.Second || d > stack.MaxWindow || d%time.Millisecond != 0:
+			c.bad(FieldSettleWithin, "%v: want whole milliseconds from 1s to %v", d, stack.MaxWindow)
+		default:
+			r.SettleWithin = d
 		}
 	}
 	if s.has(FieldPairBy) {
@@ -815,8 +848,8 @@ func (c *checker) notifyAt(r *Rule, alg sluice.Algorithm) bool {
 // pairBy checks r.PairBy against the rule's algorithm and path, and sets
 // r.PairIndex.
 func (c *checker) pairBy(r *Rule, alg sluice.Algorithm, path []Step) bool {
-	if alg != sluice.Concurrency {
-		c.bad(FieldPairBy, "only concurrency limits pair an acquire with its release, not %v", alg)
+	if alg != sluice.Concurrency && !r.SettleReserve {
+		c.bad(FieldPairBy, "only a concurrency limit (a slot and its release) or settle: reserve (a reservation and its settle) pairs by a request ID; this is %v without settle: reserve", alg)
 		return false
 	}
 	for i := range path {
@@ -940,6 +973,55 @@ func pathKeys(path []Step) string {
 	}
 	return strings.Join(keys, " > ")
 }
+
+// reserve checks settle: reserve and its options (reserve, settle_within)
+// against the rule's other fields, and sets their defaults.
+func (c *checker) reserve(r *Rule, alg sluice.Algorithm) bool {
+	s, good := c.s, true
+	if !r.SettleReserve {
+		for _, f := range []Field{FieldReserve, FieldSettleWithin} {
+			if s.has(f) {
+				c.bad(f, "only with settle: reserve")
+				good = false
+			}
+		}
+		return good
+	}
+	switch {
+	case alg == sluice.Concurrency:
+		c.bad(FieldSettle, "concurrency limits count requests in flight; they cannot reserve (pair_by alone pairs a slot with its release)")
+		good = false
+	case r.PairBy == "":
+		c.bad(FieldSettle, "reserve pairs each reservation with its settle by a request ID: give pair_by")
+		good = false
+	}
+	if r.SubCounters > 1 {
+		c.bad(FieldSubCounters, "not allowed with settle: reserve (a settle must find its reservation's counter)")
+		good = false
+	}
+	if r.Placement == PlacementHybrid {
+		c.bad(FieldPlacement, "not allowed with settle: reserve (reservations are decided by the global store, where every instance sees their records)")
+		good = false
+	}
+	if !s.has(FieldReserve) {
+		r.Reserve = DefaultReserve
+	}
+	if !s.has(FieldSettleWithin) {
+		r.SettleWithin = DefaultSettleWithin
+	}
+	return good
+}
+
+// Defaults of settle: reserve.
+const (
+	// DefaultReserve is what a reservation takes when its call carries no
+	// hits and the rule gives no reserve: one unit, so that a spent
+	// budget denies it.
+	DefaultReserve = 1
+	// DefaultSettleWithin is how long a reservation waits for its settle
+	// when the rule gives no settle_within.
+	DefaultSettleWithin = time.Hour
+)
 
 // tiers compiles rate_limit.tiers for rule r, whose own limit is known.
 func (c *checker) tiers(r *Rule) bool {

@@ -7,6 +7,7 @@ import (
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/batch"
 	"github.com/sluice-rl/sluice/rules"
+	"github.com/sluice-rl/sluice/store/stack"
 )
 
 // LastHit returns when a check last matched the rule of domain with ID id
@@ -239,6 +240,9 @@ func (e *Engine) plan(pol *policy, sc *scratch, req *Request, adj *adjust) Respo
 			}
 			cost = c // its hits do not count: the tokens' price does
 		}
+		if res.from != byRequest && res.info.rule.SettleReserve && adj == nil && act == sluice.Take {
+			cost = givenHits(req, i) // 0: the rule's reserve
+		}
 		if res.from == byRequest {
 			planGiven(pol, dom, sc, d, i, &res, cost, act)
 		} else {
@@ -295,6 +299,17 @@ func descriptorOp(req *Request, i int, adj *adjust) (int64, sluice.Action) {
 	return cost, sluice.Take
 }
 
+// givenHits returns the hits descriptor i of req gives: its own, else the
+// request's, 0 when neither gives any (descriptorOp's default of 1 is not
+// taken: a reservation then takes its rule's reserve, and a settle counts
+// no usage).
+func givenHits(req *Request, i int) int64 {
+	if h := req.Descriptors[i].Hits; h != nil {
+		return int64(*h)
+	}
+	return int64(req.Hits)
+}
+
 // planGiven plans descriptor i's limit given in the request: its key and
 // op, in Config's default modes.
 func planGiven(pol *policy, dom *domainInfo, sc *scratch, d *Descriptor, i int, res *resolved, cost int64, act sluice.Action) {
@@ -340,11 +355,20 @@ func planRule(pol *policy, sc *scratch, st *Status, d *Descriptor, i int, res *r
 }
 
 // ruleOp shapes the op (all but key and limit) of a descriptor of rule r
-// with cost and act: a paired slot's lease, or its release at stream end;
-// a settle-after rule's charge, or its probe (a look as a Take of 1 that
-// finishOps refunds). skip: a concurrency rule's refund or Charge, which
-// has no op (its lease is given back with Release).
+// with cost and act: a reservation of a settle-reserve rule (its lease the
+// request ID, hashed: the store reserves or settles by its record); a
+// paired slot's lease, or its release at stream end; a settle-after rule's
+// charge, or its probe (a look as a Take of 1 that finishOps refunds).
+// skip: a concurrency rule's refund or Charge, which has no op (its lease
+// is given back with Release).
 func ruleOp(r *rules.Rule, d *Descriptor, cost int64, act sluice.Action, adj *adjust) (op sluice.Op, probing, skip bool) {
+	if r.SettleReserve {
+		if adj == nil && act == sluice.Take {
+			op.Lease, op.Reserve, op.SettleWithin = pairLease(d.Entries[r.PairIndex].Value), r.Reserve, r.SettleWithin
+		}
+		op.Cost, op.Action = cost, act
+		return op, false, false
+	}
 	if r.PairBy != "" && adj == nil && cost > 0 {
 		op.Lease = pairLease(d.Entries[r.PairIndex].Value) // the slot: its request ID, hashed
 	}
@@ -435,7 +459,9 @@ func markUndo(sc *scratch, fallback bool) {
 		if p.op < 0 || p.dropped {
 			continue
 		}
-		if op := &sc.ops[p.op]; op.Action == sluice.Take && !op.Release && op.Cost > 0 {
+		// Not a reservation: a refund of its cost would not undo it (its
+		// record would still say reserved).
+		if op := &sc.ops[p.op]; op.Action == sluice.Take && !op.Release && op.Cost > 0 && !stack.Paired(op) {
 			op.UndoIfUnknown = denies || (fallback && p.mode == rules.FailureLocal)
 		}
 	}

@@ -78,8 +78,10 @@ const (
 	numPlaces
 )
 
-// storeOf is where an op of key and algorithm alg is decided.
-func (p *Placed) storeOf(key string, alg sluice.Algorithm) (int, sluice.Store) {
+// storeOf is where an op of key and algorithm alg is decided; paired
+// says it is a reservation (stack.Paired), which a hybrid placement sends
+// to the global store: its record must be where every instance sees it.
+func (p *Placed) storeOf(key string, alg sluice.Algorithm, paired bool) (int, sluice.Store) {
 	if key != "" {
 		switch key[0] {
 		case stack.KeyLocal:
@@ -87,7 +89,7 @@ func (p *Placed) storeOf(key string, alg sluice.Algorithm) (int, sluice.Store) {
 				return placeLocal, p.Local
 			}
 		case stack.KeyHybrid:
-			if p.Hybrid != nil && !(p.GlobalWindows && alg == sluice.FixedWindow) {
+			if p.Hybrid != nil && !paired && !(p.GlobalWindows && alg == sluice.FixedWindow) {
 				return placeHybrid, p.Hybrid
 			}
 		}
@@ -117,10 +119,10 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	if len(ops) == 0 {
 		return nil
 	}
-	first, st := p.storeOf(ops[0].Key, ops[0].Limit.Algorithm)
+	first, st := p.storeOf(ops[0].Key, ops[0].Limit.Algorithm, stack.Paired(&ops[0]))
 	same := true
 	for i := 1; i < len(ops) && same; i++ {
-		k, _ := p.storeOf(ops[i].Key, ops[i].Limit.Algorithm)
+		k, _ := p.storeOf(ops[i].Key, ops[i].Limit.Algorithm, stack.Paired(&ops[i]))
 		same = k == first
 	}
 	if same {
@@ -128,12 +130,16 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 	}
 	var groups [numPlaces]group
 	for i := range ops {
-		k, st := p.storeOf(ops[i].Key, ops[i].Limit.Algorithm)
+		op := &ops[i]
+		paired := stack.Paired(op)
+		k, st := p.storeOf(op.Key, op.Limit.Algorithm, paired)
+		paired = paired && !op.Release // a void can neither deny nor be undone
 		g := &groups[k]
 		g.st, g.idx = st, append(g.idx, i)
-		op := &ops[i]
-		g.decides = g.decides || (op.Action == sluice.Take && !op.Release && op.Cost > 0)
-		g.final = g.final || op.Action == sluice.Refund || op.Action == sluice.Reset
+		// A reservation can deny and cannot be undone by a refund (its
+		// record would say reserved).
+		g.decides = g.decides || (op.Action == sluice.Take && !op.Release && op.Cost > 0) || paired
+		g.final = g.final || op.Action == sluice.Refund || op.Action == sluice.Reset || paired
 	}
 	// The order: groups that can deny and be undone, then the one that can
 	// deny and cannot be undone, then those that cannot deny.
@@ -165,6 +171,9 @@ func (p *Placed) Take(ctx context.Context, ops []sluice.Op, results []sluice.Res
 		for j, i := range g.idx {
 			sub[j] = ops[i]
 			if denied && !sub[j].Release {
+				if stack.Paired(&sub[j]) {
+					sub[j].Lease = 0 // a look, not a reservation
+				}
 				sub[j].Cost, sub[j].Action, sub[j].UndoIfUnknown = 0, sluice.Take, false // a look: the batch is refused
 			}
 		}
@@ -218,7 +227,9 @@ func (p *Placed) undo(ctx context.Context, ops []sluice.Op, results []sluice.Res
 			}
 			u := sluice.Op{Key: op.Key, Limit: op.Limit}
 			switch {
-			case op.Release || op.Cost == 0 || (op.Action != sluice.Take && op.Action != sluice.Charge):
+			case op.Release || op.Cost == 0 || (op.Action != sluice.Take && op.Action != sluice.Charge) || stack.Paired(&op):
+				// (A reservation is never undone here: a refund would leave
+				// its record saying reserved. Its group is decided last.)
 				continue
 			case op.Limit.Algorithm == sluice.Concurrency:
 				if results[i].Lease == 0 {
@@ -258,7 +269,7 @@ func (p *Placed) Keys(ctx context.Context, prefix string, max int) ([]string, bo
 	}
 	var stores []sluice.Store
 	if prefix != "" {
-		_, st := p.storeOf(prefix, 0) // (a hybrid store lists the global store's keys)
+		_, st := p.storeOf(prefix, 0, false) // (a hybrid store lists the global store's keys)
 		stores = []sluice.Store{st}
 	} else {
 		for _, st := range []sluice.Store{p.Local, p.Hybrid, p.Global} {

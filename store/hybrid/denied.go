@@ -196,8 +196,10 @@ func (d *Denied) shard(k entryKey) *dshard {
 }
 
 // cacheable reports whether a denial of op may be remembered and reused.
+// Not a reservation's (stack.Paired): the same op is a settle, never
+// denied, once its record holds the reservation.
 func cacheable(op *sluice.Op) bool {
-	return op.Action == sluice.Take && op.Cost > 0 && !op.Release && op.Limit.Algorithm != sluice.Concurrency
+	return op.Action == sluice.Take && op.Cost > 0 && !op.Release && op.Limit.Algorithm != sluice.Concurrency && !stack.Paired(op)
 }
 
 // exactRetry reports whether r, a denial of op, says exactly when op fits:

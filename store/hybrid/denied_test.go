@@ -251,3 +251,41 @@ func TestDeniedCacheCosts(t *testing.T) {
 		})
 	}
 }
+
+// TestDeniedPaired: the cache never remembers a reservation's denial
+// (reserve-then-settle, sluice.Op.Lease) nor answers one: the same op is
+// a settle, never denied, once its record holds a reservation. Here a
+// plain Take's denial of the key is remembered, a reservation is denied,
+// and the settle of an earlier reservation still reaches the store and
+// charges.
+func TestDeniedPaired(t *testing.T) {
+	d, next, _ := deniedOverMemory(t)
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}
+	pair := func(lease uint64, cost int64) sluice.Op {
+		return sluice.Op{Key: "k", Limit: l, Cost: cost, Lease: lease, SettleWithin: time.Minute}
+	}
+	take := func(op sluice.Op) sluice.Result {
+		t.Helper()
+		res := make([]sluice.Result, 1)
+		if err := d.Take(context.Background(), []sluice.Op{op}, res); err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+		return res[0]
+	}
+	if r := take(pair(1, 8)); !r.Allowed || r.Remaining != 2 {
+		t.Fatalf("reservation 1 of 8: %+v, want allowed, 2 left", r)
+	}
+	if r := take(sluice.Op{Key: "k", Limit: l, Cost: 5}); r.Allowed {
+		t.Fatalf("a plain Take of 5: %+v, want denied (and remembered)", r)
+	}
+	if r := take(pair(2, 5)); r.Allowed {
+		t.Fatalf("reservation 2 of 5: %+v, want denied", r)
+	}
+	before := next.ops
+	if r := take(pair(1, 9)); !r.Allowed || r.Remaining != 1 || next.ops != before+1 {
+		t.Fatalf("settle of 1 (usage 9): %+v, %d ops reached the store; want allowed, 1 left, 1 op", r, next.ops-before)
+	}
+	if r := take(pair(2, 1)); !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("the call after reservation 2's denial: %+v, want ignored (allowed, 1 left)", r)
+	}
+}

@@ -461,6 +461,9 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		if !Supported(ops[i].Limit.Algorithm) {
 			return fmt.Errorf("hybrid: op %q: %v: %w", ops[i].Key, ops[i].Limit.Algorithm, ErrUnsupported)
 		}
+		if stack.Paired(&ops[i]) {
+			return fmt.Errorf("hybrid: op %q: a reservation (its record is the global store's): %w", ops[i].Key, ErrUnsupported)
+		}
 	}
 	if s.takes.Add(1)%sweepEveryTakes == 0 {
 		s.maybeSweep()

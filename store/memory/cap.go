@@ -118,6 +118,11 @@ func (s *store) sweepShard(sh *shard, now int64) int {
 		sweepTable(s, &sh.slog, func(v **logState) bool { return stale((*v).exp) }) +
 		sweepTable(s, &sh.conc, func(v **logState) bool { return stale((*v).exp) })
 	sh.count -= n
+	for k, rec := range sh.pairs {
+		if rec.Exp <= now {
+			delete(sh.pairs, k)
+		}
+	}
 	sh.minExp, sh.lastSweep, sh.sinceSweep = m, now, 0
 	return n
 }

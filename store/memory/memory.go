@@ -229,7 +229,7 @@ func (s *store) Take(_ context.Context, ops []sluice.Op, results []sluice.Result
 		return fmt.Errorf("memory: %d ops, %d results: %w", len(ops), len(results), stack.ErrResultsLength)
 	}
 	for i := range ops {
-		if ops[i].Cost < 0 || ops[i].Cost > algorithm.MaxExact || ops[i].Release || ops[i].Action != sluice.Take {
+		if ops[i].Cost < 0 || ops[i].Cost > algorithm.MaxExact || ops[i].Release || ops[i].Action != sluice.Take || ops[i].Lease != 0 {
 			if err := stack.CheckOp(&ops[i]); err != nil {
 				return fmt.Errorf("memory: %w", err)
 			}
@@ -256,7 +256,7 @@ func (s *store) Take(_ context.Context, ops []sluice.Op, results []sluice.Result
 func (st *Store) TakeOne(_ context.Context, o sluice.Op) (sluice.Result, error) {
 	s := st.store // a method of Store itself: no wrapper copies o once more
 	var r sluice.Result
-	if o.Cost < 0 || o.Cost > algorithm.MaxExact || o.Release || o.Action != sluice.Take {
+	if o.Cost < 0 || o.Cost > algorithm.MaxExact || o.Release || o.Action != sluice.Take || o.Lease != 0 {
 		if err := stack.CheckOp(&o); err != nil {
 			return r, fmt.Errorf("memory: %w", err)
 		}
@@ -320,6 +320,9 @@ func (s *store) takeBatch(ops []sluice.Op, results []sluice.Result, now int64) e
 		if results[i].Allowed && !ops[i].Release {
 			look := ops[i]
 			look.Cost, look.Action = 0, sluice.Take
+			if stack.Paired(&look) {
+				look.Lease = 0 // its record was undone with the batch
+			}
 			_ = s.apply(&s.shards[idx[i]], &look, hs[i], now, nil, &results[i]) // valid: applied above
 		}
 	}

@@ -45,6 +45,10 @@ type shard struct {
 	slide table[windowState]
 	slog  table[*logState]
 	conc  table[*logState]
+	// pairs holds the records of reservations (sluice.Op.Lease on other
+	// algorithms), by counter key and lease; swept when expired, not
+	// counted in count or under MaxKeys.
+	pairs map[pairKey]algorithm.Pair
 	count int
 	// minExp is at most the earliest exp of the shard's keys (so no key is
 	// fresh before it); lastSweep is when sweepShard last ran, sinceSweep
@@ -88,10 +92,30 @@ type undo struct {
 	// snap, when set, is the whole log state before the op (a refund or
 	// reset of a log key), put back as it was.
 	snap *logState
+	// pair, when set, says this undo puts back the record pk of a
+	// reservation: pold, or none when !pfound.
+	pair   bool
+	pfound bool
+	pk     pairKey
+	pold   algorithm.Pair
+}
+
+// pairKey names the record of a reservation: its counter and lease.
+type pairKey struct {
+	key   string
+	lease uint64
 }
 
 func (u *undo) revert(s *store) {
 	sh := u.sh
+	if u.pair {
+		if u.pfound {
+			sh.pairs[u.pk] = u.pold
+		} else {
+			delete(sh.pairs, u.pk)
+		}
+		return
+	}
 	if u.snap != nil {
 		t := &sh.slog
 		if u.alg == sluice.Concurrency {
@@ -182,6 +206,9 @@ func (s *store) apply(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]un
 	p, err := sh.params(&op.Limit)
 	if err != nil {
 		return err
+	}
+	if stack.Paired(op) {
+		return s.applyPaired(sh, op, h, now, undos, out)
 	}
 	var d algorithm.Decision
 	var lease uint64
@@ -324,4 +351,58 @@ func (s *store) applyLog(sh *shard, op *sluice.Op, h uint64, now int64, p algori
 		*undos = append(*undos, undo{sh: sh, alg: alg, h: h, key: op.Key, isNew: !found, entry: entry})
 	}
 	return d, lease
+}
+
+// applyPaired applies a reservation or its settle (stack.Paired) in one
+// step under sh.mu: algorithm.PairStep says what the op does to its
+// counter (a Take, Charge, Refund or look, applied as any such op), and
+// algorithm.PairNext what its record becomes. A reservation denied by its
+// own limit leaves a denied record that a batch's undo keeps; every other
+// change of the record is undone with the batch.
+func (s *store) applyPaired(sh *shard, op *sluice.Op, h uint64, now int64, undos *[]undo, out *sluice.Result) error {
+	pk := pairKey{op.Key, op.Lease}
+	old, found := sh.pairs[pk]
+	if op.Release { // a void: a look, and a denied record if none
+		inner := sluice.Op{Key: op.Key, Limit: op.Limit}
+		if err := s.apply(sh, &inner, h, now, nil, out); err != nil {
+			return err
+		}
+		if old.Exp <= now {
+			if sh.pairs == nil {
+				sh.pairs = make(map[pairKey]algorithm.Pair)
+			}
+			if !found {
+				pk.key = cloneKey(pk.key)
+			}
+			sh.pairs[pk] = algorithm.Pair{Phase: algorithm.PairDenied, Exp: now + op.SettleWithin.Microseconds()}
+		}
+		return nil
+	}
+	act, n := algorithm.PairStep(old, now, op.Cost, op.Reserve)
+	inner := *op
+	inner.Lease, inner.Reserve, inner.SettleWithin, inner.Cost = 0, 0, 0, n
+	switch act {
+	case algorithm.PairCharge:
+		inner.Action = sluice.Charge
+	case algorithm.PairRefund:
+		inner.Action = sluice.Refund
+	}
+	if err := s.apply(sh, &inner, h, now, undos, out); err != nil {
+		return err
+	}
+	next, changed := algorithm.PairNext(old, now, op.SettleWithin.Microseconds(), act, n, out.Allowed)
+	if !changed {
+		return nil
+	}
+	if undos != nil && out.Allowed {
+		*undos = append(*undos, undo{sh: sh, pair: true, pfound: found, pk: pk, pold: old})
+	}
+	if sh.pairs == nil {
+		sh.pairs = make(map[pairKey]algorithm.Pair)
+	}
+	if !found {
+		pk.key = cloneKey(pk.key)
+	}
+	sh.pairs[pk] = next
+	return nil
 }

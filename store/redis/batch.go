@@ -112,7 +112,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	for k := range n {
 		op := &ops[r.op(k)]
 		actions = actions || op.Action != sluice.Take
-		if op.UndoIfUnknown && op.Action == sluice.Take && !op.Release && op.Cost > 0 && lateRefundable(op.Limit.Algorithm) {
+		if op.UndoIfUnknown && op.Action == sluice.Take && !op.Release && op.Cost > 0 && lateRefundable(op.Limit.Algorithm) && !stack.Paired(op) {
 			if r.unknown == nil {
 				r.unknown = r.unk1[:]
 				if n > 1 {
@@ -126,6 +126,12 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 		cost := strconv.FormatInt(op.Cost, 10)
 		lease := ""
 		switch {
+		case stack.Paired(op):
+			if op.Release {
+				cost = "r" // a void
+			}
+			lease = "p" + strconv.FormatUint(op.Lease, 10) + ":" + strconv.FormatInt(op.Reserve, 10) + ":" +
+				strconv.FormatInt(op.SettleWithin.Microseconds(), 10) + ":" + pairKey(s.prefix, op.Limit.Algorithm, op.Key, op.Lease)
 		case op.Release:
 			cost, lease = "r", strconv.FormatUint(op.Lease, 10)
 		case op.Action == sluice.Charge:
@@ -148,7 +154,7 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	}
 	if n == 1 && mode == modeDecide {
 		op := &ops[r.op(0)]
-		r.one = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.SlidingLog && op.Limit.Algorithm != sluice.Concurrency
+		r.one = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.SlidingLog && op.Limit.Algorithm != sluice.Concurrency && !stack.Paired(op)
 		r.fast = r.one && op.Limit.Algorithm == sluice.FixedWindow
 		if r.fast {
 			r.win = windowArgs(op.Limit)
@@ -264,7 +270,7 @@ func (r *request) denied() bool {
 // charged reports whether the group holds a charge to refund.
 func (r *request) charged(ops []sluice.Op) bool {
 	for k := range r.n() {
-		if op := &ops[r.op(k)]; !op.Release && op.Cost > 0 {
+		if op := &ops[r.op(k)]; (!op.Release && op.Cost > 0) || stack.Paired(op) {
 			return true
 		}
 	}

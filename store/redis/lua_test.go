@@ -33,6 +33,11 @@ func TestLuaConstants(t *testing.T) {
 		"TOO_HIGH":  int64(algorithm.CostTooHigh),
 		"LOG_WALK":  algorithm.ExactRetryUnits,
 		"MAX_EXACT": algorithm.MaxExact,
+
+		"PAIR_NONE":     algorithm.PairNone,
+		"PAIR_RESERVED": algorithm.PairReserved,
+		"PAIR_DENIED":   algorithm.PairDenied,
+		"PAIR_SETTLED":  algorithm.PairSettled,
 	}
 	for _, a := range stack.Algorithms() {
 		want[strings.ToUpper(a.String())] = int64(a)

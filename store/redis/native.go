@@ -57,6 +57,14 @@ import (
 // in Takes of their own. Nothing was applied.
 var ErrNativeMixed = errors.New("redis: with native fixed windows, a batch may not mix fixed_window ops with other algorithms")
 
+// ErrNativePaired is returned by Take, with Options.NativeFixedWindow, for
+// a reservation of reserve-then-settle (sluice.Op.Lease) on a fixed_window
+// limit: its record lives beside the script path's key, which the native
+// path's other ops of that counter (a plain Take, a charge, a reset) would
+// not count in. Use another algorithm for such a limit, or the script
+// path. Nothing was applied.
+var ErrNativePaired = errors.New("redis: with native fixed windows, a fixed_window limit cannot hold reservations")
+
 // nativeRetries bounds how often a group is sent again because its window
 // was not the one Redis's TIME named.
 const nativeRetries = 3

@@ -36,6 +36,7 @@ var nativeSkips = map[string]string{
 	"Steps/fixed_window":         "a clock that goes back reopens the earlier window's key (TestNativeClockBack states the result)",
 	"Steps/fixed_window/actions": "a refund at an instant of an earlier window gives back into that window's key (TestNativeClockBack)",
 	"ActionBatch":                "a batch mixing fixed_window takes with other algorithms' actions is refused (ErrNativeMixed; TestNativeMixed)",
+	"Steps/fixed_window/pair":    "a reservation on a fixed_window is refused (ErrNativePaired; TestNativePaired)",
 }
 
 // scriptOnlyParts are the parts of the conformance suite that hold no
@@ -370,4 +371,26 @@ func TestNativeSpuriousDenials(t *testing.T) {
 	}
 	t.Logf("spurious denials: %d of %d takes that fit (%.1f%%), under %d denied takes of cost %d from %d goroutines",
 		fitDenied, fits, 100*float64(fitDenied)/fits, hammered, fits+1, hammers)
+}
+
+// TestNativePaired: with native fixed windows, a reservation on a
+// fixed_window limit is refused (ErrNativePaired) and charges nothing; one
+// on another algorithm takes the script path.
+func TestNativePaired(t *testing.T) {
+	srv := redistest.Start(t)
+	c := storetest.NewClock()
+	s := newNativeStore(t, srv.URL(), c)
+	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}
+	op := sluice.Op{Key: "np", Limit: fw, Cost: 3, Lease: 7, SettleWithin: time.Minute}
+	res := make([]sluice.Result, 1)
+	if err := s.Take(context.Background(), []sluice.Op{op}, res); !errors.Is(err, ErrNativePaired) {
+		t.Fatalf("reservation on a native fixed window: %v, want ErrNativePaired", err)
+	}
+	if err := s.Take(context.Background(), []sluice.Op{{Key: "np", Limit: fw}}, res); err != nil || res[0].Remaining != 10 {
+		t.Fatalf("look after the refusal: %+v, %v; want 10 remaining", res[0], err)
+	}
+	op.Limit = sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Minute}
+	if err := s.Take(context.Background(), []sluice.Op{op}, res); err != nil || !res[0].Allowed || res[0].Remaining != 7 {
+		t.Fatalf("reservation on gcra: %+v, %v; want allowed, 7 remaining", res[0], err)
+	}
 }

@@ -660,6 +660,11 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 		now = strconv.FormatInt(s.now().UnixMicro(), 10)
 	}
 	if s.native {
+		for i := range ops {
+			if ops[i].Limit.Algorithm == sluice.FixedWindow && stack.Paired(&ops[i]) {
+				return fmt.Errorf("redis: op %q: %w", ops[i].Key, ErrNativePaired)
+			}
+		}
 		switch nat, mixed := s.nativeGroupOf(ops); {
 		case mixed:
 			return s.takeMixed(ctx, ops, results, now)
@@ -852,8 +857,8 @@ func (s *Store) undo(reqs []*request, undoable []bool, order []int) *undoing {
 }
 
 // kinds returns the index of the first op of ops that is a Charge, Refund
-// or Reset, and of the first that may be denied (a Take of cost > 0); -1
-// for none.
+// or Reset (or a reservation on a sliding_log), and of the first that may
+// be denied (a Take of cost > 0, a reservation); -1 for none.
 func kinds(ops []sluice.Op) (action, deniable int) {
 	action, deniable = -1, -1
 	for i := range ops {
@@ -861,6 +866,19 @@ func kinds(ops []sluice.Op) (action, deniable int) {
 		case op.Action != sluice.Take:
 			if action < 0 {
 				action = i
+			}
+		case stack.Paired(op) && op.Release:
+			// A void: never denied, nothing to take back.
+		case stack.Paired(op):
+			// A reservation or its settle: it may deny. The cross-slot
+			// refund takes it back with its record (driver.lua's
+			// put_undo), except on a sliding_log, whose log refund it
+			// cannot undo: that one counts as an action too.
+			if action < 0 && op.Limit.Algorithm == sluice.SlidingLog {
+				action = i
+			}
+			if deniable < 0 {
+				deniable = i
 			}
 		case !op.Release && op.Cost > 0 && deniable < 0:
 			deniable = i

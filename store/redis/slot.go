@@ -1,6 +1,10 @@
 package redis
 
-import "github.com/sluice-rl/sluice"
+import (
+	"strconv"
+
+	"github.com/sluice-rl/sluice"
+)
 
 // Keys and hash slots. Redis Cluster maps a key to one of 16384 slots by
 // CRC16 of its hash tag: the part between the first '{' and the next '}' if
@@ -67,6 +71,18 @@ var algLetter = [...]string{
 // "{" + key + "}", so that by default each key is its own slot and a caller
 // who wants several keys in one slot (one atomic script call) gives them the
 // same {tag}. a must be valid.
+// pairLetter starts the Redis key of a reservation's record (pairKey),
+// after the prefix: no algorithm's letter, so that Keys never lists a
+// record as a counter.
+const pairLetter = "p"
+
+// pairKey is the Redis key of the record of reservation lease on the
+// counter of algorithm a and key (sluice.Op.Lease, scripts/driver.lua's
+// pair_step): the counter's hash tag, so its slot, and the lease.
+func pairKey(prefix string, a sluice.Algorithm, key string, lease uint64) string {
+	return prefix + pairLetter + redisKey("", a, key) + "|" + strconv.FormatUint(lease, 10)
+}
+
 func redisKey(prefix string, a sluice.Algorithm, key string) string {
 	if _, ok := hashTag(key); ok {
 		return prefix + algLetter[a] + key

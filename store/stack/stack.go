@@ -178,8 +178,8 @@ func CheckOp(o *sluice.Op) error {
 		}
 		return fmt.Errorf("sluice: op %q: limit %v: %w", o.Key, o.Limit, err)
 	}
-	if o.Release && o.Limit.Algorithm != sluice.Concurrency {
-		return fmt.Errorf("sluice: op %q: release is only for concurrency limits, not %v", o.Key, o.Limit.Algorithm)
+	if o.Release && o.Limit.Algorithm != sluice.Concurrency && o.Lease == 0 {
+		return fmt.Errorf("sluice: op %q: release is only for concurrency limits and reservations, not %v", o.Key, o.Limit.Algorithm)
 	}
 	switch o.Action {
 	case sluice.Take, sluice.Reset:
@@ -193,7 +193,22 @@ func CheckOp(o *sluice.Op) error {
 	if o.Release && o.Action != sluice.Take {
 		return fmt.Errorf("sluice: op %q: a release cannot also %s", o.Key, actionNames[o.Action])
 	}
+	if Paired(o) {
+		if o.Reserve < 0 || o.Reserve > algorithm.MaxExact {
+			return fmt.Errorf("sluice: op %q: reserve %d is outside [0, %d]", o.Key, o.Reserve, int64(algorithm.MaxExact))
+		}
+		if o.SettleWithin < time.Millisecond || o.SettleWithin > MaxWindow || o.SettleWithin%time.Millisecond != 0 {
+			return fmt.Errorf("sluice: op %q: settle within %v is not a whole number of milliseconds from 1ms to %v", o.Key, o.SettleWithin, MaxWindow)
+		}
+	}
 	return nil
+}
+
+// Paired reports whether o is a reservation of reserve-then-settle (see
+// sluice.Op.Lease), or its void (with Release): a Take with a nonzero
+// Lease on a limit other than Concurrency.
+func Paired(o *sluice.Op) bool {
+	return o.Lease != 0 && o.Action == sluice.Take && o.Limit.Algorithm != sluice.Concurrency
 }
 
 // limitOK is a fast check, without allocation, that Validate would return

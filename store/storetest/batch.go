@@ -85,6 +85,10 @@ func runErrors(t *testing.T, newStore NewStore) {
 		{"unknown action", sluice.Op{Key: "e", Limit: good, Cost: 1, Action: 9}},
 		{"negative charge", sluice.Op{Key: "e", Limit: good, Cost: -1, Action: sluice.Charge}},
 		{"burst on fixed_window", sluice.Op{Key: "e", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1, Window: time.Second, Burst: 2}, Cost: 1}},
+		{"reservation without settle within", sluice.Op{Key: "e", Limit: good, Cost: 1, Lease: 7}},
+		{"reservation settle within 1.5ms", sluice.Op{Key: "e", Limit: good, Cost: 1, Lease: 7, SettleWithin: 1500 * time.Microsecond}},
+		{"reservation settle within past the longest window", sluice.Op{Key: "e", Limit: good, Cost: 1, Lease: 7, SettleWithin: 4000 * 24 * time.Hour}},
+		{"reservation of a negative reserve", sluice.Op{Key: "e", Limit: good, Lease: 7, Reserve: -1, SettleWithin: time.Second}},
 	}
 	for _, tt := range bad {
 		res := make([]sluice.Result, 1)

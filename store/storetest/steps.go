@@ -20,7 +20,14 @@ type Step struct {
 	Cost      int64
 	Action    sluice.Action
 	ReleaseOf int
-	Want      sluice.Result
+	// Pair, when not 0, makes the op a reservation of reserve-then-settle
+	// (sluice.Op.Lease) named Pair, reserving Reserve units when Cost is
+	// 0, its record living PairWithin.
+	Pair    uint64
+	Reserve int64
+	// Void, with Pair, voids the reservation (sluice.Op.Release).
+	Void bool
+	Want sluice.Result
 }
 
 // Table is a named step table for one limit.
@@ -205,7 +212,7 @@ func Tables() []Table {
 			{At: at(0), Cost: 1, Want: tooHigh(0, 0, 0)},
 			{At: at(0), Cost: 0, Want: ok(0, 0, 0)},
 		}},
-	}, actionTables()...)
+	}, append(actionTables(), pairTables()...)...)
 }
 
 func runSteps(t *testing.T, newStore NewStore, opts Options) {
@@ -237,6 +244,8 @@ func RunTable(t *testing.T, s sluice.Store, clock *Clock, tb Table) {
 			op.Release, op.Lease = true, leases[st.ReleaseOf]
 		case st.ReleaseOf < 0:
 			op.Release, op.Lease = true, 1<<63+12345
+		case st.Pair != 0:
+			op.Lease, op.Reserve, op.SettleWithin, op.Release = st.Pair, st.Reserve, PairWithin, st.Void
 		}
 		got, err := take1(s, op)
 		if err != nil {

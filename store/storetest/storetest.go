@@ -53,6 +53,7 @@ var parts = []struct {
 	{"SettleConcurrency", plain(runSettleConcurrency)},
 	{"Keys", plain(runKeys)},
 	{"DecisionInstant", plain(runDecisionInstant)},
+	{"PairBatch", plain(runPairBatch)},
 }
 
 func plain(f func(*testing.T, NewStore)) func(*testing.T, NewStore, Options) {

@@ -16,7 +16,10 @@
 -- integer (a Take), "r" for a concurrency release, "+" and an integer for a
 -- sluice.Charge, "-" and an integer for a sluice.Refund, or "x" for a
 -- sluice.Reset (mode 0 only: the store never sends a cross-slot group an
--- action); lease is a decimal ID or "".
+-- action); lease is a decimal ID or "", or for a reservation of
+-- reserve-then-settle (sluice.Op.Lease on another algorithm: pair_step)
+-- "p" and lease:reserve:within:record (within in µs, record the Redis key
+-- of its record, in the counter's slot: pairKey in slot.go).
 -- KEYS: one per op, in order.
 --
 -- Invalidation: once every group is decided, the call PUBLISHes on channel
@@ -235,9 +238,87 @@ local function act(g, c, op, now)
   return alg.refund(c.st, now, op.cost, c.p)
 end
 
--- step applies op to its entry c: a release, or a charge of cost.
-local function step(c, op, now, cost)
+-- Reserve-then-settle: a reservation's record is the string
+-- "phase:n:exp" (PAIR_RESERVED …, lib.lua; n units reserved, exp its expiry
+-- in µs) at the key the op names (op.rkey: the counter's hash slot).
+
+-- pair_step applies the reservation op (op.pair) to its entry c, in the
+-- steps of algorithm.PairStep and PairNext: no record (or an expired one),
+-- a Take of the cost (op.reserve when it is 0), recorded reserved or
+-- denied; reserved(n), the settle, a Charge of cost − n or a Refund of
+-- n − cost, recorded settled; denied or settled, a look. A void (op.rel)
+-- is a look that records denied when there is no record. The record is
+-- written by pair_save once the group is decided (a denial is kept even
+-- when the group is denied), with what the op was (op j, the record
+-- before, the units it added to the counter: negative for a refund) for
+-- put_undo. It returns the decision and whether the counter changed.
+local function pair_step(g, c, op, now, j)
+  local rkey = op.rkey
+  local raw = call('GET', rkey)
+  local phase, rn, exp = PAIR_NONE, 0, 0
+  if raw then
+    local a, b, e = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    phase, rn, exp = tonumber(a), tonumber(b), tonumber(e)
+  end
+  if exp <= now then
+    phase = PAIR_NONE
+  end
+  local until_ = now + op.within
+  local d, ch, rec, keep
+  local delta = 0
   if op.rel then
+    -- A void (a release of a reservation): a look, and a denied record
+    -- when there is none, so that later calls of the lease are looks.
+    if phase == PAIR_NONE then
+      rec, keep = PAIR_DENIED .. ':0:' .. str(until_), true
+    end
+    d, ch = c.alg.step(c.st, now, 0, c.p), false
+  elseif phase == PAIR_NONE then
+    local n = op.cost
+    if n == 0 then
+      n = op.reserve
+    end
+    d, ch = c.alg.step(c.st, now, n, c.p)
+    if d[1] == ALLOWED then
+      rec, delta = PAIR_RESERVED .. ':' .. str(n) .. ':' .. str(until_), n
+    else
+      rec, keep = PAIR_DENIED .. ':0:' .. str(until_), true
+    end
+  elseif phase == PAIR_RESERVED then
+    if op.cost > rn then
+      delta = op.cost - rn
+      d, ch = act(g, c, {act = CHARGE, cost = delta}, now)
+    elseif op.cost < rn then
+      delta = op.cost - rn
+      d, ch = act(g, c, {act = REFUND, cost = -delta}, now)
+    else
+      d, ch = c.alg.step(c.st, now, 0, c.p), false
+    end
+    rec = PAIR_SETTLED .. ':0:' .. str(until_)
+  else
+    d, ch = c.alg.step(c.st, now, 0, c.p), false
+  end
+  if rec then
+    g.recs[#g.recs + 1] = {key = rkey, val = rec, ttl = str(cdiv(op.within, 1000)), keep = keep,
+      j = j, old = raw or '', delta = delta}
+  end
+  return d, ch
+end
+
+-- pair_save writes the records pair_step left in recs: all of them when
+-- the group was admitted, else only the denials.
+local function pair_save(recs, denied)
+  for _, r in ipairs(recs) do
+    if r.keep or not denied then
+      call('SET', r.key, r.val, 'PX', r.ttl)
+    end
+  end
+end
+
+-- step applies op to its entry c: a release, or a charge of cost (a
+-- reservation's void, or its op once its group is decided, a look).
+local function step(c, op, now, cost)
+  if op.rel and not op.pair then
     return c.alg.release(c.st, now, c.p, op.lease), false
   end
   return c.alg.step(c.st, now, cost, c.p, op.lease)
@@ -276,6 +357,9 @@ local function read_ops(ai, n)
     local op = {p = limit(ARGV[ai]), lease = lease}
     if lease == '' then
       op.lease = nil
+    elseif string.byte(lease) == 112 then -- 'p': a reservation
+      local l, r, w, k = string.match(lease, '^p(%d+):(%d+):(%d+):(.+)$')
+      op.pair, op.lease, op.reserve, op.within, op.rkey = true, l, tonumber(r), tonumber(w), k
     end
     local head = string.sub(cost, 1, 1)
     if cost == 'r' then
@@ -301,16 +385,36 @@ local function refund(kbase, ops, now, ai)
   local g = new_pass(kbase, ops)
   local k = tonumber(ARGV[ai])
   ai = ai + 1
+  local pairs_ = {}
   for _ = 1, k do
-    local c = get(g, tonumber(ARGV[ai]))
-    if c.raw == ARGV[ai + 2] then
-      -- Untouched since the charge: put the old state back exactly.
-      c.restore = ARGV[ai + 1]
-      c.st = c.alg.load(c.restore ~= '' and c.restore)
-    elseif c.raw then
-      c.inverse, c.ours, c.owed = true, c.alg.load(ARGV[ai + 2]), 0
+    local j = tonumber(ARGV[ai])
+    if j < 0 then
+      -- A reservation's record: put back as it was unless changed since;
+      -- what op −j added to its counter is taken back below.
+      local val, delta = string.match(ARGV[ai + 2], '^(.*)|(-?%d+)$')
+      local rkey = ops[-j].rkey
+      if call('GET', rkey) == val then
+        local old = ARGV[ai + 1]
+        local e = tonumber(string.match(old, ':(%d+)$') or '0')
+        if old == '' or e <= now then
+          call('DEL', rkey)
+        else
+          call('SET', rkey, old, 'PX', str(cdiv(e - now, 1000)))
+        end
+      end
+      pairs_[-j] = tonumber(delta)
+      ai = ai + 3
+    else
+      local c = get(g, j)
+      if c.raw == ARGV[ai + 2] then
+        -- Untouched since the charge: put the old state back exactly.
+        c.restore = ARGV[ai + 1]
+        c.st = c.alg.load(c.restore ~= '' and c.restore)
+      elseif c.raw then
+        c.inverse, c.ours, c.owed = true, c.alg.load(ARGV[ai + 2]), 0
+      end
+      ai = ai + 3
     end
-    ai = ai + 3
   end
   -- Changed by others since: take back this group's charges, but only the
   -- part not already drained by now (the real now, when the group read
@@ -323,13 +427,27 @@ local function refund(kbase, ops, now, ai)
   ai = ai + 1
   for j = 1, n do
     local op, c = ops[j], get(g, j)
-    if c.inverse and op.cost > 0 and not op.rel then
+    if c.inverse and op.pair then
+      -- What the reservation or settle added (pair_step): a refund it
+      -- gave is charged back.
+      local delta = pairs_[j] or 0
+      if delta > 0 then
+        c.owed = c.owed + delta
+      elseif delta < 0 then
+        c.back = (c.back or 0) - delta
+      end
+    elseif c.inverse and op.cost > 0 and not op.rel then
       c.owed = c.owed + op.cost
     end
   end
   for _, c in ipairs(g.order) do
-    if c.inverse and c.owed > 0 then
-      c.alg.unstep(c.st, c.ours, c.owed, c.p, rnow)
+    if c.inverse and (c.owed > 0 or c.back) then
+      if c.owed > 0 then
+        c.alg.unstep(c.st, c.ours, c.owed, c.p, rnow)
+      end
+      if c.back then
+        c.alg.charge(c.st, rnow, c.back, c.p)
+      end
       c.restore = c.alg.encode(c.st)
     end
   end
@@ -387,6 +505,13 @@ local function put_undo(g, denied)
         undo[#undo + 1] = c.new or ''
       end
     end
+    -- A reservation's record: (−j, the record before, the record written
+    -- "|" the units op j added to its counter).
+    for _, r in ipairs(g.recs or {}) do
+      undo[#undo + 1] = -r.j
+      undo[#undo + 1] = r.old
+      undo[#undo + 1] = r.val .. '|' .. str(r.delta)
+    end
   end
   put(#undo / 3)
   for _, v in ipairs(undo) do
@@ -399,12 +524,17 @@ local function decide(kbase, ops, now, mode)
   local g = new_pass(kbase, ops)
   local denied, charged = false, false
   local res = {}
+  local recs = {}
+  g.recs = recs
   for j = 1, #ops do
     local op = ops[j]
-    -- Only a Take of cost > 0 can deny the group.
-    g.deniable = g.deniable or (not op.act and not op.rel and op.cost > 0)
+    -- Only a Take of cost > 0, or a reservation, can deny the group.
+    g.deniable = g.deniable or (not op.act and not op.rel and (op.cost > 0 or op.pair))
     if op.act and mode ~= MODE_DECIDE then
       return error('sluice: charge, refund or reset in a cross-slot group')
+    end
+    if op.pair and mode ~= MODE_DECIDE and A[op.p.alg].log then
+      return error('sluice: reservation of a log key in a cross-slot group')
     end
   end
   for j = 1, #ops do
@@ -412,6 +542,8 @@ local function decide(kbase, ops, now, mode)
     local d, ch
     if op.act then
       d, ch = act(g, c, op, now)
+    elseif op.pair then
+      d, ch = pair_step(g, c, op, now, j)
     else
       d, ch = step(c, op, now, op.cost)
     end
@@ -431,6 +563,7 @@ local function decide(kbase, ops, now, mode)
     g = relook(kbase, ops, now, res)
   end
   save(g.order, now)
+  pair_save(recs, denied)
   local parts = {pack('<d', now)}
   for j = 1, #ops do
     emit(parts, res[j])
@@ -470,7 +603,7 @@ for _ = 1, tonumber(ARGV[3]) do
       ai = ai + 3
     end
     put(table.concat(parts))
-  elseif n == 1 and mode == MODE_DECIDE and not A[limit(ARGV[ai]).alg].log and is_take(ARGV[ai + 1]) then
+  elseif n == 1 and mode == MODE_DECIDE and not A[limit(ARGV[ai]).alg].log and is_take(ARGV[ai + 1]) and ARGV[ai + 2] == '' then
     decide_one(KEYS[kbase + 1], now, limit(ARGV[ai]), tonumber(ARGV[ai + 1]))
     ai = ai + 3
   else

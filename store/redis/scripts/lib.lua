@@ -28,6 +28,14 @@ local LOG_WALK = 64
 -- there, so that doubles hold them exactly (TestLuaConstants checks it).
 local MAX_EXACT = 9007199254740991
 
+-- The phases of a reservation's record (reserve-then-settle, driver.lua's
+-- pair_step), as algorithm.PairNone … PairSettled (TestLuaConstants checks
+-- them).
+local PAIR_NONE = 0
+local PAIR_RESERVED = 1
+local PAIR_DENIED = 2
+local PAIR_SETTLED = 3
+
 -- A maps an algorithm code to its implementation.
 local A = {}
 
