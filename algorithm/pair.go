@@ -39,8 +39,17 @@ const (
 
 // PairStep returns what a paired op of cost (the units asked, or at a
 // settle the actual usage) does to a record rec at now, and how many
-// units: reserve is what a reservation takes when cost is 0.
-func PairStep(rec Pair, now, cost, reserve int64) (act int, n int64) {
+// units: reserve is what a reservation takes when cost is 0, within the
+// record's life (µs; the reservation was made at rec.Exp − within).
+//
+// period is the window of a fixed_window or sliding_window counter (µs; 0
+// for the buckets): a settle that would refund units to such a counter
+// refunds them only in the epoch-aligned window its reservation was
+// counted in. Once that window has passed, the units counted there are
+// gone with it, and a refund now would free units of a window that did
+// not count them: it would admit more than the limit in the new window.
+// The settle is then a look (the reservation stands in its window).
+func PairStep(rec Pair, now, cost, reserve, within, period int64) (act int, n int64) {
 	phase := rec.Phase
 	if rec.Exp <= now {
 		phase = PairNone
@@ -55,7 +64,7 @@ func PairStep(rec Pair, now, cost, reserve int64) (act int, n int64) {
 		switch {
 		case cost > rec.N:
 			return PairCharge, cost - rec.N
-		case cost < rec.N:
+		case cost < rec.N && (period == 0 || FloorDiv(rec.Exp-within, period) == FloorDiv(now, period)):
 			return PairRefund, rec.N - cost
 		}
 	}

@@ -991,6 +991,9 @@ func (c *checker) reserve(r *Rule, alg sluice.Algorithm) bool {
 	case alg == sluice.Concurrency:
 		c.bad(FieldSettle, "concurrency limits count requests in flight; they cannot reserve (pair_by alone pairs a slot with its release)")
 		good = false
+	case alg == sluice.SlidingLog:
+		c.bad(FieldSettle, "sliding_log cannot settle a reservation exactly (a refund would come out of the newest admissions, not the reservation's); use fixed_window, sliding_window, token_bucket or gcra")
+		good = false
 	case r.PairBy == "":
 		c.bad(FieldSettle, "reserve pairs each reservation with its settle by a request ID: give pair_by")
 		good = false

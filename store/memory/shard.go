@@ -378,7 +378,11 @@ func (s *store) applyPaired(sh *shard, op *sluice.Op, h uint64, now int64, undos
 		}
 		return nil
 	}
-	act, n := algorithm.PairStep(old, now, op.Cost, op.Reserve)
+	var period int64 // a window's refund stays in its window (PairStep)
+	if a := op.Limit.Algorithm; a == sluice.FixedWindow || a == sluice.SlidingWindow {
+		period = op.Limit.Window.Microseconds()
+	}
+	act, n := algorithm.PairStep(old, now, op.Cost, op.Reserve, op.SettleWithin.Microseconds(), period)
 	inner := *op
 	inner.Lease, inner.Reserve, inner.SettleWithin, inner.Cost = 0, 0, 0, n
 	switch act {

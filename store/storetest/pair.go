@@ -43,6 +43,13 @@ func pairTables() []Table {
 			{At: at(62 * sec), Pair: 7, Cost: 2, Want: ok(10, 3, 58*sec)},
 			{At: at(62 * sec), Pair: 7, Void: true, Want: ok(10, 3, 58*sec)}, // a void leaves a reservation
 			{At: at(62 * sec), Pair: 7, Cost: 1, Want: ok(10, 4, 58*sec)},    // whose settle refunds 1
+			// A settle down in the next window: the units were counted in
+			// the window that passed, so nothing is refunded in this one
+			// (it would free units it never counted).
+			{At: at(115 * sec), Pair: 8, Cost: 2, Want: ok(10, 2, 5*sec)},
+			{At: at(121 * sec), Cost: 1, Want: ok(10, 9, 59*sec)},
+			{At: at(121 * sec), Pair: 8, Cost: 0, Want: ok(10, 9, 59*sec)}, // settled: no refund
+			{At: at(121 * sec), Pair: 8, Cost: 0, Want: ok(10, 9, 59*sec)}, // a duplicate
 		}},
 		{Name: "gcra/pair", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: 10 * time.Second}, Steps: []Step{
 			// interval 1s, burst 10.

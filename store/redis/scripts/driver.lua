@@ -246,7 +246,8 @@ end
 -- steps of algorithm.PairStep and PairNext: no record (or an expired one),
 -- a Take of the cost (op.reserve when it is 0), recorded reserved or
 -- denied; reserved(n), the settle, a Charge of cost − n or a Refund of
--- n − cost, recorded settled; denied or settled, a look. A void (op.rel)
+-- n − cost (a window's only in the window of the reservation), recorded
+-- settled; denied or settled, a look. A void (op.rel)
 -- is a look that records denied when there is no record. The record is
 -- written by pair_save once the group is decided (a denial is kept even
 -- when the group is denied), with what the op was (op j, the record
@@ -288,7 +289,10 @@ local function pair_step(g, c, op, now, j)
     if op.cost > rn then
       delta = op.cost - rn
       d, ch = act(g, c, {act = CHARGE, cost = delta}, now)
-    elseif op.cost < rn then
+    elseif op.cost < rn and not ((op.p.alg == FIXED_WINDOW or op.p.alg == SLIDING_WINDOW)
+        and fdiv(exp - op.within, op.p.window) ~= fdiv(now, op.p.window)) then
+      -- a window's refund only in the window that counted the
+      -- reservation (algorithm.PairStep); else the settle is a look
       delta = op.cost - rn
       d, ch = act(g, c, {act = REFUND, cost = -delta}, now)
     else
