@@ -53,6 +53,10 @@ type Event struct {
 	// the admission exactly; one outside contradicts the client's clock
 	// and is not used (the event is placed by [Send, Recv] alone).
 	Decided int64 `json:"decided_us,omitempty"`
+	// Use is, for a reservation of a budget rule (Cost is what it
+	// reserved), the units the admitted request really used: what it
+	// settled, or what it used before its client vanished. 0 otherwise.
+	Use int64 `json:"use,omitempty"`
 }
 
 // Placement counts how the admissions of window rules were placed in their
@@ -85,8 +89,12 @@ type Rule struct {
 	Name string `json:"name"`
 	// Kind is "window" (fixed_window: at most Quota per epoch-aligned
 	// window), "log" (sliding_log: at most Quota in any span shorter than
-	// Window) or "bucket" (token_bucket, gcra: at most Burst + Quota ×
-	// span / Window in any span).
+	// Window), "bucket" (token_bucket, gcra: at most Burst + Quota ×
+	// span / Window in any span) or "budget" (a fixed-window budget charged
+	// by reservations settled later: the units really used by the requests
+	// admitted in one window, Σ Use, at most Quota plus their
+	// under-estimates, Σ max(0, Use − Cost); with reservations that are
+	// never exceeded, such as max_tokens, at most Quota).
 	Kind     string `json:"kind"`
 	Quota    int64  `json:"quota"`
 	WindowUS int64  `json:"window_us"`
@@ -268,7 +276,7 @@ func Check(h History) Report {
 		var vs []Violation
 		var w, mw Worst
 		switch r.Kind {
-		case "window":
+		case "window", "budget":
 			var lw, fw Worst
 			vs, w, mw, lw, fw = checkWindow(b, k.key, evs, resets[k], &rep.Placement)
 			if lw.Bound > 0 && lw.Admitted >= rep.Local[r.Name].Admitted {
@@ -499,11 +507,15 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset, pl *Placement) (
 			// apart (only the part certainly after the reset is checked).
 			in = afterReset(in, rs, to)
 		}
-		var n int64
+		var n, under int64
 		for _, e := range in {
 			n += e.Cost
+			if r.Kind == "budget" { // what it used, beyond what it reserved
+				n += e.Use - e.Cost
+				under += max(0, e.Use-e.Cost)
+			}
 		}
-		q := b.quota(from, to-1)
+		q := b.quota(from, to-1) + under
 		if w := (Worst{n, q}); w.worse(worst) {
 			worst = w
 		}
@@ -511,7 +523,7 @@ func checkWindow(b bounds, key string, evs []Event, rs []Reset, pl *Placement) (
 			moved = w
 		}
 		if n > q {
-			vs = append(vs, Violation{"window", r.Name, key,
+			vs = append(vs, Violation{r.Kind, r.Name, key,
 				fmt.Sprintf("window [%d, %d) µs admitted %d > bound %d", from, to, n, q)})
 		}
 	}

@@ -26,6 +26,15 @@ var rules = []Rule{
 	{Name: "log", Kind: "log", Quota: 3, WindowUS: 1000 * ms},
 	{Name: "bucket", Kind: "bucket", Quota: 10, WindowUS: 1000 * ms, Burst: 5},
 	{Name: "closed", Kind: "window", Quota: 5, WindowUS: 1000 * ms, FailureMode: "closed"},
+	{Name: "budget", Kind: "budget", Quota: 100, WindowUS: 1000 * ms, FailureMode: "closed"},
+}
+
+// reserved is an admitted reservation of cost units of rule budget, sent at
+// t, whose request used use units.
+func reserved(cost, use, t int64) Event {
+	e := allowed("budget", "k", 0, t)
+	e.Cost, e.Use = cost, use
+	return e
 }
 
 // TestCheckerCatchesOvershootByOne: for every bound the checker holds a
@@ -72,6 +81,13 @@ func TestCheckerCatchesOvershootByOne(t *testing.T) {
 		// within the propagation time is allowed;
 		// a denial after it, with nothing admitted since, contradicts it.
 		{"reset", with(atLimit, denied(350*ms)), with(atLimit, denied(350*ms), denied(600*ms)), []Reset{reset}, "reset"},
+		// A budget counts what the admitted requests used, not what they
+		// reserved: with reservations never exceeded (max_tokens), at
+		// most the quota; an under-estimate raises the bound by its excess.
+		{"budget, max_tokens reservations", []Event{reserved(60, 50, 10*ms), reserved(50, 50, 20*ms)},
+			[]Event{reserved(60, 50, 10*ms), reserved(50, 50, 20*ms), reserved(10, 1, 30*ms)}, nil, "budget"},
+		{"budget, estimates", []Event{reserved(50, 80, 10*ms), reserved(50, 50, 20*ms)},
+			[]Event{reserved(50, 80, 10*ms), reserved(50, 50, 20*ms), reserved(1, 1, 30*ms)}, nil, "budget"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

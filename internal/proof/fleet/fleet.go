@@ -89,6 +89,26 @@ descriptors:
         rate_limit: {name: hourly, algorithm: fixed_window, unit: hour, requests_per_unit: 600, failure_mode: closed}
 `
 
+// llmYAML: two budgets charged by reservations settled at stream end,
+// paired by the request ID (docs/llm.md), keyed by the API key: "mt"
+// whose clients reserve max_tokens (what a request can never exceed) and
+// "est" whose clients reserve an estimate that a request may exceed by
+// half. 1 s windows, so a short run crosses many.
+const llmYAML = `domain: prooflm
+descriptors:
+  - key: mt
+    descriptors:
+      - key: request_id
+        rate_limit: {name: mt, algorithm: fixed_window, unit: second, requests_per_unit: %[1]d, failure_mode: closed, settle: reserve, pair_by: request_id, settle_within: 1m}
+  - key: est
+    descriptors:
+      - key: request_id
+        rate_limit: {name: est, algorithm: fixed_window, unit: second, requests_per_unit: %[1]d, failure_mode: closed, settle: reserve, pair_by: request_id, settle_within: 1m}
+`
+
+// llmBudget is the budget per second of each LLM rule, in tokens.
+const llmBudget = 2000
+
 const (
 	fwQuota       = 20
 	fwReloaded    = 10  // what the reload fault sets fw to
@@ -101,11 +121,21 @@ const (
 // acmeRecord is the tenant's record: free tier, ten overridden to 10/s.
 var acmeRecord = fmt.Sprintf(`{"tier":"free","overrides":[{"domain":"prooft","descriptor":"","requests_per_unit":%d,"unit":"second"}]}`, overrideQuota)
 
-// Contracts is what the documentation promises for the rules of a run,
-// named as the checker knows them: "acme" is rule ten for the tenant with
-// the override, "hourly" that tenant's hourly quota.
-func Contracts(tenants bool) []check.Rule {
+// Contracts is what the documentation promises for the rules of a run of
+// s, named as the checker knows them: "acme" is rule ten for the tenant
+// with the override, "hourly" that tenant's hourly quota; an LLM run's
+// rules are its two budgets alone.
+func Contracts(s Schedule) []check.Rule {
 	const sec = int64(time.Second / time.Microsecond)
+	if s.LLM {
+		// What the requests admitted in one window used: at most the
+		// budget, plus what they used beyond their reservation (none for
+		// "mt"); docs/llm.md.
+		return []check.Rule{
+			{Name: "mt", Kind: "budget", Quota: llmBudget, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+			{Name: "est", Kind: "budget", Quota: llmBudget, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
+		}
+	}
 	rs := []check.Rule{
 		{Name: "fw", Kind: "window", Quota: fwQuota, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
 		{Name: "log", Kind: "log", Quota: 10, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
@@ -129,7 +159,7 @@ func Contracts(tenants bool) []check.Rule {
 		{Name: "hgcra", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 8, Held: hybridHeld(8), FailureMode: "closed", PropagationUS: sec},
 		{Name: "htb", Kind: "bucket", Quota: 20, WindowUS: sec, Burst: 8, Held: hybridHeld(8), FailureMode: "closed", PropagationUS: sec},
 	}
-	if tenants {
+	if s.Tenants {
 		rs = append(rs,
 			check.Rule{Name: "hourly", Kind: "window", Quota: hourlyQuota, WindowUS: 3600 * sec, FailureMode: "closed", PropagationUS: sec},
 			check.Rule{Name: "acme", Kind: "window", Quota: overrideQuota, WindowUS: sec, FailureMode: "closed", PropagationUS: sec},
@@ -181,6 +211,10 @@ type Fleet struct {
 	mu     sync.Mutex
 	hist   check.History
 	denied map[string]bool // rules denied by their limit so far (testsBound)
+	// reqs numbers the LLM requests; settles counts their settle calls by
+	// outcome: the verdict, or the degraded mode when there was one.
+	reqs    int
+	settles map[string]int
 }
 
 // TB is what a run needs of its caller: a test, or Program's stand-in.
@@ -216,6 +250,12 @@ type Schedule struct {
 	// Redis while its HTTP answers still come back. Needs root and
 	// iproute2.
 	Partition bool
+	// LLM makes the traffic LLM-shaped, and the only traffic: each client
+	// reserves tokens for a request (request-path check, paired by a
+	// request ID), streams for a while, then settles what it used
+	// (smaller or, for rule "est", larger than the estimate), or vanishes
+	// without settling, or settles twice (see Fleet.llm).
+	LLM bool
 	// Native runs the instances with --redis-native-fixed-window: their
 	// fixed_window rules counted with native Redis counters, not scripts.
 	Native bool
@@ -325,8 +365,15 @@ func Run(t TB, o Options, s Schedule) Result {
 		defer stop()
 	}
 	log := f.traffic(o.Seed, clients, d, s, logf)
+	if s.LLM {
+		f.mu.Lock()
+		line := fmt.Sprintf("LLM requests %d; settle calls by outcome %v", f.reqs, f.settles)
+		f.mu.Unlock()
+		logf("  %s", line)
+		log = append(log, line)
+	}
 	h := f.history()
-	h.Rules = Contracts(s.Tenants)
+	h.Rules = Contracts(s)
 	rep := check.Check(h)
 	res := Result{Schedule: s, History: h, Report: rep, Log: log, Degraded: map[string]int{}, Denied: map[string]int{}}
 	for _, e := range h.Events {
@@ -597,7 +644,7 @@ func (f *Fleet) Full(d time.Duration) error {
 
 func start(t TB, bin string, s Schedule) *Fleet {
 	t.Helper()
-	f := &Fleet{t: t, token: fmt.Sprintf("proof-%d", time.Now().UnixNano())}
+	f := &Fleet{t: t, token: fmt.Sprintf("proof-%d", time.Now().UnixNano()), settles: map[string]int{}}
 	var url string
 	switch s.Store {
 	case "single", "":
@@ -645,6 +692,11 @@ func start(t TB, bin string, s Schedule) *Fleet {
 	f.rules = filepath.Join(rules, "proof.yaml")
 	if err := writeFile(f.rules, fmt.Sprintf(rulesYAML, fwQuota)); err != nil {
 		t.Fatal(err)
+	}
+	if s.LLM {
+		if err := writeFile(filepath.Join(rules, "llm.yaml"), fmt.Sprintf(llmYAML, llmBudget)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var pgURL string
 	if s.Tenants {
@@ -754,6 +806,9 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 	if s.Tenants {
 		keys = append(keys, "hourly", "acme")
 	}
+	if s.LLM {
+		keys = []string{"mt", "est"}
+	}
 	// The traffic's end: d has passed, every fault has run and every rule
 	// has been denied; or d + MaxExtra has passed.
 	var faultsDone sync.WaitGroup
@@ -846,7 +901,11 @@ func (f *Fleet) traffic(seed uint64, clients int, d time.Duration, s Schedule, l
 					rule = p[rng.IntN(len(p))]
 				default:
 				}
-				f.check(client, c, rng, rule)
+				if s.LLM {
+					f.llm(client, c, rng, rule)
+				} else {
+					f.check(client, c, rng, rule)
+				}
 				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
 			}
 		}()
@@ -896,6 +955,75 @@ func (f *Fleet) check(client *http.Client, c int, rng *rand.Rand, rule string) {
 		record(resp, &e)
 	}
 	f.record(e)
+}
+
+// llm is one LLM request of client c against budget rule ("mt" or "est"):
+// it reserves tokens on a random instance (the request-path check, hits r,
+// paired by a request ID), and, admitted, streams for up to 300 ms and
+// then, as Envoy's stream-done call does, sends the same descriptor with
+// what it used, to a random instance; one request in ten vanishes instead
+// (its client gone: no settle, having used up to r), one in ten settles
+// twice. Under "mt" a request uses at most r (r is max_tokens); under
+// "est" between r/2 and 3r/2. The reservation is the recorded decision,
+// its Use what the request used; settles are not decisions (never denied)
+// and are counted in f.settles.
+func (f *Fleet) llm(client *http.Client, c int, rng *rand.Rand, rule string) {
+	key := fmt.Sprintf("k%d", rng.IntN(2))
+	r := int64(20 + rng.IntN(281))
+	f.mu.Lock()
+	f.reqs++
+	id := fmt.Sprintf("c%d-%d", c, f.reqs)
+	f.mu.Unlock()
+	body := func(hits int64) string {
+		return fmt.Sprintf(`{"domain":"prooflm","descriptors":[{"entries":[{"key":%q,"value":%q},{"key":"request_id","value":%q}],"hits":%d}]}`, rule, key, id, hits)
+	}
+	inst := rng.IntN(len(f.http))
+	e := check.Event{Client: c, Instance: inst, Key: key, Rule: rule, Cost: r}
+	use := int64(rng.IntN(int(r) + 1)) // ≤ r: max_tokens, or a stream cut short
+	if rule == "est" {
+		use = r/2 + int64(rng.IntN(int(r)+1))
+	}
+	vanish, twice := rng.IntN(10) == 0, rng.IntN(10) == 0
+	if vanish {
+		use = int64(rng.IntN(int(r) + 1))
+	}
+	e.Send = now()
+	resp, err := client.Post(f.http[inst]+"/v1/check", "application/json", strings.NewReader(body(r)))
+	if err != nil {
+		e.Verdict = check.Timeout
+	} else {
+		record(resp, &e)
+	}
+	if e.Verdict == check.Allowed {
+		e.Use = use
+	}
+	f.record(e)
+	if e.Verdict != check.Allowed || vanish {
+		return
+	}
+	time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+	n := 1
+	if twice {
+		n = 2
+	}
+	for range n {
+		// A settle is never denied: answered allowed, or degraded when
+		// the store could not take it (the reservation then stands).
+		var se check.Event
+		resp, err := client.Post(f.http[rng.IntN(len(f.http))]+"/v1/check", "application/json", strings.NewReader(body(use)))
+		if err != nil {
+			se.Verdict = check.Timeout
+		} else {
+			record(resp, &se)
+		}
+		outcome := se.Verdict
+		if se.Degraded != "" {
+			outcome = se.Degraded
+		}
+		f.mu.Lock()
+		f.settles[outcome]++
+		f.mu.Unlock()
+	}
 }
 
 // record adds a decision to the history and notes a rule's denial.

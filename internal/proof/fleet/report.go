@@ -26,6 +26,8 @@ var columns = []struct{ rule, title string }{
 	{"htb", "hybrid token bucket"},
 	{"acme", "tenant override"},
 	{"hourly", "tenant hourly"},
+	{"mt", "LLM budget, max_tokens reserved"},
+	{"est", "LLM budget, estimate reserved"},
 }
 
 // Table renders the matrix in markdown: a row per schedule (fault and

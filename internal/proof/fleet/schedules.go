@@ -10,17 +10,18 @@ import (
 // when the short matrix (the test suite) runs it too.
 func Schedules() []Schedule {
 	ms := time.Millisecond
+	sigstop := Fault{At: 1500 * ms, Name: "SIGSTOP redis", Do: func(f *Fleet) error {
+		f.Redis.Pause()
+		t := now()
+		time.Sleep(1500 * ms)
+		f.Redis.Resume()
+		f.Record("SIGSTOP redis", "pause", t, now())
+		return nil
+	}}
 	return []Schedule{
 		{Name: "no fault", Store: "single", Short: true},
 		{Name: "Redis SIGSTOP 1.5 s", Store: "single", Short: true, Degrades: true, Faults: []Fault{
-			{At: 1500 * ms, Name: "SIGSTOP redis", Do: func(f *Fleet) error {
-				f.Redis.Pause()
-				t := now()
-				time.Sleep(1500 * ms)
-				f.Redis.Resume()
-				f.Record("SIGSTOP redis", "pause", t, now())
-				return nil
-			}},
+			sigstop,
 		}},
 		{Name: "Redis killed, restarted empty", Store: "single", Short: true, Degrades: true, Duration: 6 * time.Second, Faults: []Fault{
 			{At: 1500 * ms, Name: "kill redis, restart after 1 s", Do: func(f *Fleet) error {
@@ -53,6 +54,13 @@ func Schedules() []Schedule {
 		{Name: "Redis full (maxmemory, noeviction) 1.5 s", Store: "single", Short: true, Degrades: true, Faults: []Fault{
 			{At: 1500 * ms, Name: "maxmemory 1 byte for 1.5 s", Do: func(f *Fleet) error { return f.Full(1500 * ms) }},
 		}},
+		// LLM traffic alone: reservations paired with their settles by
+		// request ID, settles smaller and larger than the reservation,
+		// clients that vanish, duplicate settles; Redis stopped while
+		// requests are between their reservation and their settle.
+		{Name: "LLM budgets, Redis SIGSTOP 1.5 s between reserve and settle", Store: "single", Short: true, Degrades: true, LLM: true, Clients: 12, Faults: []Fault{
+			sigstop,
+		}},
 		{Name: "connections dropped 6× in 1.5 s", Store: "single", Short: true, Faults: []Fault{
 			{At: 1500 * ms, Name: "drop every Redis connection every 250 ms", Do: func(f *Fleet) error {
 				t := now()
@@ -74,14 +82,7 @@ func Schedules() []Schedule {
 		// no script) under the faults that test its retries and its
 		// take-backs: a pause, and connections dropped mid-call.
 		{Name: "native counters, Redis SIGSTOP 1.5 s", Store: "single", Short: true, Degrades: true, Native: true, Faults: []Fault{
-			{At: 1500 * ms, Name: "SIGSTOP redis", Do: func(f *Fleet) error {
-				f.Redis.Pause()
-				t := now()
-				time.Sleep(1500 * ms)
-				f.Redis.Resume()
-				f.Record("SIGSTOP redis", "pause", t, now())
-				return nil
-			}},
+			sigstop,
 		}},
 		{Name: "native counters, connections dropped 6× in 1.5 s", Store: "single", Native: true, Faults: []Fault{
 			{At: 1500 * ms, Name: "drop every Redis connection every 250 ms", Do: func(f *Fleet) error {
