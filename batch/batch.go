@@ -79,6 +79,11 @@ type Batch struct {
 	// PenaltyErr is the store's error starting penalties; the decision
 	// stands.
 	PenaltyErr error
+	// Retry says the caller may try the request again with other ops (an
+	// alternative of a choice group, service/choice.go): a denial then
+	// voids none of its reservations, since the next try takes them
+	// again; the caller voids them with Void once it gives up.
+	Retry bool
 }
 
 func (b *Batch) role(i int) Role {
@@ -124,7 +129,7 @@ const passes = 2
 // mixes Takes with Charges or Refunds of other keys: twice), once more
 // per pass that decides denied Shadow or Quota ops as looks (at most
 // two), once to apply Settle ops of a denied batch, once to void its
-// reservations (voidReservations), and once to start penalties.
+// reservations (Void, unless b.Retry), and once to start penalties.
 func Run(ctx context.Context, st sluice.Store, b *Batch, mode Mode) error {
 	n := len(b.Ops)
 	if len(b.Results) != n || len(b.Shadowed) != n || (b.Roles != nil && len(b.Roles) != n) || (b.Of != nil && len(b.Of) != n) {
@@ -205,20 +210,23 @@ func Run(ctx context.Context, st sluice.Store, b *Batch, mode Mode) error {
 		settleAlone(ctx, st, b)
 	}
 	if !b.Charged {
-		voidReservations(ctx, st, b)
+		if !b.Retry {
+			Void(ctx, st, b)
+		}
 		startPenalties(ctx, st, b)
 	}
 	return nil
 }
 
-// voidReservations voids, in one call, the reservations of a batch that
+// Void voids, in one call, the reservations of a batch that
 // was denied (sluice.Op.Lease on a Take of a limit other than Concurrency)
 // that were not denied themselves: the batch undid them, leaving no
 // record, and a void records them denied, so that the request's later
 // calls with that lease (its settle at stream end) are looks, not new
 // reservations. A settle the batch undid is left as it was (reserved):
-// a void changes no record it finds.
-func voidReservations(ctx context.Context, st sluice.Store, b *Batch) {
+// a void changes no record it finds. Run calls it for a denied batch
+// unless b.Retry; a store's error joins b.SettleErr.
+func Void(ctx context.Context, st sluice.Store, b *Batch) {
 	var ops []sluice.Op
 	for i := range b.Ops {
 		op := &b.Ops[i]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/batch"
 )
 
 // First with quota (rules.Rule.Choice): the descriptors of one request
@@ -104,6 +105,16 @@ func (e *Engine) choose(ctx context.Context, pol *policy, sc *scratch, req *Requ
 		}
 	}
 	sc.skip = nil
+	if resp.Choice == nil && len(sc.ops) > 0 && !sc.batch.Charged {
+		// Given up: void the reservations the tries took and undid
+		// (batch.Run left them for the next try), so that the request's
+		// stream-done call charges nothing.
+		batch.Void(ctx, e.dec, &sc.batch)
+		if sc.batch.SettleErr != nil {
+			e.m.StoreError("error")
+			e.logFailure("error", sc.batch.SettleErr)
+		}
+	}
 	j := 0
 	for _, a := range alts {
 		switch {

@@ -37,6 +37,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3}
   - key: backend
     rate_limit: {unit: minute, requests_per_unit: 1, choice: backend}
+  - key: tokens
+    descriptors:
+      - key: request_id
+        rate_limit: {unit: hour, requests_per_unit: 100, settle: reserve, pair_by: request_id}
 `
 
 // choiceEngine is an engine over one of the stores the tests run on, its
@@ -358,5 +362,58 @@ func TestChoiceStoreDown(t *testing.T) {
 		if !resp.Statuses[2].Untried {
 			t.Errorf("%v: mid's status %+v, want untried", mode, resp.Statuses[2])
 		}
+	}
+}
+
+// TestChoiceWithReservation: a reservation (settle: reserve) among a
+// choice's requirements is taken once however many alternatives are
+// tried (a try denied by its alternative voids nothing), settles as any
+// reservation, and is voided when every alternative is over, so that the
+// request's stream-done call charges nothing. On memory, Redis and
+// Cluster.
+func TestChoiceWithReservation(t *testing.T) {
+	ctx := context.Background()
+	for name, mk := range choiceStores(t) {
+		t.Run(name, func(t *testing.T) {
+			ce := mk(t)
+			// The reservation of id (hits given), then mid and big.
+			req := func(id string, hits uint64, models ...string) Request {
+				d := desc("tokens", "k", "request_id", id)
+				d.Hits = &hits
+				r := Request{Domain: "llm", Descriptors: []Descriptor{d}}
+				for _, m := range models {
+					r.Descriptors = append(r.Descriptors, desc("api_key", "a", "model", m))
+				}
+				return r
+			}
+			steps := []struct {
+				what      string
+				req       Request
+				code      Code
+				chosen    string // "" when none
+				remaining int64  // of the token budget, after the step
+			}{
+				{"R1: mid admits, 10 reserved", req("r1", 10, "mid", "big"), CodeOK, "mid", 90},
+				{"R2: mid over, big admits; 10 reserved once", req("r2", 10, "mid", "big"), CodeOK, "big", 80},
+				{"R2's settle of 4 refunds 6", req("r2", 4), CodeOK, "", 86},
+				{"R3: big admits", req("r3", 10, "mid", "big"), CodeOK, "big", 76},
+				{"R4: every alternative over: denied, nothing reserved", req("r4", 10, "mid", "big"), CodeOverLimit, "", 76},
+				{"R4's stream-done call: ignored (voided)", req("r4", 50), CodeOK, "", 76},
+			}
+			for _, st := range steps {
+				resp, err := ce.eng.Check(ctx, st.req)
+				if err != nil {
+					t.Fatalf("%s: %v", st.what, err)
+				}
+				chosen := ""
+				if resp.Choice != nil {
+					chosen = resp.Choice.Value
+				}
+				if resp.OverallCode != st.code || chosen != st.chosen || resp.Statuses[0].Result.Remaining != st.remaining {
+					t.Errorf("%s: code %v, chosen %q, budget remaining %d; want %v, %q, %d",
+						st.what, resp.OverallCode, chosen, resp.Statuses[0].Result.Remaining, st.code, st.chosen, st.remaining)
+				}
+			}
+		})
 	}
 }

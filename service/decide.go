@@ -47,7 +47,9 @@ func (e *Engine) decide(ctx context.Context, sc *scratch, resp *Response) error 
 		}
 	}
 	b := &sc.batch
-	*b = batch.Batch{Ops: sc.ops, Results: sc.results, Roles: sc.roles, Of: sc.of, Shadowed: sc.shadowed}
+	// A choice's try (sc.skip set) that is denied may be followed by
+	// another: its reservations are voided once choose gives up.
+	*b = batch.Batch{Ops: sc.ops, Results: sc.results, Roles: sc.roles, Of: sc.of, Shadowed: sc.shadowed, Retry: sc.skip != nil}
 	err := e.dec.Decide(ctx, b)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
