@@ -51,49 +51,7 @@ func TestServeCheckSIGTERM(t *testing.T) {
 	bin := build(t)
 	serve := exec.Command(bin, "serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "")
 	serve.Dir = repoRoot // the default --rules is examples/rules, relative to the repo
-	stderr, err := serve.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-		close(lines)
-		exited <- serve.Wait()
-	}()
-	t.Cleanup(func() {
-		if serve.ProcessState == nil {
-			_ = serve.Process.Kill()
-		}
-	})
-
-	var grpcAddr, httpAddr string
-	deadline := time.After(time.Minute) // a poll deadline, not a bound
-	var logged []string
-	for grpcAddr == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("serve exited before serving; log:\n%s", strings.Join(logged, "\n"))
-			}
-			logged = append(logged, l)
-			if m := servingLine.FindStringSubmatch(l); m != nil {
-				grpcAddr, httpAddr = m[1], m[2]
-			}
-		case <-deadline:
-			t.Fatalf("serve did not log its addresses within a minute; log:\n%s", strings.Join(logged, "\n"))
-		}
-	}
+	grpcAddr, httpAddr, lines, exited := startServe(t, serve)
 
 	out, err := exec.Command(bin, "check", "--addr", grpcAddr, "--domain", "edge", "remote_address=1.2.3.4").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "OK\n") || !strings.Contains(string(out), "limit 10 per second") {
@@ -128,6 +86,57 @@ func TestServeCheckSIGTERM(t *testing.T) {
 	case <-time.After(time.Minute): // a hang guard, not a bound
 		t.Fatalf("serve did not exit within a minute of SIGTERM")
 	}
+}
+
+// startServe starts serve (a `sluice serve` command listening on free
+// ports) and waits until it logs the addresses it serves on; lines then
+// carries the rest of its log (drained by the caller, or dropped when
+// full), exited its exit once the log has ended. The process is killed at
+// cleanup if it is still running.
+func startServe(t *testing.T, serve *exec.Cmd) (grpcAddr, httpAddr string, lines <-chan string, exited <-chan error) {
+	t.Helper()
+	stderr, err := serve.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ex := make(chan error, 1)
+	ls := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			select {
+			case ls <- sc.Text():
+			default:
+			}
+		}
+		close(ls)
+		ex <- serve.Wait()
+	}()
+	t.Cleanup(func() {
+		if serve.ProcessState == nil {
+			_ = serve.Process.Kill()
+		}
+	})
+	deadline := time.After(time.Minute) // a poll deadline, not a bound
+	var logged []string
+	for grpcAddr == "" {
+		select {
+		case l, ok := <-ls:
+			if !ok {
+				t.Fatalf("serve exited before serving; log:\n%s", strings.Join(logged, "\n"))
+			}
+			logged = append(logged, l)
+			if m := servingLine.FindStringSubmatch(l); m != nil {
+				grpcAddr, httpAddr = m[1], m[2]
+			}
+		case <-deadline:
+			t.Fatalf("serve did not log its addresses within a minute; log:\n%s", strings.Join(logged, "\n"))
+		}
+	}
+	return grpcAddr, httpAddr, ls, ex
 }
 
 // TestServeBadConfig: bad flags and environment exit non-zero with every
