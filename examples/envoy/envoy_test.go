@@ -3,19 +3,10 @@
 package envoy
 
 import (
-	"encoding/json"
-	"os"
 	"slices"
 	"testing"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-
+	"github.com/sluice-rl/sluice/internal/envoytest"
 	"github.com/sluice-rl/sluice/rules"
 )
 
@@ -24,29 +15,7 @@ import (
 // domain the example rules define, and its route's descriptors match rules
 // of that domain.
 func TestEnvoyConfig(t *testing.T) {
-	raw, err := os.ReadFile("envoy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
-	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		t.Fatalf("envoy.yaml is not an Envoy bootstrap: %v", err)
-	}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("envoy.yaml fails Envoy's field validation: %v", err)
-	}
-	var hcm hcmv3.HttpConnectionManager
-	if err := b.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-		t.Fatal(err)
-	}
+	hcm := envoytest.Load(t, "envoy.yaml")
 	var names []string
 	for _, f := range hcm.HttpFilters {
 		names = append(names, f.Name)

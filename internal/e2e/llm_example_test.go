@@ -16,21 +16,15 @@ import (
 	"testing"
 	"time"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-rl/sluice/internal/envoytest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/notify"
 )
@@ -55,29 +49,7 @@ type envoyConfig struct {
 // its rate-limit filter's domain and its route's rate limits.
 func loadEnvoyExample(t *testing.T) envoyConfig {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples/llm/envoy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("envoy.yaml: %v", err)
-	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		t.Fatalf("envoy.yaml is not an Envoy bootstrap: %v", err)
-	}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("envoy.yaml fails Envoy's field validation: %v", err)
-	}
-	var hcm hcmv3.HttpConnectionManager
-	if err := b.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-		t.Fatal(err)
-	}
+	hcm := envoytest.Load(t, filepath.Join(repoRoot, "examples/llm/envoy.yaml"))
 	var cfg envoyConfig
 	for _, f := range hcm.HttpFilters {
 		if f.Name != "envoy.filters.http.ratelimit" {
