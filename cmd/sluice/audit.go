@@ -45,8 +45,7 @@ func runAudit(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	actor := fs.String("actor", "", "only rows of this actor (an admin token's name)")
 	since := fs.String("since", "", "only rows at or after this time: RFC 3339, or a duration before now such as 24h")
 	until := fs.String("until", "", "only rows before this time: RFC 3339, or a duration before now")
-	limit := fs.Int("limit", 100, fmt.Sprintf("rows per page (1–%d)", tenant.MaxAuditPage))
-	cursor := fs.String("cursor", "", "start at this page (the next printed by the previous one)")
+	page := addPageFlags(fs, "rows", tenant.MaxAuditPage)
 	output := outputFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice audit [--tenant T] [--actor A] [--since T] [--until T] [--limit N] [--cursor C] [--output table|json]")
@@ -65,11 +64,11 @@ func runAudit(ctx context.Context, args []string, getenv env, stdout, stderr io.
 	if err := checkOutput("audit", *output); err != nil {
 		return err
 	}
-	if *limit < 1 || *limit > tenant.MaxAuditPage {
-		return fmt.Errorf("audit: --limit %d: want 1 to %d: %w", *limit, tenant.MaxAuditPage, errUsage)
+	q, err := page.query("audit")
+	if err != nil {
+		return err
 	}
 	now := time.Now()
-	q := url.Values{"limit": {strconv.Itoa(*limit)}}
 	for _, p := range []struct{ flag, name, v string }{{"--since", "since", *since}, {"--until", "until", *until}} {
 		t, err := auditTime(p.flag, p.v, now)
 		if err != nil {
@@ -79,7 +78,7 @@ func runAudit(ctx context.Context, args []string, getenv env, stdout, stderr io.
 			q.Set(p.name, t)
 		}
 	}
-	for name, v := range map[string]string{"tenant": *tenantName, "actor": *actor, "cursor": *cursor} {
+	for name, v := range map[string]string{"tenant": *tenantName, "actor": *actor} {
 		if v != "" {
 			q.Set(name, v)
 		}
@@ -159,4 +158,35 @@ func change(e admin.AuditJSON) string {
 		return "removed: " + desc(before)
 	}
 	return ""
+}
+
+// pageFlags are the --limit and --cursor of a command that lists a page at
+// a time from the admin API (audit, notifications).
+type pageFlags struct {
+	limit  *int
+	cursor *string
+	max    int
+}
+
+// addPageFlags adds --limit (of what, 1 to max, default 100) and --cursor
+// to fs.
+func addPageFlags(fs *flag.FlagSet, what string, max int) pageFlags {
+	return pageFlags{
+		limit:  fs.Int("limit", 100, fmt.Sprintf("%s per page (1–%d)", what, max)),
+		cursor: fs.String("cursor", "", "start at this page (the next printed by the previous one)"),
+		max:    max,
+	}
+}
+
+// query returns the page's query parameters, or command's usage error for
+// a --limit out of range.
+func (p pageFlags) query(command string) (url.Values, error) {
+	if *p.limit < 1 || *p.limit > p.max {
+		return nil, fmt.Errorf("%s: --limit %d: want 1 to %d: %w", command, *p.limit, p.max, errUsage)
+	}
+	q := url.Values{"limit": {strconv.Itoa(*p.limit)}}
+	if *p.cursor != "" {
+		q.Set("cursor", *p.cursor)
+	}
+	return q, nil
 }

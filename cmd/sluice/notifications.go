@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -24,8 +22,7 @@ func runNotifications(ctx context.Context, args []string, getenv env, stdout, st
 	fs := newFlagSet("notifications", stderr)
 	var ac adminClient
 	ac.flags(fs)
-	limit := fs.Int("limit", 100, fmt.Sprintf("levels per page (1–%d)", notify.MaxPage))
-	cursor := fs.String("cursor", "", "start at this page (the next printed by the previous one)")
+	page := addPageFlags(fs, "levels", notify.MaxPage)
 	output := outputFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: sluice notifications [--limit N] [--cursor C] [--output table|json]")
@@ -45,12 +42,9 @@ func runNotifications(ctx context.Context, args []string, getenv env, stdout, st
 	if err := checkOutput("notifications", *output); err != nil {
 		return err
 	}
-	if *limit < 1 || *limit > notify.MaxPage {
-		return fmt.Errorf("notifications: --limit %d: want 1 to %d: %w", *limit, notify.MaxPage, errUsage)
-	}
-	q := url.Values{"limit": {strconv.Itoa(*limit)}}
-	if *cursor != "" {
-		q.Set("cursor", *cursor)
+	q, err := page.query("notifications")
+	if err != nil {
+		return err
 	}
 	out, _, err := ac.do(ctx, getenv, "notifications", http.MethodGet, "notifications?"+q.Encode(), nil)
 	if err != nil {
