@@ -27,9 +27,9 @@ func TestValidate(t *testing.T) {
 		{name: "no arguments", args: nil, wantErr: true, usage: true},
 		{name: "bad default algorithm", args: []string{"--default-algorithm", "nope", bad}, wantErr: true, usage: true},
 		{name: "env default algorithm", args: []string{"../../examples/rules"}, env: map[string]string{"SLUICE_DEFAULT_ALGORITHM": "gcra"}, wantOut: []string{"ok"}},
-		{name: "money budgets with their prices", args: []string{"--prices", "../../examples/llm/prices.yaml", "../../examples/llm/rules"}, wantOut: []string{"ok: 1 domain(s), 2 rule(s)"}},
+		{name: "money budgets with their prices", args: []string{"--prices", "../../examples/llm/prices.yaml", "../../examples/llm/rules"}, wantOut: []string{"ok: 1 domain(s), 6 rule(s)"}},
 		{name: "money budgets, prices from the env", args: []string{"../../examples/llm/rules"}, env: map[string]string{"SLUICE_PRICES": "../../examples/llm/prices.yaml"}, wantOut: []string{"ok"}},
-		{name: "money budgets without prices", args: []string{"../../examples/llm/rules"}, wantErr: true, wantOut: []string{"budgets.yaml:22: descriptors[0].descriptors[0].descriptors[0].descriptors[0].descriptors[0].rate_limit.usage: a money budget needs a price table"}},
+		{name: "money budgets without prices", args: []string{"../../examples/llm/rules"}, wantErr: true, wantOut: []string{"budgets.yaml:24: descriptors[0].descriptors[0].descriptors[0].descriptors[0].descriptors[0].rate_limit.usage: a money budget needs a price table"}},
 		{name: "missing path", args: []string{filepath.Join(bad, "nope")}, wantErr: true, wantOut: []string{"nope"}},
 	}
 	for _, tt := range tests {
