@@ -8,6 +8,7 @@ package proctest
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,4 +232,31 @@ func (b *Binary) Remove() {
 	if b.dir != "" {
 		_ = os.RemoveAll(b.dir)
 	}
+}
+
+// RaiseParallel sets go test's -parallel to perCPU × GOMAXPROCS when the
+// command line does not set it (an explicit -parallel always wins), and
+// returns the value in force. go test's default, GOMAXPROCS, suits tests
+// that use a CPU each; a test binary whose parallel tests mostly wait (for
+// servers to start, clusters to form, timeouts, breakers and late replies to
+// pass) calls it from TestMain, before m.Run, so that the waits overlap with
+// each other and with the tests that compute. Tests that must not share the
+// machine (a load they measure, a latency they rely on) stay serial: go
+// test runs them alone, before the parallel ones. perCPU below 1 counts as
+// 1. It parses the command line (flag.Parse) if TestMain has not.
+func RaiseParallel(perCPU int) int {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.parallel")
+	if f == nil {
+		return 0 // not a test binary
+	}
+	set := false
+	flag.Visit(func(v *flag.Flag) { set = set || v.Name == f.Name })
+	if !set {
+		_ = f.Value.Set(strconv.Itoa(max(perCPU, 1) * runtime.GOMAXPROCS(0)))
+	}
+	n, _ := strconv.Atoi(f.Value.String())
+	return n
 }

@@ -3,9 +3,12 @@ package proctest
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -109,5 +112,25 @@ func TestMissing(t *testing.T) {
 	Missing(&ci, bin, notice)
 	if len(ci.fatal) != 1 || !strings.Contains(ci.fatal[0], notice) || len(ci.skip) != 0 {
 		t.Errorf("with CI=true: fatal %q, skip %q; want the test failed with the notice", ci.fatal, ci.skip)
+	}
+}
+
+// TestRaiseParallel: without -parallel on the command line the value
+// becomes perCPU × GOMAXPROCS (perCPU at least 1); with it, it stays.
+func TestRaiseParallel(t *testing.T) {
+	f := flag.Lookup("test.parallel")
+	old := f.Value.String()
+	t.Cleanup(func() { _ = f.Value.Set(old) })
+	explicit := false
+	flag.Visit(func(v *flag.Flag) { explicit = explicit || v.Name == "test.parallel" })
+	procs := runtime.GOMAXPROCS(0)
+	for _, tt := range []struct{ perCPU, want int }{{3, 3 * procs}, {1, procs}, {0, procs}, {-2, procs}} {
+		want := strconv.Itoa(tt.want)
+		if explicit {
+			want = old
+		}
+		if got := RaiseParallel(tt.perCPU); strconv.Itoa(got) != want || f.Value.String() != want {
+			t.Errorf("RaiseParallel(%d) = %d, -parallel %s; want %s (explicit -parallel: %v)", tt.perCPU, got, f.Value.String(), want, explicit)
+		}
 	}
 }
