@@ -134,3 +134,62 @@ func TestRaiseParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestAlone runs in a process of its own: there, it is the only test the
+// process runs.
+func TestAlone(t *testing.T) {
+	if !Alone(t) {
+		return
+	}
+	if got := os.Getenv(childEnv); got != t.Name() {
+		t.Errorf("%s = %q in the child, want %q", childEnv, got, t.Name())
+	}
+}
+
+// TestAloneChildFails only fails, and only in a child Alone started for it.
+func TestAloneChildFails(t *testing.T) {
+	if os.Getenv(childEnv) != t.Name() {
+		t.Skip("only in the child TestAloneReportsChild starts")
+	}
+	t.Error("failing on purpose")
+}
+
+// fakeChildTB records what Alone reports.
+type fakeChildTB struct {
+	name     string
+	parallel bool
+	logs     []string
+	fatal    string
+}
+
+func (*fakeChildTB) Helper()                             {}
+func (f *fakeChildTB) Name() string                      { return f.name }
+func (f *fakeChildTB) Parallel()                         { f.parallel = true }
+func (f *fakeChildTB) Log(args ...any)                   { f.logs = append(f.logs, fmt.Sprint(args...)) }
+func (f *fakeChildTB) Fatalf(format string, args ...any) { f.fatal = fmt.Sprintf(format, args...) }
+
+// TestAloneReportsChild: a child that fails, or runs no test, fails the
+// parent; one that passes does not.
+func TestAloneReportsChild(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("not in a child")
+	}
+	for _, tt := range []struct {
+		name, fatal string
+	}{
+		{"TestAloneChildFails", "exit status 1"},
+		{"TestNoSuchTest", "it did not run"},
+		{"TestFreePortNeverRepeats", ""},
+	} {
+		f := &fakeChildTB{name: tt.name}
+		if Alone(f) {
+			t.Fatalf("Alone(%s) = true in the parent", tt.name)
+		}
+		if !f.parallel {
+			t.Errorf("Alone(%s) did not mark the test parallel", tt.name)
+		}
+		if tt.fatal == "" && f.fatal != "" || tt.fatal != "" && !strings.Contains(f.fatal, tt.fatal) {
+			t.Errorf("Alone(%s) failed the test with %q, want %q", tt.name, f.fatal, tt.fatal)
+		}
+	}
+}
