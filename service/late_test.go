@@ -86,6 +86,7 @@ func TestUndoIfUnknownPlanned(t *testing.T) {
 // failure mode, and the charge made anyway is taken back for closed and
 // local limits, kept for open ones: the quota left afterwards says so.
 func TestLateReplyRedis(t *testing.T) {
+	t.Parallel() // its own server, proxy and engine; it mostly waits for held replies
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
 	// Long enough that no call but the held one times out on a loaded
