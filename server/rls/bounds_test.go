@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -53,8 +54,13 @@ func fillDescriptors(max int, d func(i int) *ratelimitv3.RateLimitDescriptor) *r
 // (TotalAlloc over many calls, divided). Metadata past the bound is
 // refused without a call. (Before the decoder kept at most the descriptors
 // and entries the limits allow, 256 KiB of empty descriptors allocated
-// 32 MB a call: 124 bytes a byte.)
+// 32 MB a call: 124 bytes a byte.) The allocations are the whole
+// process's: the test runs in a process of its own (proctest.Alone),
+// beside the others.
 func TestWorstRequestMemory(t *testing.T) {
+	if !proctest.Alone(t) {
+		return
+	}
 	const perByte = 8
 	const calls = 40
 	snap, err := rules.Parse("edge.yaml", []byte("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000000}\n"), rules.Options{})
