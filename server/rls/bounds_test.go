@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/rules"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -55,12 +54,10 @@ func fillDescriptors(max int, d func(i int) *ratelimitv3.RateLimitDescriptor) *r
 // refused without a call. (Before the decoder kept at most the descriptors
 // and entries the limits allow, 256 KiB of empty descriptors allocated
 // 32 MB a call: 124 bytes a byte.) The allocations are the whole
-// process's: the test runs in a process of its own (proctest.Alone),
-// beside the others.
+// process's: the test stays serial, so it runs alone (in a process of its
+// own, proctest.Alone, it took longer than the parallel tests it would
+// overlap).
 func TestWorstRequestMemory(t *testing.T) {
-	if !proctest.Alone(t) {
-		return
-	}
 	const perByte = 8
 	const calls = 40
 	snap, err := rules.Parse("edge.yaml", []byte("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000000000}\n"), rules.Options{})
