@@ -322,8 +322,10 @@ func TestUnmatchableDescriptors(t *testing.T) {
 // TestEnvoyRedis: settle-after charges and refunds decide on real Redis,
 // single and Cluster, as on the memory store.
 func TestEnvoyRedis(t *testing.T) {
+	t.Parallel() // its own servers
 	for _, mode := range []string{"single", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // a server or Cluster of its own
 			var url string
 			if mode == "single" {
 				url = redistest.Start(t).URL()

@@ -85,35 +85,46 @@ func TestUndoIfUnknownPlanned(t *testing.T) {
 // after the store timeout (a proxy holds the reply) is decided by its
 // failure mode, and the charge made anyway is taken back for closed and
 // local limits, kept for open ones: the quota left afterwards says so.
+// Each case has its own proxy (its replies are the ones held), store (its
+// Stats are the case's), engine and key prefix on one server, and mostly
+// waits for its late reply: the cases run side by side.
 func TestLateReplyRedis(t *testing.T) {
+	t.Parallel() // its own server; it mostly waits for held replies
 	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
 	// Long enough that no call but the held one times out on a loaded
 	// machine (the held reply comes at 3 × timeout).
 	const timeout = time.Second
 	patient := redis.BreakerOptions{ConsecutiveTimeouts: 1 << 20, FailureRatio: 1, MinCalls: 1 << 20}
-	st, err := redis.New(redis.Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	snap, err := rules.Parse("test.yaml", []byte(lateRules), rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fallback := memory.New(memory.Options{})
-	t.Cleanup(func() { fallback.Close() })
-	cfg := DefaultConfig()
-	cfg.Fallback = fallback
-	eng, err := New(cfg, StaticRules{snap}, st, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	for range 5 { // load the script, teach the store the node's clock
-		if _, err := eng.Check(ctx, req(desc("open", "warm"))); err != nil {
+	// open returns a proxy to the server, a store behind it with keys
+	// under prefix, and an engine over the store that has loaded the
+	// script and learnt the node's clock.
+	open := func(t *testing.T, prefix string) (*redistest.Proxy, *redis.Store, *Engine) {
+		t.Helper()
+		proxy := redistest.StartProxy(t, srv.Addr())
+		st, err := redis.New(redis.Options{URL: proxy.URL(), Prefix: prefix, Timeout: timeout, Breaker: patient})
+		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { st.Close() })
+		fallback := memory.New(memory.Options{})
+		t.Cleanup(func() { fallback.Close() })
+		cfg := DefaultConfig()
+		cfg.Fallback = fallback
+		eng, err := New(cfg, StaticRules{snap}, st, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 5 { // load the script, teach the store the node's clock
+			if _, err := eng.Check(ctx, req(desc("open", "warm"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return proxy, st, eng
 	}
 
 	tests := []struct {
@@ -133,6 +144,8 @@ func TestLateReplyRedis(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
+			t.Parallel() // a proxy, store, engine and keys of its own
+			proxy, st, eng := open(t, "late-"+tt.key+":")
 			before := st.Stats()
 			proxy.SetReplyDelay(3 * timeout)
 			start := time.Now()

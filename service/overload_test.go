@@ -74,6 +74,7 @@ func (s *slowStore) Take(ctx context.Context, ops []sluice.Op, res []sluice.Resu
 // that is merely slow decides, and its limit holds (overload is not
 // failure).
 func TestSlowStoreIsWaitedFor(t *testing.T) {
+	t.Parallel() // its own engine and slow store; it waits for it
 	snap, err := rules.Parse("test.yaml", []byte(testRules), rules.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -37,8 +37,13 @@ func TestPairedSlots(t *testing.T) {
 
 // TestPairedSlotsRedis: the same on a real Redis, single and Cluster.
 func TestPairedSlotsRedis(t *testing.T) {
-	t.Run("single", func(t *testing.T) { testPairedSlots(t, newRedisHarness(t, redistest.Start(t).URL(), pairRules)) })
+	t.Parallel() // its own servers
+	t.Run("single", func(t *testing.T) {
+		t.Parallel() // a server of its own
+		testPairedSlots(t, newRedisHarness(t, redistest.Start(t).URL(), pairRules))
+	})
 	t.Run("cluster", func(t *testing.T) {
+		t.Parallel() // a Cluster of its own
 		testPairedSlots(t, newRedisHarness(t, redistest.StartCluster(t).URL(), pairRules))
 	})
 }

@@ -28,6 +28,7 @@ descriptors:
 // second instance on the same store sees the penalty. On memory and Redis
 // (single and Cluster).
 func TestPenalty(t *testing.T) {
+	t.Parallel() // its own stores, servers and clocks
 	t.Run("memory", func(t *testing.T) {
 		clock := storetest.NewClock()
 		st := memory.New(memory.Options{Now: clock.Now})

@@ -80,6 +80,7 @@ func TestPlacedRoutes(t *testing.T) {
 // Sub-counters never admit more than the quota; near the limit they admit
 // less (hits land unevenly on the counters). The test measures how much.
 func TestSubCountersAccuracy(t *testing.T) {
+	t.Parallel() // its own engines and stores
 	const quota, windows = 1000, 20
 	yaml := `domain: p
 descriptors:

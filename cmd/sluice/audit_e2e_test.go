@@ -18,6 +18,7 @@ import (
 // PostgreSQL, the rows the quota commands left, filtered and paged, as a
 // table or JSON.
 func TestAuditCommand(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
 	if out, err := sluiceCmd(t, map[string]string{"SLUICE_POSTGRES_URL": url}, "migrate"); err != nil {

@@ -43,6 +43,7 @@ func TestGRPCMetadataBounded(t *testing.T) {
 // 1 MiB query or a 100 KiB field is answered 431 before any handler; a
 // 32 KiB field is served.
 func TestHTTPHeaderBounded(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), nil)
 	for _, tc := range []struct {
 		name, query string

@@ -27,6 +27,7 @@ func ordersRemaining(t *testing.T, base string) int64 {
 // tenant's quota back and writes an audit row; without admin tokens
 // charges are off.
 func TestChargeAndResetEndToEnd(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
 	dir := t.TempDir()

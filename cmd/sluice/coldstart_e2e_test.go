@@ -78,6 +78,7 @@ func readyTenants(t *testing.T, base string) (tenantsReady, string) {
 // so on /readyz with the snapshot's age, and goes live when PostgreSQL
 // returns.
 func TestTenantsColdStart(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
 	if out, err := sluiceCmd(t, map[string]string{"SLUICE_POSTGRES_URL": url}, "migrate"); err != nil {

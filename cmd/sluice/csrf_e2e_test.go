@@ -114,6 +114,7 @@ async function attack() {
 // cannot write with the Basic credentials either; with a bearer token and
 // a JSON body, a write from that page moves the counter (the control).
 func TestCrossSiteWritesRefusedInBrowser(t *testing.T) {
+	t.Parallel() // its own server and browser (a profile of its own); it mostly waits for them
 	ctx := browser(t)
 	tokFile := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokFile, []byte("ops rw "+csrfRW+"\n"), 0o600); err != nil {

@@ -23,6 +23,7 @@ import (
 // addresses in it denied, the others admitted); sluice deny rm restores
 // admission; both changes are audited.
 func TestDenyE2E(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
 	envs := map[string]string{"SLUICE_POSTGRES_URL": url}

@@ -533,6 +533,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // server: good changes take effect, a bad one keeps the last good rules and
 // is reported on /debug/rules and in metrics, and a fix recovers.
 func TestHotReload(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	dir := t.TempDir()
 	write := func(name, body string) {
 		t.Helper()

@@ -146,6 +146,7 @@ func TestGRPCUDS(t *testing.T) {
 // is asked to go away (the client's connection leaves READY), and a new
 // one serves.
 func TestMaxConnectionAge(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	ts := startServer(t, filepath.Join(repoRoot, "examples/rules"), func(c *serveConfig) {
 		c.Envoy.MaxConnAge, c.Envoy.MaxConnAgeGrace = 300*time.Millisecond, time.Second
 	})

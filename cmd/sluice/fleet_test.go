@@ -48,7 +48,14 @@ const (
 // it anew, seconds of CPU, most of a minute on a loaded machine).
 var sluiceBin = proctest.Binary{Pkg: ".", Name: "sluice"}
 
+// TestMain runs up to four parallel tests per CPU (go test's default is
+// one; an explicit -parallel wins): the parallel tests mostly wait for their
+// servers, Redis and PostgreSQL processes, timeouts and breakers, so the
+// waits overlap. The tests that load the machine on purpose
+// (TestFleetUnderLoad) or set the package's variables stay serial and run
+// alone, before the parallel ones.
 func TestMain(m *testing.M) {
+	proctest.RaiseParallel(4)
 	code := m.Run()
 	sluiceBin.Remove()
 	os.Exit(code)

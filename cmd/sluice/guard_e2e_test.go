@@ -31,6 +31,7 @@ func metricLine(t *testing.T, base, series string) string {
 // held, the domain's counters keep denying, the metric and /debug/rules
 // say why; a confirming marker file applies the removal.
 func TestGuardedReload(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	dir := t.TempDir()
 	file := func(domain string, rpu int) string {
 		return "domain: " + domain + "\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: " + itoa(rpu) + "\n"
@@ -120,6 +121,7 @@ func TestGuardedReload(t *testing.T) {
 // TestGuardedReloadRuleInUse: a rule matched lately is not removed by a
 // reload while it is in use, and a rule nobody matched is removed at once.
 func TestGuardedReloadRuleInUse(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	dir := t.TempDir()
 	two := "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
 	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(two), 0o644); err != nil {
@@ -153,6 +155,7 @@ func TestGuardedReloadRuleInUse(t *testing.T) {
 // TestReadyzFailOnReloadError: with --readyz-fail-on-reload-error, /readyz
 // fails while the files do not load, and recovers when they do.
 func TestReadyzFailOnReloadError(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	dir := t.TempDir()
 	good := "domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
 	if err := os.WriteFile(filepath.Join(dir, "r.yaml"), []byte(good), 0o644); err != nil {

@@ -20,6 +20,7 @@ import (
 // placed local admits its limit in each; hybrid decisions are mostly local,
 // and repeated denials come from the denied-key cache.
 func TestPlacementsTwoServers(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	rd := redistest.Start(t)
 	dir := filepath.Join(repoRoot, "testdata/rules/hybrid")
 	a := startServer(t, dir, withRedis(rd.URL(), nil))

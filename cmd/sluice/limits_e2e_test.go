@@ -19,6 +19,7 @@ import (
 // --max-request-bytes is refused before it is decoded, and the store is
 // never touched by a refused request.
 func TestRequestLimitsServe(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	ts := startServer(t, filepath.Join(repoRoot, "examples/rules"), func(c *serveConfig) {
 		c.Limits.Descriptors = 4
 		c.Limits.RequestBytes = 64 << 10

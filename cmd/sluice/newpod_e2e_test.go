@@ -42,6 +42,7 @@ func metricOf(t *testing.T, s *testServer, series string) string {
 //     tenant's overrides: 7 orders a minute and pro's 50 a day are admitted,
 //     not the free tier's 3 and 5.
 func TestNewPodPostgresDown(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
 	if out, err := sluiceCmd(t, map[string]string{"SLUICE_POSTGRES_URL": url}, "migrate"); err != nil {

@@ -46,6 +46,7 @@ func TestSampledWarn(t *testing.T) {
 // requests a line per period rather than a line per request, reports it on
 // /readyz, and says so again when the service comes up.
 func TestProxyRLSUnreachable(t *testing.T) {
+	t.Parallel() // its own proxies and upstreams; it mostly waits for them
 	for _, mode := range []string{"open", "closed"} {
 		t.Run(mode, func(t *testing.T) { testProxyRLS(t, mode) })
 	}

@@ -115,6 +115,7 @@ func checkJSON(t *testing.T, ts *testServer, key string) (code, degraded string,
 // local enforces limit ÷ expected replicas in process; readiness reports the
 // store down; when Redis comes back, decisions use it again.
 func TestRedisKilled(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	rd := redistest.Start(t)
 	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {
 		c.Service.ExpectedReplicas = 2
@@ -172,6 +173,7 @@ func TestRedisKilled(t *testing.T) {
 // for the store timeout, then the circuit breaker opens and no check waits
 // for the store any more.
 func TestRedisHungBreaker(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	rd := redistest.Start(t)
 	const storeTimeout = 600 * time.Millisecond
 	ts := startServer(t, filepath.Join(repoRoot, "testdata/rules/failure"), withRedis(rd.URL(), func(c *serveConfig) {

@@ -55,6 +55,7 @@ func TestSimulate(t *testing.T) {
 }
 
 func TestSimulateTable(t *testing.T) {
+	t.Parallel() // its own simulation: CPU beside the tests that wait
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"simulate", "--scale", "0.02", "--groups", "workload", "--quiet"},
 		func(string) string { return "" }, &out, &errOut)

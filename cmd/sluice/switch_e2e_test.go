@@ -22,6 +22,7 @@ import (
 // (LISTEN/NOTIFY); the strongest switch over a rule applies; clearing
 // them enforces the same counters again; every change has an audit row.
 func TestSwitchLevels(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
 	envs := map[string]string{"SLUICE_POSTGRES_URL": url}
@@ -165,6 +166,7 @@ func TestSwitchLevels(t *testing.T) {
 // every time (the old command returned on the database's commit, and the
 // old state answered 4 of 12 rounds).
 func TestSwitchSetInForce(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
 	if out, err := sluiceCmd(t, map[string]string{"SLUICE_POSTGRES_URL": url}, "migrate"); err != nil {

@@ -104,6 +104,7 @@ func adminDo(t *testing.T, method, url, token, body string) (int, string) {
 // 503 on writes, a server started meanwhile on rule-file limits, opted in)
 // and back.
 func TestTenantsEndToEnd(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	pgs := pgtest.Start(t)
 	url := pgs.NewDatabase(t)
 	envs := map[string]string{"SLUICE_POSTGRES_URL": url}

@@ -99,6 +99,7 @@ func TestTracing(t *testing.T) {
 // TestTracingCollectorDown: serve with --tracing and a collector that is
 // not there still answers checks (spans are lost, never checks).
 func TestTracingCollectorDown(t *testing.T) {
+	t.Parallel() // its own server and processes; it mostly waits for them
 	ts := startServer(t, filepath.Join(repoRoot, "examples/rules"), func(c *serveConfig) {
 		c.Envoy.Tracing = tracingConfig{On: true, ServiceName: "sluice", SamplingRate: 1, Endpoint: "127.0.0.1:1", Insecure: true}
 	})

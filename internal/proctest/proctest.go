@@ -8,6 +8,7 @@ package proctest
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,4 +233,72 @@ func (b *Binary) Remove() {
 	if b.dir != "" {
 		_ = os.RemoveAll(b.dir)
 	}
+}
+
+// RaiseParallel sets go test's -parallel to perCPU × GOMAXPROCS when the
+// command line does not set it (an explicit -parallel always wins), and
+// returns the value in force. go test's default, GOMAXPROCS, suits tests
+// that use a CPU each; a test binary whose parallel tests mostly wait (for
+// servers to start, clusters to form, timeouts, breakers and late replies to
+// pass) calls it from TestMain, before m.Run, so that the waits overlap with
+// each other and with the tests that compute. Tests that must not share the
+// machine (a load they measure, a latency they rely on) stay serial: go
+// test runs them alone, before the parallel ones. perCPU below 1 counts as
+// 1. It parses the command line (flag.Parse) if TestMain has not.
+func RaiseParallel(perCPU int) int {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.parallel")
+	if f == nil {
+		return 0 // not a test binary
+	}
+	set := false
+	flag.Visit(func(v *flag.Flag) { set = set || v.Name == f.Name })
+	if !set {
+		_ = f.Value.Set(strconv.Itoa(max(perCPU, 1) * runtime.GOMAXPROCS(0)))
+	}
+	n, _ := strconv.Atoi(f.Value.String())
+	return n
+}
+
+// ChildTB is the part of testing.T Alone uses.
+type ChildTB interface {
+	Helper()
+	Name() string
+	Parallel()
+	Log(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// childEnv names, in a child process Alone started, the test it runs.
+const childEnv = "SLUICE_PROCTEST_ALONE"
+
+// Alone lets a test that measures its whole process (its allocations, say)
+// run in parallel with the others without sharing the process with them:
+// in the test binary go test started, it marks t parallel, runs t's test
+// (and nothing else) in a new process of the same binary with the same
+// environment, logs that process's output, fails t if it failed, and
+// returns false: the test returns at once. In that child process it
+// returns true: the test does its work. A child that fails, or does not
+// run the test (a name -test.run does not match), fails t. Top-level tests
+// only.
+func Alone(t ChildTB) bool {
+	t.Helper()
+	if os.Getenv(childEnv) == t.Name() {
+		return true
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	t.Log("in a process of its own:\n" + string(out))
+	ran := bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")) || bytes.Contains(out, []byte("--- SKIP: "+t.Name()+" "))
+	switch {
+	case err != nil:
+		t.Fatalf("%s in a process of its own: %v", t.Name(), err)
+	case !ran:
+		t.Fatalf("%s in a process of its own: it did not run", t.Name())
+	}
+	return false
 }

@@ -3,9 +3,12 @@ package proctest
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -109,5 +112,84 @@ func TestMissing(t *testing.T) {
 	Missing(&ci, bin, notice)
 	if len(ci.fatal) != 1 || !strings.Contains(ci.fatal[0], notice) || len(ci.skip) != 0 {
 		t.Errorf("with CI=true: fatal %q, skip %q; want the test failed with the notice", ci.fatal, ci.skip)
+	}
+}
+
+// TestRaiseParallel: without -parallel on the command line the value
+// becomes perCPU × GOMAXPROCS (perCPU at least 1); with it, it stays.
+func TestRaiseParallel(t *testing.T) {
+	f := flag.Lookup("test.parallel")
+	old := f.Value.String()
+	t.Cleanup(func() { _ = f.Value.Set(old) })
+	explicit := false
+	flag.Visit(func(v *flag.Flag) { explicit = explicit || v.Name == "test.parallel" })
+	procs := runtime.GOMAXPROCS(0)
+	for _, tt := range []struct{ perCPU, want int }{{3, 3 * procs}, {1, procs}, {0, procs}, {-2, procs}} {
+		want := strconv.Itoa(tt.want)
+		if explicit {
+			want = old
+		}
+		if got := RaiseParallel(tt.perCPU); strconv.Itoa(got) != want || f.Value.String() != want {
+			t.Errorf("RaiseParallel(%d) = %d, -parallel %s; want %s (explicit -parallel: %v)", tt.perCPU, got, f.Value.String(), want, explicit)
+		}
+	}
+}
+
+// TestAlone runs in a process of its own: there, it is the only test the
+// process runs.
+func TestAlone(t *testing.T) {
+	if !Alone(t) {
+		return
+	}
+	if got := os.Getenv(childEnv); got != t.Name() {
+		t.Errorf("%s = %q in the child, want %q", childEnv, got, t.Name())
+	}
+}
+
+// TestAloneChildFails only fails, and only in a child Alone started for it.
+func TestAloneChildFails(t *testing.T) {
+	if os.Getenv(childEnv) != t.Name() {
+		t.Skip("only in the child TestAloneReportsChild starts")
+	}
+	t.Error("failing on purpose")
+}
+
+// fakeChildTB records what Alone reports.
+type fakeChildTB struct {
+	name     string
+	parallel bool
+	logs     []string
+	fatal    string
+}
+
+func (*fakeChildTB) Helper()                             {}
+func (f *fakeChildTB) Name() string                      { return f.name }
+func (f *fakeChildTB) Parallel()                         { f.parallel = true }
+func (f *fakeChildTB) Log(args ...any)                   { f.logs = append(f.logs, fmt.Sprint(args...)) }
+func (f *fakeChildTB) Fatalf(format string, args ...any) { f.fatal = fmt.Sprintf(format, args...) }
+
+// TestAloneReportsChild: a child that fails, or runs no test, fails the
+// parent; one that passes does not.
+func TestAloneReportsChild(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("not in a child")
+	}
+	for _, tt := range []struct {
+		name, fatal string
+	}{
+		{"TestAloneChildFails", "exit status 1"},
+		{"TestNoSuchTest", "it did not run"},
+		{"TestFreePortNeverRepeats", ""},
+	} {
+		f := &fakeChildTB{name: tt.name}
+		if Alone(f) {
+			t.Fatalf("Alone(%s) = true in the parent", tt.name)
+		}
+		if !f.parallel {
+			t.Errorf("Alone(%s) did not mark the test parallel", tt.name)
+		}
+		if tt.fatal == "" && f.fatal != "" || tt.fatal != "" && !strings.Contains(f.fatal, tt.fatal) {
+			t.Errorf("Alone(%s) failed the test with %q, want %q", tt.name, f.fatal, tt.fatal)
+		}
 	}
 }

@@ -53,7 +53,10 @@ func fillDescriptors(max int, d func(i int) *ratelimitv3.RateLimitDescriptor) *r
 // (TotalAlloc over many calls, divided). Metadata past the bound is
 // refused without a call. (Before the decoder kept at most the descriptors
 // and entries the limits allow, 256 KiB of empty descriptors allocated
-// 32 MB a call: 124 bytes a byte.)
+// 32 MB a call: 124 bytes a byte.) The allocations are the whole
+// process's: the test stays serial, so it runs alone (in a process of its
+// own, proctest.Alone, it took longer than the parallel tests it would
+// overlap).
 func TestWorstRequestMemory(t *testing.T) {
 	const perByte = 8
 	const calls = 40

@@ -124,6 +124,7 @@ func stores(t *testing.T, f func(t *testing.T, st sluice.Store, clock *storetest
 // tokens used: charged even beyond what is left, and the next look is
 // OVER_LIMIT with the exact wait for one token.
 func TestStreamDoneCharge(t *testing.T) {
+	t.Parallel() // its own stores, servers and clocks; it mostly waits for a Cluster to form
 	stores(t, func(t *testing.T, st sluice.Store, clock *storetest.Clock) {
 		c := serveRLS(t, st, service.DefaultConfig(), Options{ResponseHeaders: true})
 		look := func() *rlsv3.RateLimitRequest {
@@ -163,6 +164,7 @@ func TestStreamDoneCharge(t *testing.T) {
 // TestNegativeHits: is_negative_hits gives units back, never past a fresh
 // counter.
 func TestNegativeHits(t *testing.T) {
+	t.Parallel() // its own stores, servers and clocks; it mostly waits for a Cluster to form
 	stores(t, func(t *testing.T, st sluice.Store, clock *storetest.Clock) {
 		c := serveRLS(t, st, service.DefaultConfig(), Options{})
 		req := func(hits uint64, negative bool) *rlsv3.RateLimitRequest {

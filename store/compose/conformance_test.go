@@ -73,7 +73,10 @@ func TestConformanceRedis(t *testing.T) {
 	t.Parallel() // fresh key prefixes on the shared server, fake clocks, 5 s timeouts
 	srv := sharedRedis(t)
 	for _, c := range compositions() {
-		t.Run(c.name, func(t *testing.T) { c.run(t, srv.URL()) })
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // its stacks' own key prefixes and fake clocks
+			c.run(t, srv.URL())
+		})
 	}
 }
 
@@ -88,6 +91,9 @@ func TestConformanceCluster(t *testing.T) {
 		{name: "global+local", denied: DeniedAuto, bytes: []byte{'g', stack.KeyLocal}},
 		{name: "global+hybrid+local", denied: DeniedAuto, bytes: []byte{'g', stack.KeyHybrid, stack.KeyLocal}, skip: hybridSkips},
 	} {
-		t.Run(c.name, func(t *testing.T) { c.run(t, cl.URL()) })
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // its stacks' own key prefixes and fake clocks
+			c.run(t, cl.URL())
+		})
 	}
 }

@@ -30,7 +30,12 @@ var shared struct {
 	err  error
 }
 
+// TestMain runs up to four parallel tests per CPU (go test's default is
+// one; an explicit -parallel wins): the compositions' conformance runs own
+// their key prefixes and fake clocks, and each waits on its round trips to
+// Redis while the others compute.
 func TestMain(m *testing.M) {
+	proctest.RaiseParallel(4)
 	code := m.Run()
 	if shared.stop != nil {
 		shared.stop()

@@ -132,6 +132,7 @@ func (f *fleet) checkBothPaths(t *testing.T) {
 // skewed traffic never admit more than the quota of any key in any window,
 // demand rising from below the limit to 3× it in each window.
 func TestClusterFixedWindowBound(t *testing.T) {
+	t.Parallel() // its own Cluster, fleet and fake clock
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster; skipped with -short")
 	}
@@ -187,6 +188,7 @@ var clusterGCRASeeds = func() []uint64 {
 // applied by the instance that asked: a background refill under way). It
 // runs over many seeds, each a subtest named by its seed.
 func TestClusterGCRABound(t *testing.T) {
+	t.Parallel() // its own Cluster; each seed its own fleet, keys and fake clock
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster; skipped with -short")
 	}
@@ -204,6 +206,7 @@ func TestClusterGCRABound(t *testing.T) {
 	c := redistest.StartCluster(t)
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel() // a fleet, keys and clock of its own: seeds share only the Cluster
 			clusterGCRARun(t, c, seed)
 		})
 	}

@@ -74,6 +74,7 @@ func (f deniedInstance) take(t *testing.T, op sluice.Op) sluice.Result {
 }
 
 func TestDeniedFleetGiveBack(t *testing.T) {
+	t.Parallel() // its own servers; it mostly waits for announcements
 	month := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 5, Window: 30 * 24 * time.Hour}
 	servers := []struct {
 		name string
@@ -94,6 +95,7 @@ func TestDeniedFleetGiveBack(t *testing.T) {
 	}
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
+			t.Parallel() // a server of its own
 			url := srv.url(t)
 			for _, give := range gives {
 				t.Run(give.name, func(t *testing.T) {

@@ -156,6 +156,7 @@ func busy(srv *redistest.Server, d time.Duration) <-chan error {
 // the store timeout in all, but its own call answers within the timeout, so
 // it succeeds and no failure is counted.
 func TestTimeoutFromWrite(t *testing.T) {
+	t.Parallel() // its own server; it mostly waits for busy scripts
 	srv := redistest.Start(t)
 	// Each busy script holds Redis 0.6 × timeout: 0.8s of margin for a
 	// loaded machine before a call would really time out.

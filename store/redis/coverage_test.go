@@ -23,6 +23,7 @@ import (
 // separate ports and the test mostly waits for the failover, so the two
 // settings run side by side.
 func TestClusterFailoverCoverage(t *testing.T) {
+	t.Parallel() // its own Clusters; it mostly waits for the failovers
 	if testing.Short() {
 		t.Skip("starts two six-node Redis Clusters and fails a master over in each; skipped with -short")
 	}

@@ -24,6 +24,7 @@ import (
 // one, in order. (A fake clock comes with a minTTL, so every charge sets
 // the TTL; TestFastRedisClock runs the KEEPTTL path.)
 func TestFastBatch(t *testing.T) {
+	t.Parallel() // its own server and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	fixed := []sluice.Limit{
 		{Algorithm: sluice.FixedWindow, Quota: 3, Window: 10 * time.Millisecond},

@@ -30,6 +30,7 @@ import (
 // key adds to other keys' calls is measured by BenchmarkHotKeyIsolation
 // (quota 100,000).
 func TestHotKeyExpiry(t *testing.T) {
+	t.Parallel() // its own server and fake clocks: CPU, beside the tests that wait
 	quota := int64(10_000)
 	if v := os.Getenv("SLUICE_HOTKEY_QUOTA"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)

@@ -18,6 +18,7 @@ import (
 // (their reply delay and Stats are per case) on one server, with keys of
 // its own, and mostly waits for its late reply: the cases run side by side.
 func TestLateReplyRefund(t *testing.T) {
+	t.Parallel() // its own server; it mostly waits for late replies
 	srv := redistest.Start(t)
 	// Long enough that only the held calls time out on a loaded machine.
 	const timeout = 500 * time.Millisecond

@@ -66,6 +66,7 @@ func TestLogUpgrade(t *testing.T) {
 // Results must agree, and no call may remove more than a bounded number of
 // the expired entries (the rest wait behind the key's mark).
 func TestLogMassExpiry(t *testing.T) {
+	t.Parallel() // its own server and fake clock: CPU, beside the tests that wait
 	srv := redistest.Start(t)
 	c := storetest.NewClock()
 	st := newTestStore(t, srv.URL(), c)

@@ -43,6 +43,13 @@ func (o *outcomes) add(err error, d time.Duration) {
 	o.failTimes = append(o.failTimes, d)
 }
 
+// decided returns how many Takes Redis decided.
+func (o *outcomes) decided() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ok
+}
+
 func (o *outcomes) total() int { return o.ok + o.timeout + o.unavailable + len(o.other) }
 
 func (o *outcomes) String() string {
@@ -65,6 +72,7 @@ func (o *outcomes) quantile(q float64) time.Duration {
 // (ErrStoreTimeout, then ErrStoreUnavailable once its breaker opens), and
 // after SIGCONT its breaker closes. Default options throughout.
 func TestClusterOneMasterStopped(t *testing.T) {
+	t.Parallel() // its own Cluster; it mostly waits for the failure to be seen
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster; skipped with -short")
 	}
@@ -144,7 +152,19 @@ func TestClusterOneMasterStopped(t *testing.T) {
 		return time.Since(start)
 	}
 
-	time.Sleep(time.Second)
+	// Warm: every master has decided Takes (connections made, scripts
+	// loaded) before one is stopped; a count, not a time.
+	waitDecided := func(o *outcomes, n int, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); o.decided() < n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("%s: %d Takes decided within a minute, want %d", what, o.decided(), n)
+				return
+			}
+		}
+	}
+	waitDecided(&tally[phaseWarm][0], 200, "warm, other masters' keys")
+	waitDecided(&tally[phaseWarm][1], 100, "warm, stopped master's keys")
 	c.Servers[0].Pause()
 	paused := true
 	defer func() {
@@ -185,7 +205,7 @@ func TestClusterOneMasterStopped(t *testing.T) {
 	paused = false
 	phase.Store(phaseResumed)
 	closed := waitState("closed", time.Minute)
-	time.Sleep(500 * time.Millisecond)
+	waitDecided(&tally[phaseResumed][1], 50, "after SIGCONT, stopped master's keys")
 	close(stop)
 	wg.Wait()
 

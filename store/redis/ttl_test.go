@@ -15,6 +15,7 @@ import (
 // once the longest state has gone back to fresh (polled for: expiry is
 // Redis's own, in real time).
 func TestTTL(t *testing.T) {
+	t.Parallel() // its own server; it mostly waits for Redis's expiry
 	srv := redistest.Start(t)
 	st, err := New(Options{URL: srv.URL(), Prefix: "ttl:", Timeout: 2 * time.Second})
 	if err != nil {

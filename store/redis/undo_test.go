@@ -22,6 +22,7 @@ import (
 // with the stopped master's op first or last, under a frozen fake clock and
 // under Redis TIME.
 func TestCrossSlotFailureRefunds(t *testing.T) {
+	t.Parallel() // its own Cluster and keys; it mostly waits out timeouts
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster; skipped with -short")
 	}

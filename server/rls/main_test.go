@@ -1,0 +1,17 @@
+package rls
+
+import (
+	"os"
+	"testing"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
+)
+
+// TestMain runs up to four parallel tests per CPU (go test's default is
+// one; an explicit -parallel wins): the parallel tests own their servers,
+// stores and Redis processes and mostly wait for a Cluster to form, so the
+// waits overlap.
+func TestMain(m *testing.M) {
+	proctest.RaiseParallel(4)
+	os.Exit(m.Run())
+}
