@@ -384,6 +384,16 @@ func Run(t TB, o Options, s Schedule) Result {
 			res.Degraded[e.Degraded]++
 		}
 	}
+	// An LLM run's settles are not decisions, but a settle the fault
+	// reached (degraded, timed out, failed) shows the fault reached the
+	// fleet as much as a degraded decision does.
+	f.mu.Lock()
+	for outcome, n := range f.settles {
+		if outcome != check.Allowed {
+			res.Degraded["settle "+outcome] += n
+		}
+	}
+	f.mu.Unlock()
 	verdict := "PASS"
 	if !rep.OK() {
 		verdict = fmt.Sprintf("FAIL (%d violations)", len(rep.Violations))

@@ -30,9 +30,9 @@ func TestTable(t *testing.T) {
 		r    Result
 		want string
 	}{
-		{result("at the limit", 20), "| at the limit | single | 20 / 20 | — | — | — | — | — | — | — | — | — | — | — | — | PASS |"},
-		{result("one over", 21), "| one over | single | 21 / 20 | — | — | — | — | — | — | — | — | — | — | — | — | FAIL (1) |"},
-		{result("a loss", 30, loss), "| a loss | single | 30 / 40 | — | — | — | — | — | — | — | — | — | — | — | — | PASS |"},
+		{result("at the limit", 20), "| at the limit | single | 20 / 20 | — | — | — | — | — | — | — | — | — | — | — | — | — | — | PASS |"},
+		{result("one over", 21), "| one over | single | 21 / 20 | — | — | — | — | — | — | — | — | — | — | — | — | — | — | FAIL (1) |"},
+		{result("a loss", 30, loss), "| a loss | single | 30 / 40 | — | — | — | — | — | — | — | — | — | — | — | — | — | — | PASS |"},
 	}
 	for _, tc := range tests {
 		if got := Table([]Result{tc.r}); !strings.Contains(got, tc.want+"\n") {

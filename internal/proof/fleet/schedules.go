@@ -19,7 +19,9 @@ func Schedules() []Schedule {
 		return nil
 	}}
 	return []Schedule{
-		{Name: "no fault", Store: "single", Short: true},
+		// 3 s: no fault to recover from (traffic still goes on until every
+		// rule has been denied).
+		{Name: "no fault", Store: "single", Short: true, Duration: 3 * time.Second},
 		{Name: "Redis SIGSTOP 1.5 s", Store: "single", Short: true, Degrades: true, Faults: []Fault{
 			sigstop,
 		}},
@@ -108,7 +110,7 @@ func Schedules() []Schedule {
 			{At: 2200 * ms, Name: "reset log u1", Do: func(f *Fleet) error { return f.Reset("log", "u1") }},
 			{At: 3200 * ms, Name: "reset gcra u0", Do: func(f *Fleet) error { return f.Reset("gcra", "u0") }},
 		}},
-		{Name: "rule reload mid-window (fw 20→10)", Store: "single", Short: true, Faults: []Fault{
+		{Name: "rule reload mid-window (fw 20→10)", Store: "single", Short: true, Duration: 3 * time.Second, Faults: []Fault{
 			{At: 500 * ms, Name: "rewrite the rules at x.5 s", Do: func(f *Fleet) error { return f.Reload(fwReloaded) }},
 		}},
 		// The tenant's hourly quota is spent at once (Setup), the tenant reset at
