@@ -94,4 +94,12 @@ descriptors:
 			t.Errorf("rule %s: the paired step counts value %q, want \"\"", r.ID, got)
 		}
 	}
+	// A store counting fixed windows natively keeps no reservation's
+	// record: the fixed_window reservation is refused where it is written,
+	// the gcra one is not.
+	_, err = Parse("llm.yaml", []byte(file), Options{NativeFixedWindow: true})
+	want := "llm.yaml:6: descriptors[0].descriptors[0].rate_limit.settle: a fixed_window reservation cannot be kept by native Redis counters (sluice serve --redis-native-fixed-window): use sliding_window, token_bucket or gcra, or serve without the flag"
+	if err == nil || err.Error() != want {
+		t.Errorf("Parse with NativeFixedWindow: %v, want %s", err, want)
+	}
 }
