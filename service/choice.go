@@ -73,6 +73,7 @@ func (e *Engine) choose(ctx context.Context, pol *policy, sc *scratch, req *Requ
 	var resp Response
 	var decidedAt int64
 	last := -1
+	exhausted := false // every alternative was over at its own try
 	for k, alt := range alts {
 		for _, a := range alts {
 			sc.skip[a] = a != alt
@@ -90,6 +91,7 @@ func (e *Engine) choose(ctx context.Context, pol *policy, sc *scratch, req *Requ
 		decidedAt = max(decidedAt, resp.DecidedAt)
 		last = alt
 		admitted, next := verdict(sc, &resp, alt)
+		exhausted = next && k == len(alts)-1
 		if admitted {
 			en := req.Descriptors[alt].Entries[len(req.Descriptors[alt].Entries)-1]
 			resp.Choice = &Choice{Group: group, Index: k, Descriptor: alt, Key: en.Key, Value: en.Value}
@@ -125,6 +127,20 @@ func (e *Engine) choose(ctx context.Context, pol *policy, sc *scratch, req *Requ
 			j++
 		default:
 			resp.Statuses[a] = Status{Code: CodeOK, Rule: first.Statuses[a].Rule, Untried: true}
+		}
+	}
+	if exhausted {
+		// Every alternative over: the request is admitted again when the
+		// first of them frees, so that one alone denies it (and sets the
+		// wait an edge advertises); the others are passed over.
+		first := -1 // on a tie, the earlier (preferred) alternative
+		for _, a := range alts {
+			if st := &resp.Statuses[a]; st.Code == CodeOverLimit && (first < 0 || st.Result.RetryAfter < resp.Statuses[first].Result.RetryAfter) {
+				first = a
+			}
+		}
+		for _, a := range alts {
+			resp.Statuses[a].PassedOver = a != first && resp.Statuses[a].Code == CodeOverLimit
 		}
 	}
 	resp.DecidedAt = decidedAt

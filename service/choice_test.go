@@ -113,6 +113,9 @@ type choiceStep struct {
 	codes   []Code
 	untried []bool
 	calls   int64
+	// passed, when set, is each status's PassedOver; nil: the over
+	// statuses of an admitted request.
+	passed []bool
 }
 
 // TestChoice: first with quota, table-driven, on memory and Redis (single
@@ -166,7 +169,10 @@ func TestChoice(t *testing.T) {
 				{descs: []Descriptor{key("k"), model("k", "big"), model("k", "mid")}, code: ok, chosen: 1, codes: []Code{ok, ok, ok}, untried: []bool{false, false, true}, calls: 1},
 				{descs: []Descriptor{key("k"), model("k", "big"), model("k", "mid")}, code: ok, chosen: 1, codes: []Code{ok, ok, ok}, untried: []bool{false, false, true}, calls: 1},
 				{descs: []Descriptor{key("k"), model("k", "big"), model("k", "mid")}, code: ok, chosen: 2, codes: []Code{ok, over, ok}, untried: []bool{false, false, false}, calls: 2},
-				{descs: []Descriptor{key("k"), model("k", "big"), model("k", "mid")}, code: over, chosen: -1, codes: []Code{ok, over, over}, untried: []bool{false, false, false}, calls: 2},
+				// Both windows end together: the earlier alternative is
+				// the one the request waits for, the other is passed over.
+				{descs: []Descriptor{key("k"), model("k", "big"), model("k", "mid")}, code: over, chosen: -1, codes: []Code{ok, over, over}, untried: []bool{false, false, false}, calls: 2,
+					passed: []bool{false, false, true}},
 			},
 			// the denied fourth request charged the key nothing
 			look: []Descriptor{key("k")}, want: []int64{97}},
@@ -210,7 +216,11 @@ func TestChoice(t *testing.T) {
 							if st.Code != s.codes[j] || st.Untried != s.untried[j] {
 								t.Errorf("step %d: status %d: code %v untried %v, want %v %v", i, j, st.Code, st.Untried, s.codes[j], s.untried[j])
 							}
-							if want := resp.Choice != nil && st.Code == CodeOverLimit; st.PassedOver != want {
+							want := resp.Choice != nil && st.Code == CodeOverLimit
+							if s.passed != nil {
+								want = s.passed[j]
+							}
+							if st.PassedOver != want {
 								t.Errorf("step %d: status %d: passed over %v, want %v", i, j, st.PassedOver, want)
 							}
 							if st.Untried && (st.CurrentLimit != nil || st.Rule == nil) {

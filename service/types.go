@@ -113,9 +113,11 @@ type Status struct {
 	Untried bool
 	// PassedOver: the descriptor is an alternative of a choice group that
 	// was over its limit at its try, in a request then admitted with a
-	// later alternative. Code is OVER_LIMIT and Result its denial, but the
-	// request is not denied for it (and an edge advertises it no more
-	// than a shadowed limit).
+	// later alternative — or, when every alternative was over, one that
+	// frees later than another (the request waits for the first to free).
+	// Code is OVER_LIMIT and Result its denial, but the request is not
+	// denied for it (and an edge advertises it no more than a shadowed
+	// limit).
 	PassedOver bool
 
 	// Skipped, in an answer of Engine.Charge, says why the descriptor's cost

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -51,7 +52,14 @@ func choiceBody(key string) string {
 // st deciding choiceRules.
 func serveChoice(t *testing.T, st sluice.Store) *httptest.Server {
 	t.Helper()
-	snap, err := rules.Parse("llm.yaml", []byte(choiceRules), rules.Options{})
+	return serveChoiceRules(t, st, choiceRules, Options{})
+}
+
+// serveChoiceRules is serveChoice deciding the rule file yaml, with the
+// server's options opts (its Checker set here).
+func serveChoiceRules(t *testing.T, st sluice.Store, yaml string, opts Options) *httptest.Server {
+	t.Helper()
+	snap, err := rules.Parse("llm.yaml", []byte(yaml), rules.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +67,8 @@ func serveChoice(t *testing.T, st sluice.Store) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Checker: e})
+	opts.Checker = e
+	h, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +227,47 @@ func TestChoiceHeader(t *testing.T) {
 	for _, tt := range tests {
 		if got, ok := choiceHeader(tt.c); got != tt.want || ok != tt.ok {
 			t.Errorf("choiceHeader(%+v) = %q, %v; want %q, %v", tt.c, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestChoiceRetryAfter: when every alternative is over, the request can
+// go again as soon as the first of them frees, so Retry-After is that
+// one's wait (a minute), not the longest (an hour); the later one is
+// passed over.
+func TestChoiceRetryAfter(t *testing.T) {
+	clock := storetest.NewClock()
+	st := memory.New(memory.Options{Now: clock.Now})
+	t.Cleanup(func() { st.Close() })
+	srv := serveChoiceRules(t, st, `domain: llm
+descriptors:
+  - key: api_key
+    descriptors:
+      - key: model
+        value: gpt-4o
+        rate_limit: {unit: hour, requests_per_unit: 1, choice: model}
+      - key: model
+        rate_limit: {unit: minute, requests_per_unit: 1, choice: model}
+`, Options{ResponseHeaders: true})
+	body := `{"domain":"llm","descriptors":[{"entries":[{"key":"api_key","value":"k"},{"key":"model","value":"gpt-4o"}]},` +
+		`{"entries":[{"key":"api_key","value":"k"},{"key":"model","value":"gpt-4o-mini"}]}]}`
+	for i, allowed := range []bool{true, true, false} {
+		resp, err := srv.Client().Post(srv.URL+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var answer struct{ Allowed bool }
+		err = json.NewDecoder(resp.Body).Decode(&answer)
+		resp.Body.Close()
+		if err != nil || answer.Allowed != allowed {
+			t.Fatalf("request %d: allowed %v (%v), want %v", i+1, answer.Allowed, err, allowed)
+		}
+		if allowed {
+			continue
+		}
+		ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if err != nil || ra < 1 || ra > 60 {
+			t.Errorf("Retry-After %q, want the minute window's wait (1 to 60 s), not the hour's", resp.Header.Get("Retry-After"))
 		}
 	}
 }
