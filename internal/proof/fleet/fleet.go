@@ -973,8 +973,8 @@ func (f *Fleet) check(client *http.Client, c int, rng *rand.Rand, rule string) {
 // then, as Envoy's stream-done call does, sends the same descriptor with
 // what it used, to a random instance; one request in ten vanishes instead
 // (its client gone: no settle, having used up to r), one in ten settles
-// twice. Under "mt" a request uses at most r (r is max_tokens); under
-// "est" between r/2 and 3r/2. The reservation is the recorded decision,
+// twice. Under "mt" a request uses at most r (r is max_tokens; half of
+// them all of it); under "est" between r/2 and 3r/2. The reservation is the recorded decision,
 // its Use what the request used; settles are not decisions (never denied)
 // and are counted in f.settles.
 func (f *Fleet) llm(client *http.Client, c int, rng *rand.Rand, rule string) {
@@ -990,6 +990,9 @@ func (f *Fleet) llm(client *http.Client, c int, rng *rand.Rand, rule string) {
 	inst := rng.IntN(len(f.http))
 	e := check.Event{Client: c, Instance: inst, Key: key, Rule: rule, Cost: r}
 	use := int64(rng.IntN(int(r) + 1)) // ≤ r: max_tokens, or a stream cut short
+	if rng.IntN(2) == 0 {
+		use = r // half use all of it: spend near the budget tests the bound
+	}
 	if rule == "est" {
 		use = r/2 + int64(rng.IntN(int(r)+1))
 	}
