@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -217,6 +218,14 @@ func printDecision(w io.Writer, resp *rlsv3.RateLimitResponse) {
 	for _, h := range resp.GetResponseHeadersToAdd() {
 		fmt.Fprintf(w, "  %s: %s\n", h.GetKey(), h.GetValue())
 	}
+	// The chosen alternatives (first with quota), from dynamic_metadata.
+	choices := map[string]api.ChoiceJSON{}
+	for g, v := range resp.GetDynamicMetadata().GetFields()["sluice.choice"].GetStructValue().GetFields() {
+		f := v.GetStructValue().GetFields()
+		choices[g] = api.ChoiceJSON{Value: f["value"].GetStringValue(), Key: f["key"].GetStringValue(),
+			Index: int(f["index"].GetNumberValue()), Descriptor: int(f["descriptor"].GetNumberValue())}
+	}
+	printChoices(w, choices)
 }
 
 // checkHTTP asks POST /v1/check of the HTTP API at c.url and prints its
@@ -314,6 +323,27 @@ func printCheckResponse(w io.Writer, cr *api.CheckResponse) {
 		if s.Shadowed {
 			fmt.Fprint(w, "  shadowed (would deny)")
 		}
+		if s.PassedOver {
+			fmt.Fprint(w, "  passed over (another alternative decides)")
+		}
+		if s.Untried {
+			fmt.Fprint(w, "  untried alternative")
+		}
 		fmt.Fprintln(w)
+	}
+	printChoices(w, cr.Choice)
+}
+
+// printChoices prints, per choice group (first with quota), the
+// alternative the request was admitted with.
+func printChoices(w io.Writer, choices map[string]api.ChoiceJSON) {
+	groups := make([]string, 0, len(choices))
+	for g := range choices {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	for _, g := range groups {
+		c := choices[g]
+		fmt.Fprintf(w, "  chosen %s: %s=%s (alternative %d, descriptor %d)\n", g, c.Key, c.Value, c.Index, c.Descriptor)
 	}
 }
