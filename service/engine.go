@@ -208,7 +208,12 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 	} else {
 		touch(sc, start)
 	}
-	group, alts, err := alternatives(sc)
+	var group string
+	var alts []int
+	var err error
+	if pol.choices {
+		group, alts, err = alternatives(sc)
+	}
 	switch {
 	case err != nil:
 		return Response{}, err
@@ -225,7 +230,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Response, error) {
 		}
 	}
 	e.record(sc, &req, &resp)
-	if e.cfg.Notify != nil {
+	if e.cfg.Notify != nil && pol.notifies {
 		e.notify(sc, &req, &resp, start)
 	}
 	if e.cfg.Sample != nil {

@@ -48,6 +48,10 @@ type policy struct {
 	// prices is the price table of the snapshot's money rules (nil
 	// without one).
 	prices *rules.Prices
+	// choices and notifies say some rule of the snapshot has a choice
+	// group or notify_at levels: without, a check skips looking for
+	// alternatives (choice.go) and crossings (notify.go).
+	choices, notifies bool
 }
 
 // domainInfo is one domain's data made ready once.
@@ -155,7 +159,7 @@ func (e *Engine) compile() *policy {
 		p.deny, _ = e.cfg.Overrides.(DenyLists)
 	}
 	if old != nil && old.snap == snap {
-		p.domains, p.rules = old.domains, old.rules
+		p.domains, p.rules, p.choices, p.notifies = old.domains, old.rules, old.choices, old.notifies
 	} else {
 		e.compileRules(p, old)
 	}
@@ -185,6 +189,8 @@ func (e *Engine) compileRules(p *policy, old *policy) {
 		}
 		p.rules[r] = info
 		live[id] = true
+		p.choices = p.choices || r.Choice != ""
+		p.notifies = p.notifies || len(r.NotifyAt) > 0
 	}
 	if old != nil { // drop the series of rules that are gone
 		for r := range old.rules {
