@@ -244,6 +244,7 @@ func (p *parser) models(n *yaml.Node, t *Prices) {
 		p.add(n.Line, "models", "want at least one model")
 	}
 	seen := map[string]int{}
+	done := map[*yaml.Node]readPrice{} // by the prices' node: an alias reads it once
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if p.nodes > maxNodes {
 			p.add(n.Line, "models", "file expands to more than %d YAML nodes (aliases?)", maxNodes)
@@ -261,6 +262,14 @@ func (p *parser) models(n *yaml.Node, t *Prices) {
 			continue
 		}
 		seen[name] = k.Line
+		if d, again := done[v]; again {
+			// An alias of prices read already: the same prices (and the
+			// same problems, reported once, where they are written).
+			if d.ok {
+				t.models[name] = d.price
+			}
+			continue
+		}
 		var price Price
 		good := true
 		ok := p.fields(v, field, tokenTypeNames[:], func(key string, _, pv *yaml.Node) {
@@ -276,7 +285,14 @@ func (p *parser) models(n *yaml.Node, t *Prices) {
 		if ok && good {
 			t.models[name] = price
 		}
+		done[v] = readPrice{price, ok && good}
 	}
+}
+
+// readPrice is a model's prices as read, and whether they were valid.
+type readPrice struct {
+	price Price
+	ok    bool
 }
 
 // tokenType returns the TokenType named key (NumTokenTypes when none).

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -277,5 +278,82 @@ func TestExamplePrices(t *testing.T) {
 	}
 	if money != 2 {
 		t.Errorf("%d money rules, want 2 (api_key, team)", money)
+	}
+}
+
+// TestWorstPriceTableMemory: the worst price tables MaxPricesBytes allows
+// cost memory in proportion to their size, at most perByte bytes
+// allocated per byte of file (the YAML library's nodes are most of it),
+// aliases included (each expands to one model's prices, counted against
+// the node budget); a file over the bound is refused for less.
+func TestWorstPriceTableMemory(t *testing.T) {
+	const perByte = 128
+	full := MaxPricesBytes - 64
+	table := func(size int, first string, item func(i int) string) string {
+		var sb strings.Builder
+		sb.WriteString("currency: USD\nmodels: {" + first)
+		for i := 0; ; i++ {
+			it := item(i)
+			if sb.Len()+len(it)+4 > size {
+				break
+			}
+			sb.WriteString(", " + it)
+		}
+		sb.WriteString("}\n")
+		return sb.String()
+	}
+	tests := []struct {
+		name string
+		file func(size int) string
+	}{
+		{"many models, every token type", func(n int) string {
+			return table(n, "m: {input: 1, output: 2, cached_read: 3, cache_write: 4, reasoning: 5}", func(i int) string {
+				return fmt.Sprintf("m%d: {input: 1, output: 2, cached_read: 3, cache_write: 4, reasoning: 5}", i)
+			})
+		}},
+		{"many aliases of one model's prices", func(n int) string {
+			return table(n, "m: &p {input: 1, output: 2, cached_read: 3, cache_write: 4, reasoning: 5}", func(i int) string {
+				return fmt.Sprintf("m%d: *p", i)
+			})
+		}},
+		{"one long model name", func(n int) string {
+			return "currency: USD\nmodels: {" + strings.Repeat("m", n-64) + ": {input: 1}}\n"
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, size := range []int{full / 4, full} {
+				data := []byte(tc.file(size))
+				got := allocated(func() { _, _ = ParsePrices("p.yaml", data) })
+				t.Logf("%d bytes: %d allocated, %.1f per byte", len(data), got, float64(got)/float64(len(data)))
+				if budget := uint64(perByte * len(data)); got > budget {
+					t.Errorf("%d bytes: allocated %d, more than %d per byte (%d)", len(data), got, perByte, budget)
+				}
+			}
+		})
+	}
+	over := []byte(strings.Repeat("#", MaxPricesBytes+1))
+	var err error
+	if got := allocated(func() { _, err = ParsePrices("p.yaml", over) }); err == nil || got > 64<<10 {
+		t.Errorf("a file over MaxPricesBytes: %v, allocated %d; want refused for under 64 KiB", err, got)
+	}
+}
+
+// TestPriceAliases: models that alias one model's prices share them; a
+// problem in aliased prices is reported once, where they are written, and
+// no model that uses them is priced.
+func TestPriceAliases(t *testing.T) {
+	p, err := ParsePrices("p.yaml", []byte("currency: USD\nmodels:\n  a: &p {input: 7}\n  b: *p\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"a", "b"} {
+		if pr, ok := p.Price(m); !ok || pr[Input] != 7 {
+			t.Errorf("model %s: %v %v, want input 7", m, pr, ok)
+		}
+	}
+	_, err = ParsePrices("p.yaml", []byte("currency: USD\nmodels:\n  a: &p {input: -1}\n  b: *p\n"))
+	if err == nil || len(err.(Errors)) != 1 || !strings.HasPrefix(err.Error(), "p.yaml:3: models.a.input:") {
+		t.Errorf("aliased bad prices: %v, want one problem at p.yaml:3 models.a.input", err)
 	}
 }
