@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // goBlocks returns the ```go blocks of the Markdown file f, each with the
@@ -57,8 +59,7 @@ func buildGoBlocks(t *testing.T, doc, name string, min int, want string) {
 	if testing.Short() {
 		t.Skip("builds programs with the go command")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
+	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command on PATH")
 	}
 	blocks, lines := goBlocks(t, doc)
@@ -93,10 +94,16 @@ func buildGoBlocks(t *testing.T, doc, name string, min int, want string) {
 	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// go vet does not read overlays; build type-checks every block.
-	cmd := exec.Command(goBin, append([]string{"build", "-overlay", ov}, pkgs...)...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
+	// go vet does not read overlays; build type-checks every block. With
+	// the test binary's -race, so that the module's packages come from the
+	// build cache that building the tests filled (without it, a fresh
+	// cache compiles every dependency once more), and one build at a time
+	// on the machine (proctest.GoBuild).
+	args := []string{"-overlay", ov}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	if out, err := proctest.GoBuild(root, append(args, pkgs...)...); err != nil {
 		t.Errorf("go build of the Go blocks of %s (block N starts on line %v[N]): %v\n%s", doc, lines, err, out)
 	}
 }

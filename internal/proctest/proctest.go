@@ -201,7 +201,7 @@ type Binary struct {
 }
 
 // Path builds the command the first time it is asked (without -race: the
-// processes stand for production ones) and returns the binary's path; a
+// processes stand for production ones; through GoBuild) and returns the binary's path; a
 // failed build fails t, then and every later time.
 func (b *Binary) Path(t TB) string {
 	t.Helper()
@@ -214,10 +214,8 @@ func (b *Binary) Path(t TB) string {
 			name = filepath.Base(b.Pkg)
 		}
 		path := filepath.Join(b.dir, name)
-		cmd := exec.Command("go", "build", "-o", path, b.Pkg)
-		cmd.Dir = b.Dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build %s: %w\n%s", b.Pkg, err, out)
+		if out, err := GoBuild(b.Dir, "-o", path, b.Pkg); err != nil {
+			b.err = fmt.Errorf("%s: %w\n%s", b.Pkg, err, out)
 			return
 		}
 		b.path = path

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/pgtest"
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/internal/proof/check"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
@@ -1107,12 +1108,12 @@ func writeFile(path, body string) error {
 	return nil
 }
 
-// Build builds the sluice binary into dir and returns its path.
+// Build builds the sluice binary into dir (proctest.GoBuild: one build at a
+// time on the machine) and returns its path.
 func Build(dir string) (string, error) {
 	bin := filepath.Join(dir, "sluice")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/sluice-rl/sluice/cmd/sluice")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	if out, err := proctest.GoBuild("", "-o", bin, "github.com/sluice-rl/sluice/cmd/sluice"); err != nil {
+		return "", fmt.Errorf("fleet: %w\n%s", err, out)
 	}
 	return bin, nil
 }

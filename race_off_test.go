@@ -1,0 +1,6 @@
+//go:build !race
+
+package sluice_test
+
+// raceBuild says this test binary was built with -race.
+const raceBuild = false
