@@ -1,7 +1,6 @@
 package service
 
 import (
-	"os"
 	"testing"
 
 	"github.com/sluice-rl/sluice/internal/proctest"
@@ -13,5 +12,5 @@ import (
 // timeouts, a Cluster to form), so the waits overlap.
 func TestMain(m *testing.M) {
 	proctest.RaiseParallel(4)
-	os.Exit(m.Run())
+	proctest.Exit(m.Run())
 }

@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 	proctest.RaiseParallel(4)
 	code := m.Run()
 	sluiceBin.Remove()
-	os.Exit(code)
+	proctest.Exit(code)
 }
 
 // buildSluice returns the path of this command's binary; every test that

@@ -30,7 +30,7 @@ var sluiceBin = proctest.Binary{Pkg: "./cmd/sluice", Dir: repoRoot}
 func TestMain(m *testing.M) {
 	code := m.Run()
 	sluiceBin.Remove()
-	os.Exit(code)
+	proctest.Exit(code)
 }
 
 // build returns the path of the sluice binary.

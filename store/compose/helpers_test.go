@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -40,7 +39,7 @@ func TestMain(m *testing.M) {
 	if shared.stop != nil {
 		shared.stop()
 	}
-	os.Exit(code)
+	proctest.Exit(code)
 }
 
 // sharedRedis returns the binary's redis-server, starting it on first use;

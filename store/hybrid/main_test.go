@@ -1,7 +1,6 @@
 package hybrid
 
 import (
-	"os"
 	"testing"
 
 	"github.com/sluice-rl/sluice/internal/proctest"
@@ -15,5 +14,5 @@ import (
 // sub-second timeouts (TestOneMasterStopped) stay serial and run alone.
 func TestMain(m *testing.M) {
 	proctest.RaiseParallel(2)
-	os.Exit(m.Run())
+	proctest.Exit(m.Run())
 }

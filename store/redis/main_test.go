@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"os"
 	"testing"
 
 	"github.com/sluice-rl/sluice/internal/proctest"
@@ -17,5 +16,5 @@ import (
 // alone, before the parallel ones.
 func TestMain(m *testing.M) {
 	proctest.RaiseParallel(4)
-	os.Exit(m.Run())
+	proctest.Exit(m.Run())
 }

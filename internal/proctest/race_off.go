@@ -1,0 +1,6 @@
+//go:build !race
+
+package proctest
+
+// raceBuild says the binary was built with -race.
+const raceBuild = false
