@@ -41,8 +41,9 @@ func TestWorstBodiesAllocation(t *testing.T) {
 	for _, s := range surfaces {
 		for _, body := range strictjsontest.Worst(maxBody, s.known, s.shapes...) {
 			var err error
-			got := strictjsontest.Allocated(func() { err = s.decode(body.B) })
-			if budget := strictjsontest.Budget(len(body.B)); got > budget {
+			budget := strictjsontest.Budget(len(body.B))
+			got := strictjsontest.Allocated(budget, func() { err = s.decode(body.B) })
+			if got > budget {
 				t.Errorf("%s, %s (%d bytes): allocated %d bytes, want at most %d (%d per body byte + %d)",
 					s.name, body.Name, len(body.B), got, budget, strictjsontest.BudgetFactor, strictjsontest.BudgetSlack)
 			}
