@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,9 +49,14 @@ import (
 // (atomic, as exact as the script path, and announcing refunds and resets
 // as driver.lua does). A group that mixes fixed-window ops with other
 // algorithms is refused with ErrNativeMixed: their states live in keys of
-// two kinds that no one atomic step holds. Late replies (UndoIfUnknown)
-// are not settled on this path: a call that times out leaves its charge,
-// if it ran, until its window ends.
+// two kinds that no one atomic step holds. Late replies are settled as on
+// the script path (settleNativeLate): a pipeline carrying ops with
+// UndoIfUnknown goes on waiting Options.LateReplyWait for its replies
+// after its Takes failed at the timeout, then takes back those ops'
+// charges, and every charge of a group that was over its quota. There is
+// no deadline guard: a pipeline that reaches Redis late still charges, and
+// is taken back so once its replies come; one without such ops keeps its
+// charges until its window ends.
 
 // ErrNativeMixed is returned by Take, with Options.NativeFixedWindow, for a
 // batch that mixes fixed-window ops with ops of other algorithms. Send them
@@ -262,6 +268,15 @@ func (s *Store) newNativeRequest(ops []sluice.Op, now string) *request {
 		}
 		g.script = g.script || o.kind != 't'
 		g.ops[i] = o
+		if op.UndoIfUnknown && o.kind == 't' && op.Cost > 0 && s.lateWait > 0 {
+			if r.unknown == nil {
+				r.unknown = make([]bool, len(ops))
+			}
+			r.unknown[i] = true
+		}
+	}
+	if g.script {
+		r.unknown = nil // actions are not settled late (as on the script path)
 	}
 	return r
 }
@@ -537,15 +552,22 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 	s.groups.Add(uint64(len(batch)))
 	s.opsDecided.Add(uint64(nops))
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	resps := s.client.DoMulti(ctx, cmds...)
-	cancel()
+	var (
+		resps []rueidis.RedisResult
+		late  <-chan []rueidis.RedisResult
+	)
+	if s.lateWait > 0 && slices.ContainsFunc(batch, func(r *request) bool { return r.unknown != nil }) {
+		resps, late = s.doLingering(cmds)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		resps = s.client.DoMulti(ctx, cmds...)
+		cancel()
+	}
 	took := time.Since(start)
-	for _, res := range resps {
-		if err = res.Error(); err != nil && !rueidis.IsRedisNil(err) {
-			break
-		}
-		err = nil
+	if late != nil {
+		err = context.DeadlineExceeded // as a pipeline whose context ended would fail
+	} else {
+		err = pipelineError(resps)
 	}
 	var redisTime int64
 	if err == nil && s.now == nil {
@@ -560,6 +582,9 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 		s.callHook(took, outcome)
 	}
 	if err != nil {
+		if late != nil {
+			go s.settleNativeLate(batch, late)
+		}
 		fail(batch, s.callError(fmt.Sprintf("redis: native call (%d groups, %d ops) to %s", len(batch), nops, n.name()), err, outcome, closed))
 		return
 	}
@@ -689,6 +714,110 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 		}
 		g.batcher.submit(r)
 	}
+}
+
+// pipelineError returns the first error of a pipeline's replies (a nil
+// reply, GET of a missing key, is none), or nil.
+func pipelineError(resps []rueidis.RedisResult) error {
+	for _, res := range resps {
+		if err := res.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// doLingering sends a native pipeline that carries ops to undo if unknown
+// (execLingering's counterpart): its Takes wait s.timeout for the replies,
+// as for any call; when none come in time, the pipeline goes on waiting up
+// to s.lateWait more, and the returned channel gets its replies.
+func (s *Store) doLingering(cmds []rueidis.Completed) ([]rueidis.RedisResult, <-chan []rueidis.RedisResult) {
+	ch := make(chan []rueidis.RedisResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout+s.lateWait)
+		defer cancel()
+		ch <- s.client.DoMulti(ctx, cmds...)
+	}()
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case resps := <-ch:
+		return resps, nil
+	case <-t.C:
+		return nil, ch
+	}
+}
+
+// settleNativeLate waits for the late replies of a native pipeline whose
+// Takes already failed with sluice.ErrStoreTimeout (settleLate's
+// counterpart). Per group it takes back (DECRBY, with the expiry again)
+// what the pipeline charged: every charge of a group that was over its
+// quota (the all-or-nothing taking back that a reply in time gets), and of
+// a group that fitted, the charges of its ops to undo if unknown
+// (Stats.LateCharged, LateRefunded, RefundFailures); its other charges
+// stay, as on the script path. Replies that do not come within the late
+// wait leave the outcome unknown (Stats.LateUnknown). It only reads the
+// requests, whose callers have their error already.
+func (s *Store) settleNativeLate(batch []*request, late <-chan []rueidis.RedisResult) {
+	resps := <-late
+	unknown := slices.ContainsFunc(batch, func(r *request) bool { return r.unknown != nil })
+	if pipelineError(resps) != nil {
+		if unknown {
+			s.lateUnknown.Add(1) // no reply even now: the outcome stays unknown
+		}
+		return
+	}
+	var follow []rueidis.Completed
+	refunded := 0
+	for _, r := range batch {
+		denied := false
+		vals := make([]int64, len(r.nat.ops))
+		for k := range r.nat.ops {
+			o := &r.nat.ops[k]
+			if o.incr {
+				vals[k], _ = resps[o.reply].AsInt64()
+				denied = denied || vals[k] > o.q
+				if o.expSent {
+					if ok, _ := resps[o.reply+1].AsInt64(); ok == 1 {
+						s.expired.add(o.key)
+					}
+				}
+				continue
+			}
+			if str, err := resps[o.reply].ToString(); err == nil {
+				vals[k], _ = strconv.ParseInt(str, 10, 64)
+			}
+			denied = denied || o.cost > o.q || (o.probe && vals[k]+o.cost > o.q)
+		}
+		back := false
+		for k := range r.nat.ops {
+			o := &r.nat.ops[k]
+			if !o.incr || !(denied || r.unknown != nil && r.unknown[k]) {
+				continue
+			}
+			back = true
+			now := int64(0)
+			if s.now != nil {
+				now, _ = strconv.ParseInt(r.now, 10, 64)
+			}
+			follow = append(follow, s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
+				s.expire(o.key, o.id, o.w, now))
+		}
+		if back && !denied {
+			s.lateCharged.Add(1)
+			refunded++
+		}
+	}
+	if len(follow) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout+s.lateWait)
+	defer cancel()
+	if pipelineError(s.client.DoMulti(ctx, follow...)) != nil {
+		s.refundFailures.Add(1)
+		return
+	}
+	s.lateRefunded.Add(uint64(refunded))
 }
 
 // execNativeScript decides a native group with an action by

@@ -394,3 +394,108 @@ func TestNativePaired(t *testing.T) {
 		t.Fatalf("reservation on gcra: %+v, %v; want allowed, 7 remaining", res[0], err)
 	}
 }
+
+// TestNativeLateReplyRefund: a native pipeline answered later than the
+// store's timeout (a proxy holds Redis's replies) fails its Takes with
+// ErrStoreTimeout at the usual time; once its replies come, the charges of
+// ops with UndoIfUnknown are taken back, as on the script path
+// (TestLateReplyRefund), and so are those of a group over its quota (the
+// all-or-nothing taking back a reply in time gets); other charges stay.
+func TestNativeLateReplyRefund(t *testing.T) {
+	t.Parallel() // its own server; it mostly waits for late replies
+	srv := redistest.Start(t)
+	const timeout = 500 * time.Millisecond // only the held calls time out on a loaded machine
+	direct, err := New(Options{URL: srv.URL(), NativeFixedWindow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	ctx := context.Background()
+	window := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Hour}
+	tests := []struct {
+		name    string
+		prefill map[string]int64 // charged through another store first
+		ops     []sluice.Op
+		// want is each op's remaining once the late replies are settled.
+		want     []int64
+		refunded uint64 // groups that fitted, refunded late
+	}{
+		{"undo", nil, []sluice.Op{{Key: "n1", Limit: window, Cost: 3, UndoIfUnknown: true}}, []int64{10}, 1},
+		{"kept", nil, []sluice.Op{{Key: "n2", Limit: window, Cost: 3}}, []int64{7}, 0},
+		{"group, one op undone", nil, []sluice.Op{
+			{Key: "n3", Limit: window, Cost: 2, UndoIfUnknown: true},
+			{Key: "n4", Limit: window, Cost: 5},
+		}, []int64{10, 5}, 1},
+		{"over the quota, taken back", map[string]int64{"n5": 9}, []sluice.Op{
+			{Key: "n5", Limit: window, Cost: 3, UndoIfUnknown: true},
+			{Key: "n6", Limit: window, Cost: 1},
+		}, []int64{1, 10}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			for key, n := range tt.prefill {
+				if err := direct.Take(ctx, []sluice.Op{{Key: key, Limit: window, Cost: n}}, make([]sluice.Result, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			proxy := redistest.StartProxy(t, srv.Addr())
+			st, err := New(Options{URL: proxy.URL(), Timeout: timeout, Breaker: patient, NativeFixedWindow: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for range 5 { // calls that teach the store the node's clock
+				if err := st.Take(ctx, []sluice.Op{{Key: "warm:" + tt.name, Limit: window, Cost: 1}}, make([]sluice.Result, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := st.Stats()
+			proxy.SetReplyDelay(3 * timeout)
+			start := time.Now()
+			err = st.Take(ctx, tt.ops, make([]sluice.Result, len(tt.ops)))
+			proxy.SetReplyDelay(0)
+			if !errors.Is(err, sluice.ErrStoreTimeout) {
+				t.Fatalf("Take with its replies held = %v, want ErrStoreTimeout", err)
+			}
+			// Until the late replies have come (at 3 × timeout) and been settled.
+			looks := make([]sluice.Op, len(tt.ops))
+			for i, op := range tt.ops {
+				looks[i] = sluice.Op{Key: op.Key, Limit: op.Limit}
+			}
+			res := make([]sluice.Result, len(looks))
+			settled := func() bool {
+				if err := direct.Take(ctx, looks, res); err != nil {
+					t.Fatal(err)
+				}
+				for i := range res {
+					if res[i].Remaining != tt.want[i] {
+						return false
+					}
+				}
+				return st.Stats().LateRefunded-before.LateRefunded == tt.refunded
+			}
+			for time.Since(start) < 4*timeout || !settled() && time.Since(start) < time.Minute {
+				time.Sleep(10 * time.Millisecond)
+			}
+			got := st.Stats()
+			for i := range res {
+				if res[i].Remaining != tt.want[i] {
+					t.Errorf("%s: remaining %d after the late replies, want %d", looks[i].Key, res[i].Remaining, tt.want[i])
+				}
+			}
+			if d := got.LateCharged - before.LateCharged; d != tt.refunded {
+				t.Errorf("LateCharged +%d, want +%d", d, tt.refunded)
+			}
+			if d := got.LateRefunded - before.LateRefunded; d != tt.refunded {
+				t.Errorf("LateRefunded +%d, want +%d", d, tt.refunded)
+			}
+			if d := got.RefundFailures - before.RefundFailures; d != 0 {
+				t.Errorf("RefundFailures +%d, want +0", d)
+			}
+			if d := got.LateUnknown - before.LateUnknown; d != 0 {
+				t.Errorf("LateUnknown +%d, want +0", d)
+			}
+		})
+	}
+}

@@ -269,7 +269,10 @@ type Options struct {
 	// it keeps and what it changes: a denied Take's charge is taken back one
 	// round trip later (a concurrent Take may be denied meanwhile, never
 	// admitted over the limit); a batch may not mix fixed_window ops with
-	// other algorithms (ErrNativeMixed); late replies are not refunded; and
+	// other algorithms with a Charge, Refund, Reset or release
+	// (ErrNativeMixed); a call reaching Redis after its timeout still
+	// charges (no deadline guard), taken back once its late reply comes for
+	// ops with sluice.Op.UndoIfUnknown (as on the script path); and
 	// its keys are not the script path's, so switching it on or off starts
 	// every fixed window afresh.
 	NativeFixedWindow bool
