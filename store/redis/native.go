@@ -59,9 +59,10 @@ import (
 // charges until its window ends.
 
 // ErrNativeMixed is returned by Take, with Options.NativeFixedWindow, for a
-// batch that mixes fixed-window ops with ops of other algorithms. Send them
-// in Takes of their own. Nothing was applied.
-var ErrNativeMixed = errors.New("redis: with native fixed windows, a batch may not mix fixed_window ops with other algorithms")
+// batch that mixes fixed-window ops with ops of other algorithms and holds
+// both a Charge, Refund, Reset or release and a Take that can be denied.
+// Send them in Takes of their own. Nothing was applied.
+var ErrNativeMixed = errors.New("redis: with native fixed windows, a batch may not mix fixed_window ops with other algorithms when it holds both an action or release and a take")
 
 // ErrNativePaired is returned by Take, with Options.NativeFixedWindow, for
 // a reservation of reserve-then-settle (sluice.Op.Lease) on a fixed_window
@@ -151,19 +152,25 @@ func (s *Store) nativeGroupOf(ops []sluice.Op) (nat, mixed bool) {
 // path; if those are denied (or fail), the native charges are taken back
 // (DECRBY), so that the batch stays all-or-nothing, with the same
 // transient as a denied native group. If the fixed windows are denied, the
-// other ops are sent as looks. A batch holding a Charge, Refund, Reset or
-// release is refused with ErrNativeMixed: an action applied on one path
-// cannot be taken back when the other denies.
+// other ops are sent as looks. A batch of Charges, Refunds, Resets,
+// releases and looks, none of which can be denied, has each path apply its
+// part (one that fails leaves the other's applied, as across Cluster
+// slots); one that mixes them with Takes that can be denied is refused
+// with ErrNativeMixed: an action applied on one path cannot be taken back
+// when the other denies.
 func (s *Store) takeMixed(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) error {
-	if action, _ := kinds(ops); action >= 0 {
-		return fmt.Errorf("redis: op %q (%v) in a batch of fixed_window and %v ops: %w",
-			ops[action].Key, ops[action].Action, ops[action].Limit.Algorithm, ErrNativeMixed)
+	action, deniable := kinds(ops)
+	release := slices.ContainsFunc(ops, func(op sluice.Op) bool { return op.Release })
+	if (action >= 0 || release) && deniable >= 0 {
+		what := fmt.Sprintf("op %q (%v)", ops[max(action, 0)].Key, ops[max(action, 0)].Action)
+		if action < 0 {
+			what = "a release"
+		}
+		return fmt.Errorf("redis: %s and a take of %q (cost %d) in a batch of fixed_window and %v ops: %w",
+			what, ops[deniable].Key, ops[deniable].Cost, ops[deniable].Limit.Algorithm, ErrNativeMixed)
 	}
 	var fw, other []int
 	for i := range ops {
-		if ops[i].Release {
-			return fmt.Errorf("redis: release of %q in a batch of fixed_window and other ops: %w", ops[i].Key, ErrNativeMixed)
-		}
 		if ops[i].Limit.Algorithm == sluice.FixedWindow {
 			fw = append(fw, i)
 		} else {
@@ -178,6 +185,18 @@ func (s *Store) takeMixed(ctx context.Context, ops []sluice.Op, results []sluice
 		return o, make([]sluice.Result, len(idx))
 	}
 	nops, nres := sub(fw)
+	if action >= 0 || release {
+		oops, ores := sub(other)
+		_, nerr := s.takeNative(ctx, nops, nres, now)
+		serr := s.takeScript(ctx, oops, ores, now)
+		for k, i := range fw {
+			results[i] = nres[k]
+		}
+		for k, i := range other {
+			results[i] = ores[k]
+		}
+		return errors.Join(nerr, serr)
+	}
 	r, err := s.takeNative(ctx, nops, nres, now)
 	if err != nil {
 		return err

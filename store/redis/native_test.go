@@ -35,7 +35,7 @@ func newNativeStore(t testing.TB, url string, c *storetest.Clock) *Store {
 var nativeSkips = map[string]string{
 	"Steps/fixed_window":         "a clock that goes back reopens the earlier window's key (TestNativeClockBack states the result)",
 	"Steps/fixed_window/actions": "a refund at an instant of an earlier window gives back into that window's key (TestNativeClockBack)",
-	"ActionBatch":                "a batch mixing fixed_window takes with other algorithms' actions is refused (ErrNativeMixed; TestNativeMixed)",
+	"ActionBatch":                "a batch mixing fixed_window takes with other algorithms' actions is refused (ErrNativeMixed; TestNativeMixed: actions and looks alone are applied)",
 	"Steps/fixed_window/pair":    "a reservation on a fixed_window is refused (ErrNativePaired; TestNativePaired)",
 }
 
@@ -151,10 +151,21 @@ func TestNativeMixed(t *testing.T) {
 	refund.Action = sluice.Refund
 	err := s.Take(context.Background(), []sluice.Op{fw, refund}, make([]sluice.Result, 2))
 	if !errors.Is(err, ErrNativeMixed) {
-		t.Errorf("batch with a refund: got %v, want ErrNativeMixed", err)
+		t.Errorf("batch with a refund and a take: got %v, want ErrNativeMixed", err)
 	}
 	if r := take(look); r[0].Remaining != 4 {
 		t.Errorf("after the refused batch: remaining %d, want 4", r[0].Remaining)
+	}
+	// Actions and looks alone, nothing deniable: each path applies its part.
+	charge := fw
+	charge.Action, charge.Cost = sluice.Charge, 2
+	if r := take(charge, refund); r[0].Remaining != 2 {
+		t.Errorf("batch of a charge and a refund: %+v, want the window charged (remaining 2)", r)
+	}
+	gcLook := gc
+	gcLook.Cost = 0
+	if r := take(look, gcLook); r[0].Remaining != 2 || r[1].Remaining != 1 {
+		t.Errorf("after the charge and the refund: %+v, want the window at remaining 2 and gcra refunded (remaining 1)", r)
 	}
 }
 
