@@ -95,11 +95,37 @@ descriptors:
 		}
 	}
 	// A store counting fixed windows natively keeps no reservation's
-	// record: the fixed_window reservation is refused where it is written,
-	// the gcra one is not.
-	_, err = Parse("llm.yaml", []byte(file), Options{NativeFixedWindow: true})
-	want := "llm.yaml:6: descriptors[0].descriptors[0].rate_limit.settle: a fixed_window reservation cannot be kept by native Redis counters (sluice serve --redis-native-fixed-window): use sliding_window, token_bucket or gcra, or serve without the flag"
-	if err == nil || err.Error() != want {
-		t.Errorf("Parse with NativeFixedWindow: %v, want %s", err, want)
+	// record: the fixed_window reservation asks for the script path
+	// (Rule.Script), the gcra one has no other.
+	for _, tt := range tests {
+		if r := snap.Match("llm", tt.entries); r.Script != (tt.alg == sluice.FixedWindow) {
+			t.Errorf("rule %s (%v): Script %v, want %v", r.ID, tt.alg, r.Script, tt.alg == sluice.FixedWindow)
+		}
+	}
+}
+
+// TestRedisPath: rate_limit.redis_path sets Rule.Script for a fixed_window
+// rule (script), leaves it unset by default and with native, and a
+// fixed_window reservation is on the script path whatever it says.
+func TestRedisPath(t *testing.T) {
+	const file = `domain: p
+descriptors:
+  - {key: a, rate_limit: {unit: second, requests_per_unit: 5, redis_path: script}}
+  - {key: b, rate_limit: {unit: second, requests_per_unit: 5, redis_path: native}}
+  - {key: c, rate_limit: {unit: second, requests_per_unit: 5}}
+  - {key: d, rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, redis_path: script}}
+`
+	snap, err := Parse("p.yaml", []byte(file), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{"a": true, "b": false, "c": false, "d": false} {
+		r := snap.Match("p", []Entry{{key, "v"}})
+		if r == nil {
+			t.Fatalf("no rule for %s", key)
+		}
+		if r.Script != want {
+			t.Errorf("rule %s: Script %v, want %v", key, r.Script, want)
+		}
 	}
 }

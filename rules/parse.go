@@ -38,11 +38,6 @@ type Options struct {
 	// neither is an error.
 	Prices     *Prices
 	PricesFile string
-	// NativeFixedWindow says the rules are decided by a store that counts
-	// fixed windows with native Redis counters
-	// (redis.Options.NativeFixedWindow), which holds no reservation's
-	// record: a fixed_window rule with settle: reserve is then refused.
-	NativeFixedWindow bool
 }
 
 func (o Options) algorithm() sluice.Algorithm {
@@ -693,6 +688,8 @@ func (s *Spec) text(bit Field) *string {
 		return &s.Budget
 	case FieldSettleWithin:
 		return &s.SettleWithin
+	case FieldRedisPath:
+		return &s.RedisPath
 	}
 	return new(string)
 }

@@ -149,6 +149,11 @@ type Rule struct {
 	SettleReserve bool
 	Reserve       int64
 	SettleWithin  time.Duration
+	// Script (rate_limit.redis_path: script, and every fixed_window
+	// reservation) asks a Redis store with native counters to decide the
+	// rule's fixed window with its script (sluice.Op.Script); false for
+	// the other algorithms, which have no other path.
+	Script bool
 	// QuotaMode (the descriptor's quota_mode, as envoyproxy/ratelimit's):
 	// this rule's denial alone does not deny the request; a request is
 	// denied by its quota-mode rules only when every one of them denies.

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/sluice-rl/sluice"
 )
 
 // Snapshot is a compiled, immutable set of rules: every domain of one
@@ -380,10 +378,6 @@ func compile(trees []*domainTree, probs Errors, opts Options) (*Snapshot, error)
 			if r.Usage != nil && s.prices == nil && opts.PricesFile == "" {
 				probs = append(probs, Problem{File: r.File, Line: r.Usage.Line, Field: d.field + ".rate_limit.usage",
 					Msg: "a money budget needs a price table: start sluice serve with --prices FILE (rules.Options.Prices)"})
-			}
-			if opts.NativeFixedWindow && r.SettleReserve && r.Limit.Algorithm == sluice.FixedWindow && r.Placement != PlacementLocal {
-				probs = append(probs, Problem{File: r.File, Line: r.Line, Field: d.field + ".rate_limit.settle",
-					Msg: "a fixed_window reservation cannot be kept by native Redis counters (sluice serve --redis-native-fixed-window): use sliding_window, token_bucket or gcra, or serve without the flag"})
 			}
 			if o, ok := names[r.Name]; r.Name != "" && (!ok || r.ID < o.ID) {
 				names[r.Name] = r

@@ -85,6 +85,10 @@ type Spec struct {
 	// SettleWithin is how long a reservation waits for its settle, a
 	// duration (settle: reserve only).
 	SettleWithin string `json:"settle_within,omitempty"`
+	// RedisPath is how a Redis store with native counters decides the
+	// rule: "native" (its default for fixed_window) or "script"
+	// (Rule.Script).
+	RedisPath string `json:"redis_path,omitempty"`
 
 	// Given holds a bit for each field the source wrote (see Spec).
 	Given Field `json:"-"`
@@ -131,12 +135,13 @@ const (
 	FieldNotifyAt
 	FieldReserve
 	FieldSettleWithin
+	FieldRedisPath
 	numFieldsBit
 )
 
 // numFields is the number of fields; a field added to the list above
 // without raising it does not compile (the check below).
-const numFields = 23
+const numFields = 24
 
 var _ = [1]struct{}{}[numFieldsBit>>numFields-1]
 
@@ -148,7 +153,7 @@ const FieldLimit = FieldRequestsPerUnit | FieldUnit | FieldWindow | FieldAlgorit
 
 // notUnlimited is what an unlimited rule may not give.
 const notUnlimited = FieldLimit | FieldPlacement | FieldSubCounters | FieldTiers | FieldCalendar | FieldTimeZone | FieldPenalty | FieldSettle | FieldPairBy | FieldChoice | FieldUsage | FieldBudget | FieldNotifyAt |
-	FieldReserve | FieldSettleWithin
+	FieldReserve | FieldSettleWithin | FieldRedisPath
 
 // fieldKeys names each field (by bit index), in rate_limit's key order.
 var fieldKeys = [numFields]string{
@@ -159,6 +164,7 @@ var fieldKeys = [numFields]string{
 	"usage", "budget",
 	"notify_at",
 	"reserve", "settle_within",
+	"redis_path",
 }
 
 func (f Field) index() int {
@@ -242,6 +248,8 @@ func (s *Spec) has(f Field) bool {
 		return s.Reserve != 0
 	case FieldSettleWithin:
 		return s.SettleWithin != ""
+	case FieldRedisPath:
+		return s.RedisPath != ""
 	}
 	return false
 }
@@ -594,6 +602,22 @@ func (s *Spec) Rule(u Use) (*Rule, error) {
 	}
 	if s.has(FieldPlacement) && r.Placement == PlacementHybrid && !HybridAlgorithm(alg) {
 		c.bad(FieldPlacement, "hybrid placement supports fixed_window, gcra and token_bucket, not %v", alg)
+		valid = false
+	}
+	switch s.RedisPath {
+	case "", "script":
+		// Every algorithm has the script path; only fixed_window another.
+		r.Script = r.Script || alg == sluice.FixedWindow && (s.RedisPath == "script" || s.Settle == "reserve")
+	case "native":
+		if alg != sluice.FixedWindow {
+			c.bad(FieldRedisPath, "only fixed_window has a native path, not %v; remove it", alg)
+			valid = false
+		} else if s.Settle == "reserve" {
+			c.bad(FieldRedisPath, "a reservation (settle: reserve) is kept by the script path; remove redis_path or use script")
+			valid = false
+		}
+	default:
+		c.bad(FieldRedisPath, "unknown path %q (want native or script)", echo(s.RedisPath))
 		valid = false
 	}
 	if r.PairBy != "" {

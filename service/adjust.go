@@ -146,7 +146,7 @@ func (e *Engine) spread(sc *scratch, req *Request, costs []int64) {
 		}
 		entries := req.Descriptors[p.desc].Entries
 		for j := 1; j < s; j++ {
-			op := sluice.Op{Key: string(p.info.appendKey(nil, entries, j, own)), Limit: first.Limit, Action: first.Action}
+			op := sluice.Op{Key: string(p.info.appendKey(nil, entries, j, own)), Limit: first.Limit, Action: first.Action, Script: first.Script}
 			setCost(&op, share(j))
 			sc.ops = append(sc.ops, op)
 		}

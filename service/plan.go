@@ -362,6 +362,7 @@ func planRule(pol *policy, sc *scratch, st *Status, d *Descriptor, i int, res *r
 // skip: a concurrency rule's refund or Charge, which has no op (its lease
 // is given back with Release).
 func ruleOp(r *rules.Rule, d *Descriptor, cost int64, act sluice.Action, adj *adjust) (op sluice.Op, probing, skip bool) {
+	op.Script = r.Script
 	if r.SettleReserve {
 		if adj == nil && act == sluice.Take {
 			op.Lease, op.Reserve, op.SettleWithin = pairLease(d.Entries[r.PairIndex].Value), r.Reserve, r.SettleWithin
@@ -422,7 +423,7 @@ func finishOps(sc *scratch) {
 			take := &sc.ops[p.op]
 			take.UndoIfUnknown = false // its refund rides in the same atomic step
 			p.probe = len(sc.ops)
-			sc.ops = append(sc.ops, sluice.Op{Key: take.Key, Limit: take.Limit, Cost: 1, Action: sluice.Refund})
+			sc.ops = append(sc.ops, sluice.Op{Key: take.Key, Limit: take.Limit, Cost: 1, Action: sluice.Refund, Script: take.Script})
 		}
 	}
 }

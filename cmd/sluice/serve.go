@@ -157,8 +157,7 @@ func newServer(cfg serveConfig, log *slog.Logger, d deps) (_ *server, err error)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := promstats.New(reg)
-	s.watcher, err = newRuleSource(cfg.Rules, rules.Options{DefaultAlgorithm: alg, MergeDomains: cfg.Envoy.MergeDomains, PricesFile: cfg.Rules.Prices,
-		NativeFixedWindow: cfg.Store.Kind == "redis" && cfg.Store.Redis.NativeFixedWindow}, metrics.ObserveReload, log.With("component", "rules"))
+	s.watcher, err = newRuleSource(cfg.Rules, rules.Options{DefaultAlgorithm: alg, MergeDomains: cfg.Envoy.MergeDomains, PricesFile: cfg.Rules.Prices}, metrics.ObserveReload, log.With("component", "rules"))
 	if err != nil {
 		if _, statErr := os.Stat(cfg.Rules.Dir); errors.Is(statErr, fs.ErrNotExist) && cfg.Rules.Dir == defaultServeConfig().Rules.Dir {
 			// The default names the repository's examples: say what to pass elsewhere.

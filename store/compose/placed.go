@@ -225,7 +225,7 @@ func (p *Placed) undo(ctx context.Context, ops []sluice.Op, results []sluice.Res
 			if onlyMarked && !op.UndoIfUnknown {
 				continue
 			}
-			u := sluice.Op{Key: op.Key, Limit: op.Limit}
+			u := sluice.Op{Key: op.Key, Limit: op.Limit, Script: op.Script}
 			switch {
 			case op.Release || op.Cost == 0 || (op.Action != sluice.Take && op.Action != sluice.Charge) || stack.Paired(&op):
 				// (A reservation is never undone here: a refund would leave

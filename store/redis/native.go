@@ -131,13 +131,21 @@ func nativeBase(prefix, rk string) (string, bool) {
 	return prefix + algLetter[sluice.FixedWindow] + rest[:i], true
 }
 
+// native reports whether op, with Options.NativeFixedWindow, is decided on
+// the native path: a fixed_window op, unless it asks for the script
+// (sluice.Op.Script); a Reset always is (native.lua clears the script's key
+// too, so that a reset finds the counter on either path).
+func native(op *sluice.Op) bool {
+	return op.Limit.Algorithm == sluice.FixedWindow && (!op.Script || op.Action == sluice.Reset)
+}
+
 // nativeGroupOf reports whether ops (with Options.NativeFixedWindow) are
-// all fixed_window ops, for the native path, or mix them with ops of other
-// algorithms.
+// all native ops, for the native path, or mix them with ops for the
+// script.
 func (s *Store) nativeGroupOf(ops []sluice.Op) (nat, mixed bool) {
 	fw, other := false, false
 	for i := range ops {
-		if ops[i].Limit.Algorithm == sluice.FixedWindow {
+		if native(&ops[i]) {
 			fw = true
 		} else {
 			other = true
@@ -171,7 +179,7 @@ func (s *Store) takeMixed(ctx context.Context, ops []sluice.Op, results []sluice
 	}
 	var fw, other []int
 	for i := range ops {
-		if ops[i].Limit.Algorithm == sluice.FixedWindow {
+		if native(&ops[i]) {
 			fw = append(fw, i)
 		} else {
 			other = append(other, i)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
@@ -403,6 +404,64 @@ func TestNativePaired(t *testing.T) {
 	op.Limit = sluice.Limit{Algorithm: sluice.GCRA, Quota: 10, Window: time.Minute}
 	if err := s.Take(context.Background(), []sluice.Op{op}, res); err != nil || !res[0].Allowed || res[0].Remaining != 7 {
 		t.Fatalf("reservation on gcra: %+v, %v; want allowed, 7 remaining", res[0], err)
+	}
+	// With Script (a fixed_window rule on the script path) the reservation
+	// is kept by the script, as on a store without native counters.
+	op.Key, op.Limit, op.Script = "np-script", fw, true
+	if err := s.Take(context.Background(), []sluice.Op{op}, res); err != nil || !res[0].Allowed || res[0].Remaining != 7 {
+		t.Fatalf("reservation on a fixed window with Script: %+v, %v; want allowed, 7 remaining", res[0], err)
+	}
+}
+
+// TestNativeScriptOp: on a store with native fixed windows, ops with
+// Script (rate_limit.redis_path: script) are counted by the script in its
+// key, apart from the native ops' per-window keys; a Reset, with or
+// without Script, clears the counter on both paths.
+func TestNativeScriptOp(t *testing.T) {
+	srv := redistest.Start(t)
+	c := storetest.NewClock()
+	s := newNativeStore(t, srv.URL(), c)
+	ctx := context.Background()
+	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}
+	take := func(op sluice.Op) sluice.Result {
+		t.Helper()
+		res := make([]sluice.Result, 1)
+		if err := s.Take(ctx, []sluice.Op{op}, res); err != nil {
+			t.Fatalf("Take(%+v): %v", op, err)
+		}
+		return res[0]
+	}
+	exists := func(key string) bool {
+		t.Helper()
+		n, err := srv.Do("EXISTS", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == int64(1)
+	}
+	scriptKey := redisKey(s.prefix, sluice.FixedWindow, "k")
+	windowKey := nativeKey(s.prefix, scriptKey, algorithm.FloorDiv(c.Now().UnixMicro(), fw.Window.Microseconds()))
+	if r := take(sluice.Op{Key: "k", Limit: fw, Cost: 4, Script: true}); !r.Allowed || r.Remaining != 6 {
+		t.Fatalf("script take: %+v, want allowed, 6 remaining", r)
+	}
+	if !exists(scriptKey) || exists(windowKey) {
+		t.Fatalf("after a script take: script key %v, window key %v; want true, false", exists(scriptKey), exists(windowKey))
+	}
+	if r := take(sluice.Op{Key: "k", Limit: fw, Script: true}); r.Remaining != 6 {
+		t.Errorf("script look: remaining %d, want 6", r.Remaining)
+	}
+	if r := take(sluice.Op{Key: "k", Limit: fw}); r.Remaining != 10 {
+		t.Errorf("native look: remaining %d, want 10 (the paths count apart)", r.Remaining)
+	}
+	if r := take(sluice.Op{Key: "k", Limit: fw, Cost: 2}); !r.Allowed || r.Remaining != 8 || !exists(windowKey) {
+		t.Fatalf("native take: %+v, window key %v; want allowed, 8 remaining, the window key made", r, exists(windowKey))
+	}
+	take(sluice.Op{Key: "k", Limit: fw, Action: sluice.Reset, Script: true})
+	if exists(scriptKey) || exists(windowKey) {
+		t.Errorf("after a reset: script key %v, window key %v; want both gone", exists(scriptKey), exists(windowKey))
+	}
+	if r := take(sluice.Op{Key: "k", Limit: fw, Script: true}); r.Remaining != 10 {
+		t.Errorf("script look after the reset: remaining %d, want 10", r.Remaining)
 	}
 }
 

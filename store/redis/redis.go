@@ -664,7 +664,7 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	}
 	if s.native {
 		for i := range ops {
-			if ops[i].Limit.Algorithm == sluice.FixedWindow && stack.Paired(&ops[i]) {
+			if native(&ops[i]) && stack.Paired(&ops[i]) {
 				return fmt.Errorf("redis: op %q: %w", ops[i].Key, ErrNativePaired)
 			}
 		}

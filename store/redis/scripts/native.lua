@@ -127,6 +127,11 @@ for k = 1, n do
   if not wrote[op.key] then
     wrote[op.key] = true
     local c = cur[op.key]
+    if op.kind == 'x' then
+      -- The counter of a rule on the script path (sluice.Op.Script) is
+      -- the script's key: a reset clears it too.
+      call('UNLINK', op.name)
+    end
     if c <= 0 then
       call('DEL', op.key)
     elseif redis_clock then
