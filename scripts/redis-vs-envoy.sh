@@ -27,7 +27,7 @@
 # service's own CPU (sluice-bench grpc --pid, 10 ms ticks). The generator
 # answers about CONCURRENCY + 1 requests (in flight at the start and end)
 # that it does not count: their Redis commands are in the deltas.
-# Before the services, Redis's idle CPU over DURATION is printed (its cron:
+# Before the services, Redis's idle CPU over IDLE seconds is printed (its cron:
 # part of every paced figure).
 #
 # A point with a gRPC error or an over-limit answer, or (sluice) a decision
@@ -41,10 +41,13 @@
 # Env: RATELIMIT_BIN  envoyproxy/ratelimit's server binary (required; build it
 #                     from its repository: go build -o … ./src/service_cmd)
 #      KEYS=10000 CONCURRENCY=50 QUOTA=1000000 UNIT=minute (second, minute,
-#      hour, day) WARMUP=5s. The native path sets a key's expiry once per
-#      window: with KEYS addresses at RATE/s, a PEXPIREAT comes with about
-#      KEYS / (RATE × window seconds) of the decisions (10^4 / (2000 × 60):
-#      0.08), plus every key again when a window boundary falls in a point.
+#      hour, day) WARMUP=5s IDLE=10 (seconds of the idle measurement).
+# The native path sets a key's expiry once per window: with KEYS addresses
+# at RATE/s, a PEXPIREAT comes with about KEYS / (RATE × window seconds) of
+# the decisions (10^4 / (2000 × 60): 0.08) in the long run, but a 20 s point
+# that a window boundary falls in renews every key (10^4 / 40,000: 0.25)
+# and one that none falls in, none. A DURATION of a whole number of windows
+# (60s for minute) holds exactly one boundary per window, the long-run mix.
 # Prints a Markdown table on stdout; progress on stderr.
 set -euo pipefail
 shopt -s inherit_errexit
@@ -57,8 +60,10 @@ conc=${CONCURRENCY:-50}
 quota=${QUOTA:-1000000}
 unit=${UNIT:-minute}
 warmup=${WARMUP:-5s}
+idle=${IDLE:-10}
 
 [[ $dur =~ ^[0-9]+s$ ]] || { echo "redis-vs-envoy.sh: DURATION $dur: want whole seconds, like 20s" >&2; exit 2; }
+[[ $idle =~ ^[0-9]+$ ]] && [ "$idle" -gt 0 ] || { echo "redis-vs-envoy.sh: IDLE $idle: want a positive whole number of seconds" >&2; exit 2; }
 case $unit in second | minute | hour | day) ;; *) echo "redis-vs-envoy.sh: UNIT $unit: want second, minute, hour or day" >&2; exit 2 ;; esac
 [[ $rate =~ ^[0-9]+$ ]] && [ "$rate" -gt 0 ] || { echo "redis-vs-envoy.sh: RATE $rate: want a positive whole number" >&2; exit 2; }
 if [ -z "${RATELIMIT_BIN:-}" ]; then
@@ -230,18 +235,18 @@ point() {
 	local f
 	f=$(figures "$tmp/info0" "$tmp/info1" "$reqs")
 	echo "$name $load $reqs $rps ${scpu:--} $(echo "$f" | head -1)" >>"$tmp/rows"
-	echo "$name|$load|$(echo "$f" | tail -1)" >>"$tmp/cmds"
+	printf '%s\t%s\t%s\n' "$name" "$load" "$(echo "$f" | tail -1)" >>"$tmp/cmds"
 }
 
 date -u +%Y-%m-%dT%H:%M:%SZ
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2), port $rport; $conc callers, $keys keys, fixed window $quota/$unit; $dur per point (warm-up $warmup); paced $rate/s and unpaced"
 
-log "Redis idle, $dur"
+log "Redis idle, ${idle}s"
 info "$tmp/idle0"
-sleep "${dur%s}"
+sleep "$idle"
 info "$tmp/idle1"
-awk -F: -v secs="${dur%s}" 'FNR == 1 { f++ } /^used_cpu_(user|sys):/ { c[f] += $2 }
+awk -F: -v secs="$idle" 'FNR == 1 { f++ } /^used_cpu_(user|sys):/ { c[f] += $2 }
 	END { printf "Redis idle CPU (its cron, no client): %.0f µs/s\n", 1e6 * (c[2] - c[1]) / secs }' "$tmp/idle0" "$tmp/idle1"
 
 : >"$tmp/rows"
@@ -261,7 +266,7 @@ awk '{ load = $2; i = 3; if ($2 == "paced") { load = $2 " " $3; i = 4 }
 	printf "| %s | %s | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %s |\n", $1, load, $i, $(i+1), $(i+3), $(i+4), $(i+5), $(i+6), $(i+2) }' "$tmp/rows"
 echo
 echo "Commands per decision:"
-awk -F'|' '{ printf "  %-7s %-14s %s\n", $1, $2, $3 }' "$tmp/cmds"
+awk -F'\t' '{ printf "  %-7s %-14s %s\n", $1, $2, $3 }' "$tmp/cmds"
 echo
 # Ratios against envoy, per load: CPU, command usec, commands.
 awk '{ load = $2; i = 3; if ($2 == "paced") { load = $2 " " $3; i = 4 }
