@@ -22,7 +22,7 @@
 # sluice-bench grpc counted): Redis commands and their usec (INFO
 # commandstats deltas: every command, SCRIPT LOAD and TIME included, INFO
 # itself left out), Redis CPU (INFO used_cpu_user + used_cpu_sys deltas,
-# which include the server's cron), socket reads Redis processed (INFO
+# which include the server's cron; the sys part also apart), socket reads Redis processed (INFO
 # total_reads_processed: one per pipeline a client wrote, about), and the
 # service's own CPU (sluice-bench grpc --pid, 10 ms ticks). The generator
 # answers about CONCURRENCY + 1 requests (in flight at the start and end)
@@ -182,7 +182,7 @@ outcomes() {
 		END { printf "%d %d\n", good, bad }'
 }
 
-# figures BEFORE AFTER DECISIONS: "<commands> <usec> <cpu µs> <reads>"
+# figures BEFORE AFTER DECISIONS: "<commands> <usec> <cpu µs> <reads> <sys µs>"
 # per decision, and the commands per decision by name on a second line.
 figures() {
 	awk -F'[:,=]' -v d="$3" '
@@ -192,11 +192,13 @@ figures() {
 			names[$1] = 1
 		}
 		/^used_cpu_(user|sys):/ { cpu[f] += $2 }
+		/^used_cpu_sys:/ { sys[f] = $2 }
 		/^total_reads_processed:/ { rd[f] = $2 }
 		END {
 			for (n in names) { dc = c[2, n] - c[1, n]; cmds += dc; usec += u[2, n] - u[1, n]
 				if (dc > 0) { line = line sprintf("%s%s %.3f", sep, substr(n, 9), dc / d); sep = ", " } }
-			printf "%.4f %.3f %.3f %.4f\n%s\n", cmds / d, usec / d, 1e6 * (cpu[2] - cpu[1]) / d, (rd[2] - rd[1]) / d, line
+			printf "%.4f %.3f %.3f %.4f %.3f\n%s\n", cmds / d, usec / d, 1e6 * (cpu[2] - cpu[1]) / d, (rd[2] - rd[1]) / d,
+				1e6 * (sys[2] - sys[1]) / d, line
 		}' "$1" "$2"
 }
 
@@ -260,10 +262,10 @@ for name in native script envoy; do
 done
 
 echo
-echo "| server | load | decisions | decisions/s | Redis commands/decision | command usec/decision | Redis CPU µs/decision | Redis reads/decision | service CPU µs/decision |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| server | load | decisions | decisions/s | Redis commands/decision | command usec/decision | Redis CPU µs/decision | of which sys | Redis reads/decision | service CPU µs/decision |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 awk '{ load = $2; i = 3; if ($2 == "paced") { load = $2 " " $3; i = 4 }
-	printf "| %s | %s | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %s |\n", $1, load, $i, $(i+1), $(i+3), $(i+4), $(i+5), $(i+6), $(i+2) }' "$tmp/rows"
+	printf "| %s | %s | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %s |\n", $1, load, $i, $(i+1), $(i+3), $(i+4), $(i+5), $(i+7), $(i+6), $(i+2) }' "$tmp/rows"
 echo
 echo "Commands per decision:"
 awk -F'\t' '{ printf "  %-7s %-14s %s\n", $1, $2, $3 }' "$tmp/cmds"
