@@ -41,7 +41,11 @@
 # Env: RATELIMIT_BIN  envoyproxy/ratelimit's server binary (required; build it
 #                     from its repository: go build -o … ./src/service_cmd)
 #      KEYS=10000 CONCURRENCY=50 QUOTA=1000000 UNIT=minute (second, minute,
-#      hour, day) WARMUP=5s IDLE=10 (seconds of the idle measurement).
+#      hour, day) WARMUP=5s IDLE=10 (seconds of the idle measurement)
+#      SLUICE_REDIS_TIMEOUT=10s (sluice serve --redis-timeout: envoy's
+#      REDIS_TIMEOUT default, so that a stall of this host, which fails a
+#      decision under the store's 1 s default and refuses the point, is
+#      waited out by both alike).
 # The native path sets a key's expiry once per window: with KEYS addresses
 # at RATE/s, a PEXPIREAT comes with about KEYS / (RATE × window seconds) of
 # the decisions (10^4 / (2000 × 60): 0.08) in the long run, but a 20 s point
@@ -61,6 +65,7 @@ quota=${QUOTA:-1000000}
 unit=${UNIT:-minute}
 warmup=${WARMUP:-5s}
 idle=${IDLE:-10}
+rtimeout=${SLUICE_REDIS_TIMEOUT:-10s}
 
 [[ $dur =~ ^[0-9]+s$ ]] || { echo "redis-vs-envoy.sh: DURATION $dur: want whole seconds, like 20s" >&2; exit 2; }
 [[ $idle =~ ^[0-9]+$ ]] && [ "$idle" -gt 0 ] || { echo "redis-vs-envoy.sh: IDLE $idle: want a positive whole number of seconds" >&2; exit 2; }
@@ -152,7 +157,8 @@ start_service() {
 		[ "$1" = native ] && flags=(--redis-native-fixed-window)
 		"$tmp/sluice" serve --rules "$tmp/rules" --default-algorithm fixed_window \
 			--grpc-addr "$gaddr" --http-addr "$haddr" --debug-addr "" --log-level warn \
-			--store redis --redis-url "$url" --redis-prefix "vs-$1:" "${flags[@]}" >"$tmp/$1.log" 2>&1 &
+			--store redis --redis-url "$url" --redis-prefix "vs-$1:" --redis-timeout "$rtimeout" \
+			"${flags[@]}" >"$tmp/$1.log" 2>&1 &
 		spid=$!
 		;;
 	envoy)
@@ -242,7 +248,7 @@ point() {
 
 date -u +%Y-%m-%dT%H:%M:%SZ
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2), port $rport; $conc callers, $keys keys, fixed window $quota/$unit; $dur per point (warm-up $warmup); paced $rate/s and unpaced"
+echo "redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2), port $rport; $conc callers, $keys keys, fixed window $quota/$unit; sluice --redis-timeout $rtimeout; $dur per point (warm-up $warmup); paced $rate/s and unpaced"
 
 log "Redis idle, ${idle}s"
 info "$tmp/idle0"
