@@ -11,7 +11,12 @@
 # `valgrind --tool=callgrind`. The counters are zeroed just before each
 # load and dumped just after it, so server start-up, SCRIPT LOAD of an
 # earlier run and idle time between runs are not counted; the server's cron
-# during a load is. Prints the ratio (a) / (b).
+# during a load is. Unless NATIVE=0, also
+#   (c) Sluice's native fixed windows (store/redis Options.NativeFixedWindow:
+#       per call TIME, per decision INCRBY of a per-window key, PEXPIREAT
+#       once per key and window, pipelined, no script; sluice-bench redis
+#       --pattern sluice --native).
+# Prints the ratios (a) / (b), and (c) / (b) and (c) / (a).
 #
 # Usage: scripts/instr-redis.sh [DURATION] [GOROUTINES] [ALGORITHM...]
 #   DURATION    per load, default 20s (callgrind runs Redis ~50x slower)
@@ -23,6 +28,7 @@
 #      SLUICE_FLAGS=more sluice-bench redis flags for the Sluice loads, e.g.
 #      "--max-batch 1" (one decision per script call, as with a Redis Cluster
 #      whose keys are in different slots);
+#      NATIVE=0 skips (c);
 #      WARMUP=uncounted load on the same keys before each measured one
 #      (default 10s), so that most decisions find their key in its window,
 #      as in a long-running service at production rates (10^4 keys, limit
@@ -120,6 +126,12 @@ a=$(measure "sluice global fixed_window" --pattern sluice --algorithm fixed_wind
 echo "$a"
 b=$(measure "envoy INCRBY+EXPIRE (pool of 10)" --pattern incrby-expire --algorithm fixed_window)
 echo "$b"
+c=
+if [ "${NATIVE:-1}" != 0 ]; then
+	# shellcheck disable=SC2086
+	c=$(measure "sluice native fixed_window" --pattern sluice --native --algorithm fixed_window ${SLUICE_FLAGS:-})
+	echo "$c"
+fi
 for alg in "${extra[@]}"; do
 	case $alg in
 	sliding_log | concurrency) q=(--quota 100000) ;; # the most a log keeps
@@ -128,5 +140,10 @@ for alg in "${extra[@]}"; do
 	# shellcheck disable=SC2086
 	measure "sluice global $alg" --pattern sluice --algorithm "$alg" "${q[@]}" ${SLUICE_FLAGS:-}
 done
-awk -v a="$(echo "$a" | awk '{print $(NF-5)}')" -v b="$(echo "$b" | awk '{print $(NF-5)}')" \
+ipd() { echo "$1" | awk '{print $(NF-5)}'; } # instructions per decision of a measure line
+awk -v a="$(ipd "$a")" -v b="$(ipd "$b")" \
 	'BEGIN { printf "ratio sluice / envoy: %.2fx (goal <= 1.5x)\n", a / b }'
+if [ -n "$c" ]; then
+	awk -v a="$(ipd "$a")" -v b="$(ipd "$b")" -v c="$(ipd "$c")" \
+		'BEGIN { printf "ratio native / envoy: %.2fx (goal <= 0.5x)\nratio native / script: %.2fx\n", c / b, c / a }'
+fi

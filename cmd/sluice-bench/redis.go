@@ -24,7 +24,8 @@ import (
 // Patterns of sluice-bench redis: what each decision sends to Redis.
 const (
 	// patternSluice decides through the Redis store (store/redis: one
-	// script call per coalesced batch).
+	// script call per coalesced batch, or with --native one pipeline of
+	// TIME and per-window INCRBYs).
 	patternSluice = "sluice"
 	// patternIncrExpire is the command pattern of envoyproxy/ratelimit's
 	// Redis driver for a fixed window: per decision, INCRBY of the
@@ -55,7 +56,9 @@ type benchRedisResult struct {
 }
 
 // runBenchRedis measures a real Redis deciding fixed-size decisions, through
-// the Redis store or with envoyproxy/ratelimit's command pattern:
+// the Redis store (its script path, or with --native its native fixed
+// windows: Options.NativeFixedWindow) or with envoyproxy/ratelimit's
+// command pattern:
 // goroutines take from random keys as fast as they can (or at --rate) for
 // the duration, then the command prints decisions/s, latency percentiles,
 // how many Takes each script call carried, and what Redis spent per
@@ -80,6 +83,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	pool := fs.Int("envoy-pool", envoyPoolSize, "--pattern incrby-expire: connections, each request's INCRBY + EXPIRE written alone on one (envoyproxy/ratelimit's REDIS_POOL_SIZE, REDIS_PIPELINE_WINDOW 0); 0: one connection that pipelines every caller's commands together")
 	maxBatch := fs.Int("max-batch", 0, "the store's Options.MaxBatch (0: its default); 1 sends one decision per script call, as a Redis Cluster does for keys in different slots")
 	timeout := fs.Duration("timeout", time.Second, "the store's Options.Timeout (at least the URL's); a call without a reply by then fails its decisions")
+	native := fs.Bool("native", false, "--pattern sluice: the store's Options.NativeFixedWindow (fixed_window decided by INCRBY on per-window keys, pipelined, no script); fixed_window only")
 	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
 	}
@@ -97,6 +101,9 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	if *pattern != patternSluice && *pattern != patternIncrExpire {
 		return fmt.Errorf("%w: --pattern %q, want %s or %s", errUsage, *pattern, patternSluice, patternIncrExpire)
 	}
+	if *native && (*pattern != patternSluice || a != sluice.FixedWindow) {
+		return fmt.Errorf("%w: --native is the Redis store's native fixed windows: use --pattern %s --algorithm fixed_window", errUsage, patternSluice)
+	}
 	if *pattern == patternIncrExpire && a != sluice.FixedWindow {
 		return fmt.Errorf("%w: --pattern %s is a fixed window: use --algorithm fixed_window", errUsage, patternIncrExpire)
 	}
@@ -112,6 +119,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	}
 	opts.Timeout = max(opts.Timeout, *timeout)
 	opts.MaxBatch = *maxBatch
+	opts.NativeFixedWindow = *native
 
 	names := make([]string, *keys)
 	for i := range names {
@@ -163,18 +171,27 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 		}
 		return errors.New("redis: no decision completed")
 	}
-	fmt.Fprintf(stdout, "%s %s over %d keys, %d goroutines, %v (rate %s)\n", *pattern, limit, *keys, *workers,
+	name := *pattern
+	if *native {
+		name += " (native)"
+	}
+	fmt.Fprintf(stdout, "%s %s over %d keys, %d goroutines, %v (rate %s)\n", name, limit, *keys, *workers,
 		r.elapsed.Round(time.Millisecond), rateText(*rate))
 	lat := r.lat
 	slices.Sort(lat)
 	pct := func(p int) time.Duration { return lat[(len(lat)-1)*p/100].Round(time.Microsecond) }
-	perCall := "-"
+	perCall, callKind := "-", "script call"
 	if st != nil {
-		perCall = fmt.Sprintf("%.1f", float64(r.stats.Groups)/float64(max(r.stats.Calls, 1)))
+		calls := r.stats.Calls
+		if *native {
+			// Groups counts the native pipelines' Takes too.
+			calls, callKind = r.stats.Calls+r.stats.NativeCalls, "call (script or native pipeline)"
+		}
+		perCall = fmt.Sprintf("%.1f", float64(r.stats.Groups)/float64(max(calls, 1)))
 	}
-	fmt.Fprintf(stdout, "%.0f decisions/s  p50 %v  p99 %v  max %v  denied %d of %d  takes/script call %s\n",
+	fmt.Fprintf(stdout, "%.0f decisions/s  p50 %v  p99 %v  max %v  denied %d of %d  takes/%s %s\n",
 		float64(len(lat))/r.elapsed.Seconds(), pct(50), pct(99), lat[len(lat)-1].Round(time.Microsecond),
-		r.denied, len(lat), perCall)
+		r.denied, len(lat), callKind, perCall)
 	fmt.Fprintf(stdout, "decisions %d  decided by Redis %d  degraded %d\n", int64(len(lat))+r.degraded, len(lat), r.degraded)
 	if r.degraded > 0 {
 		return fmt.Errorf("redis: REFUSED to report Redis figures: %d of %d decisions were not decided by Redis (their store call failed, so a failure policy would have answered them; first: %w)",

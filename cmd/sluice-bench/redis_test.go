@@ -23,22 +23,29 @@ func TestBenchRedis(t *testing.T) {
 	}
 }
 
-// TestBenchRedisFigures runs both patterns and checks that each prints what
-// Redis spent: its CPU and every command, counted from INFO (the Redis
-// store's script calls and the commands they ran; INCRBY and EXPIRE, one
-// each per decision).
+// TestBenchRedisFigures runs both patterns, and the store's native fixed
+// windows (--native), and checks that each prints what Redis spent: its CPU
+// and every command, counted from INFO (the Redis store's script calls and
+// the commands they ran; the native pipelines' TIME and INCRBY, no script;
+// INCRBY and EXPIRE, one each per decision).
 func TestBenchRedisFigures(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, tc := range []struct {
 		pattern string
+		native  bool
 		want    []string
+		notWant []string
 	}{
-		{"sluice", []string{"evalsha", "mget", "set"}},
-		{"incrby-expire", []string{"incrby", "expire"}},
+		{pattern: "sluice", want: []string{"evalsha", "mget", "set"}},
+		{pattern: "sluice", native: true, want: []string{"time", "incrby"}, notWant: []string{"evalsha", "evalsha_ro", "eval"}},
+		{pattern: "incrby-expire", want: []string{"incrby", "expire"}},
 	} {
 		var out, errOut bytes.Buffer
 		args := []string{"redis", "--redis-url", srv.URL(), "--pattern", tc.pattern, "--algorithm", "fixed_window",
 			"--duration", "300ms", "--goroutines", "4", "--keys", "10", "--quota", "1000000", "--window", "1m"}
+		if tc.native {
+			args = append(args, "--native")
+		}
 		if err := run(context.Background(), args, func(string) string { return "" }, &out, &errOut); err != nil {
 			t.Fatalf("run(%v) = %v; stderr %s", args, err, errOut.String())
 		}
@@ -47,8 +54,16 @@ func TestBenchRedisFigures(t *testing.T) {
 		}
 		for _, cmd := range tc.want {
 			if !strings.Contains(out.String(), "\n  "+cmd+" ") {
-				t.Errorf("%s: output %q, want a line for %s", tc.pattern, out.String(), cmd)
+				t.Errorf("%s (native %v): output %q, want a line for %s", tc.pattern, tc.native, out.String(), cmd)
 			}
+		}
+		for _, cmd := range tc.notWant {
+			if strings.Contains(out.String(), "\n  "+cmd+" ") {
+				t.Errorf("%s (native %v): output %q, want no line for %s", tc.pattern, tc.native, out.String(), cmd)
+			}
+		}
+		if tc.native && !strings.Contains(out.String(), "sluice (native)") {
+			t.Errorf("--native: output %q, want it named sluice (native)", out.String())
 		}
 		if tc.pattern == "incrby-expire" && !strings.Contains(out.String(), "commands 2.0") {
 			t.Errorf("incrby-expire: output %q, want 2 commands per decision", out.String())
@@ -100,6 +115,8 @@ func TestBenchRedisUsage(t *testing.T) {
 		{"redis", "--pattern", "incrby-expire", "--algorithm", "token_bucket"},
 		{"redis", "--pattern", "incrby-expire", "--algorithm", "fixed_window", "--window", "1500ms"},
 		{"redis", "--timeout", "0s"},
+		{"redis", "--native", "--algorithm", "token_bucket"},
+		{"redis", "--native", "--pattern", "incrby-expire", "--algorithm", "fixed_window"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), args, func(string) string { return "" }, &out, &errOut); !errors.Is(err, errUsage) {
