@@ -567,21 +567,35 @@ func replyValues(reply rueidis.RedisResult) ([]rueidis.RedisMessage, error) {
 // none comes in time, the call is not given up: it goes on waiting, up to
 // s.lateWait more, and the returned channel gets its reply (or its error).
 func (s *Store) execLingering(script *rueidis.Lua, keys, args []string) ([]rueidis.RedisMessage, <-chan rueidis.RedisResult, error) {
-	ch := make(chan rueidis.RedisResult, 1)
+	reply, late := lingering(s.timeout, s.lateWait, func(ctx context.Context) rueidis.RedisResult {
+		return script.Exec(ctx, s.client, keys, args)
+	})
+	if late != nil {
+		// As a call under a context that timed out would fail.
+		return nil, late, context.DeadlineExceeded
+	}
+	vals, err := replyValues(reply)
+	return vals, nil, err
+}
+
+// lingering runs call under a context of timeout + late and waits for it
+// timeout: its result, if it came in time; else a channel that gets the
+// result when it comes (within late more), for the caller to settle.
+func lingering[T any](timeout, late time.Duration, call func(context.Context) T) (T, <-chan T) {
+	ch := make(chan T, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout+s.lateWait)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout+late)
 		defer cancel()
-		ch <- script.Exec(ctx, s.client, keys, args)
+		ch <- call(ctx)
 	}()
-	t := time.NewTimer(s.timeout)
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case reply := <-ch:
-		vals, err := replyValues(reply)
-		return vals, nil, err
+	case v := <-ch:
+		return v, nil
 	case <-t.C:
-		// As a call under a context that timed out would fail.
-		return nil, ch, context.DeadlineExceeded
+		var zero T
+		return zero, ch
 	}
 }
 

@@ -624,35 +624,16 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 		r.nowOut = now
 		g := r.nat
 		g.retry = false
-		denied := false
-		vals := make([]int64, len(g.ops))
+		vals, denied := s.groupReplies(g, resps)
 		for k := range g.ops {
 			o := &g.ops[k]
 			if algorithm.FloorDiv(now, o.w) != o.id {
 				g.retry = true
 			}
-			if o.incr {
-				vals[k], _ = resps[o.reply].AsInt64()
-				if vals[k] > o.q {
-					denied = true
-				}
-				if o.expSent {
-					if ok, _ := resps[o.reply+1].AsInt64(); ok == 1 {
-						s.expired.add(o.key)
-					}
-				} else if vals[k] == o.cost {
-					// The key was made (or was 0) since this store expired
-					// it: expire it again.
-					follow = append(follow, s.expire(o.key, o.id, o.w, now))
-				}
-			} else {
-				str, gerr := resps[o.reply].ToString()
-				if gerr == nil {
-					vals[k], _ = strconv.ParseInt(str, 10, 64)
-				}
-				if o.cost > o.q || (o.probe && vals[k]+o.cost > o.q) {
-					denied = true
-				}
+			if o.incr && !o.expSent && vals[k] == o.cost {
+				// The key was made (or was 0) since this store expired
+				// it: expire it again.
+				follow = append(follow, s.expire(o.key, o.id, o.w, now))
 			}
 		}
 		probedRoom := false
@@ -743,6 +724,32 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 	}
 }
 
+// groupReplies reads native group g's replies in a pipeline's resps: each
+// op's count (what its INCRBY returned, or its GET read), and whether an op
+// was over its quota (the group is denied). It remembers the keys whose
+// expiry the pipeline set.
+func (s *Store) groupReplies(g *nativeGroup, resps []rueidis.RedisResult) (vals []int64, denied bool) {
+	vals = make([]int64, len(g.ops))
+	for k := range g.ops {
+		o := &g.ops[k]
+		if o.incr {
+			vals[k], _ = resps[o.reply].AsInt64()
+			denied = denied || vals[k] > o.q
+			if o.expSent {
+				if ok, _ := resps[o.reply+1].AsInt64(); ok == 1 {
+					s.expired.add(o.key)
+				}
+			}
+			continue
+		}
+		if str, err := resps[o.reply].ToString(); err == nil {
+			vals[k], _ = strconv.ParseInt(str, 10, 64)
+		}
+		denied = denied || o.cost > o.q || (o.probe && vals[k]+o.cost > o.q)
+	}
+	return vals, denied
+}
+
 // pipelineError returns the first error of a pipeline's replies (a nil
 // reply, GET of a missing key, is none), or nil.
 func pipelineError(resps []rueidis.RedisResult) error {
@@ -755,24 +762,11 @@ func pipelineError(resps []rueidis.RedisResult) error {
 }
 
 // doLingering sends a native pipeline that carries ops to undo if unknown
-// (execLingering's counterpart): its Takes wait s.timeout for the replies,
-// as for any call; when none come in time, the pipeline goes on waiting up
-// to s.lateWait more, and the returned channel gets its replies.
+// (lingering).
 func (s *Store) doLingering(cmds []rueidis.Completed) ([]rueidis.RedisResult, <-chan []rueidis.RedisResult) {
-	ch := make(chan []rueidis.RedisResult, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout+s.lateWait)
-		defer cancel()
-		ch <- s.client.DoMulti(ctx, cmds...)
-	}()
-	t := time.NewTimer(s.timeout)
-	defer t.Stop()
-	select {
-	case resps := <-ch:
-		return resps, nil
-	case <-t.C:
-		return nil, ch
-	}
+	return lingering(s.timeout, s.lateWait, func(ctx context.Context) []rueidis.RedisResult {
+		return s.client.DoMulti(ctx, cmds...)
+	})
 }
 
 // settleNativeLate waits for the late replies of a native pipeline whose
@@ -797,25 +791,7 @@ func (s *Store) settleNativeLate(batch []*request, late <-chan []rueidis.RedisRe
 	var follow []rueidis.Completed
 	refunded := 0
 	for _, r := range batch {
-		denied := false
-		vals := make([]int64, len(r.nat.ops))
-		for k := range r.nat.ops {
-			o := &r.nat.ops[k]
-			if o.incr {
-				vals[k], _ = resps[o.reply].AsInt64()
-				denied = denied || vals[k] > o.q
-				if o.expSent {
-					if ok, _ := resps[o.reply+1].AsInt64(); ok == 1 {
-						s.expired.add(o.key)
-					}
-				}
-				continue
-			}
-			if str, err := resps[o.reply].ToString(); err == nil {
-				vals[k], _ = strconv.ParseInt(str, 10, 64)
-			}
-			denied = denied || o.cost > o.q || (o.probe && vals[k]+o.cost > o.q)
-		}
+		_, denied := s.groupReplies(r.nat, resps)
 		back := false
 		for k := range r.nat.ops {
 			o := &r.nat.ops[k]
