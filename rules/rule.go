@@ -149,10 +149,10 @@ type Rule struct {
 	SettleReserve bool
 	Reserve       int64
 	SettleWithin  time.Duration
-	// Script (rate_limit.redis_path: script, and every fixed_window
-	// reservation) asks a Redis store with native counters to decide the
-	// rule's fixed window with its script (sluice.Op.Script); false for
-	// the other algorithms, which have no other path.
+	// Script (rate_limit.redis_path: script, and every fixed_window or
+	// sliding_window reservation) asks a Redis store with native counters
+	// to decide the rule's window with its script (sluice.Op.Script);
+	// false for the other algorithms, which have no other path.
 	Script bool
 	// QuotaMode (the descriptor's quota_mode, as envoyproxy/ratelimit's):
 	// this rule's denial alone does not deny the request; a request is
@@ -248,4 +248,12 @@ func (s *Step) Counted(v string) string {
 		return s.Value
 	}
 	return v
+}
+
+// NativeAlgorithm reports whether a rule with algorithm a has a native
+// path on a Redis store with native counters (store/redis
+// Options.NativeFixedWindow and NativeSlidingWindow): rate_limit.redis_path
+// may say native only for these.
+func NativeAlgorithm(a sluice.Algorithm) bool {
+	return a == sluice.FixedWindow || a == sluice.SlidingWindow
 }

@@ -86,8 +86,8 @@ type Spec struct {
 	// duration (settle: reserve only).
 	SettleWithin string `json:"settle_within,omitempty"`
 	// RedisPath is how a Redis store with native counters decides the
-	// rule: "native" (its default for fixed_window) or "script"
-	// (Rule.Script).
+	// rule: "native" (its default for fixed_window and sliding_window) or
+	// "script" (Rule.Script).
 	RedisPath string `json:"redis_path,omitempty"`
 
 	// Given holds a bit for each field the source wrote (see Spec).
@@ -606,11 +606,11 @@ func (s *Spec) Rule(u Use) (*Rule, error) {
 	}
 	switch s.RedisPath {
 	case "", "script":
-		// Every algorithm has the script path; only fixed_window another.
-		r.Script = r.Script || alg == sluice.FixedWindow && (s.RedisPath == "script" || s.Settle == "reserve")
+		// Every algorithm has the script path; the windows another.
+		r.Script = r.Script || NativeAlgorithm(alg) && (s.RedisPath == "script" || s.Settle == "reserve")
 	case "native":
-		if alg != sluice.FixedWindow {
-			c.bad(FieldRedisPath, "only fixed_window has a native path, not %v; remove it", alg)
+		if !NativeAlgorithm(alg) {
+			c.bad(FieldRedisPath, "only fixed_window and sliding_window have a native path, not %v; remove it", alg)
 			valid = false
 		} else if s.Settle == "reserve" {
 			c.bad(FieldRedisPath, "a reservation (settle: reserve) is kept by the script path; remove redis_path or use script")

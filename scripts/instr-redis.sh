@@ -24,6 +24,7 @@
 #               the store's calls carry about 16 decisions each, as in
 #               production-like runs (sluice-bench redis prints takes/call)
 #   ALGORITHM   extra Sluice algorithms to measure after fixed_window
+#               (sliding_window: also natively, unless NATIVE=0)
 # Env: SLUICE_BENCH=path to a built cmd/sluice-bench (default: built here);
 #      SLUICE_FLAGS=more sluice-bench redis flags for the Sluice loads, e.g.
 #      "--max-batch 1" (one decision per script call, as with a Redis Cluster
@@ -132,15 +133,23 @@ if [ "${NATIVE:-1}" != 0 ]; then
 	c=$(measure "sluice native fixed_window" --pattern sluice --native --algorithm fixed_window ${SLUICE_FLAGS:-})
 	echo "$c"
 fi
+ipd() { echo "$1" | awk '{print $(NF-5)}'; } # instructions per decision of a measure line
 for alg in "${extra[@]}"; do
 	case $alg in
 	sliding_log | concurrency) q=(--quota 100000) ;; # the most a log keeps
 	*) q=() ;;
 	esac
 	# shellcheck disable=SC2086
-	measure "sluice global $alg" --pattern sluice --algorithm "$alg" "${q[@]}" ${SLUICE_FLAGS:-}
+	x=$(measure "sluice global $alg" --pattern sluice --algorithm "$alg" "${q[@]}" ${SLUICE_FLAGS:-})
+	echo "$x"
+	if [ "$alg" = sliding_window ] && [ "${NATIVE:-1}" != 0 ]; then
+		# shellcheck disable=SC2086
+		y=$(measure "sluice native sliding_window" --pattern sluice --native --algorithm sliding_window ${SLUICE_FLAGS:-})
+		echo "$y"
+		awk -v x="$(ipd "$x")" -v y="$(ipd "$y")" -v b="$(ipd "$b")" \
+			'BEGIN { printf "ratio native / script, sliding_window: %.2fx; native sliding_window / envoy: %.2fx\n", y / x, y / b }'
+	fi
 done
-ipd() { echo "$1" | awk '{print $(NF-5)}'; } # instructions per decision of a measure line
 awk -v a="$(ipd "$a")" -v b="$(ipd "$b")" \
 	'BEGIN { printf "ratio sluice / envoy: %.2fx (goal <= 1.5x)\n", a / b }'
 if [ -n "$c" ]; then

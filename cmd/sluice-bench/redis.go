@@ -56,8 +56,9 @@ type benchRedisResult struct {
 }
 
 // runBenchRedis measures a real Redis deciding fixed-size decisions, through
-// the Redis store (its script path, or with --native its native fixed
-// windows: Options.NativeFixedWindow) or with envoyproxy/ratelimit's
+// the Redis store (its script path, or with --native its native windows:
+// Options.NativeFixedWindow and NativeSlidingWindow) or with
+// envoyproxy/ratelimit's
 // command pattern:
 // goroutines take from random keys as fast as they can (or at --rate) for
 // the duration, then the command prints decisions/s, latency percentiles,
@@ -83,7 +84,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	pool := fs.Int("envoy-pool", envoyPoolSize, "--pattern incrby-expire: connections, each request's INCRBY + EXPIRE written alone on one (envoyproxy/ratelimit's REDIS_POOL_SIZE, REDIS_PIPELINE_WINDOW 0); 0: one connection that pipelines every caller's commands together")
 	maxBatch := fs.Int("max-batch", 0, "the store's Options.MaxBatch (0: its default); 1 sends one decision per script call, as a Redis Cluster does for keys in different slots")
 	timeout := fs.Duration("timeout", time.Second, "the store's Options.Timeout (at least the URL's); a call without a reply by then fails its decisions")
-	native := fs.Bool("native", false, "--pattern sluice: the store's Options.NativeFixedWindow (fixed_window decided by INCRBY on per-window keys, pipelined, no script); fixed_window only")
+	native := fs.Bool("native", false, "--pattern sluice: the store's native counters, Options.NativeFixedWindow and NativeSlidingWindow (the windows decided by INCRBY on per-window keys, pipelined, no script); fixed_window and sliding_window only")
 	if done, err := parseFlags(fs, args); done || err != nil {
 		return err
 	}
@@ -101,8 +102,8 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	if *pattern != patternSluice && *pattern != patternIncrExpire {
 		return fmt.Errorf("%w: --pattern %q, want %s or %s", errUsage, *pattern, patternSluice, patternIncrExpire)
 	}
-	if *native && (*pattern != patternSluice || a != sluice.FixedWindow) {
-		return fmt.Errorf("%w: --native is the Redis store's native fixed windows: use --pattern %s --algorithm fixed_window", errUsage, patternSluice)
+	if *native && (*pattern != patternSluice || a != sluice.FixedWindow && a != sluice.SlidingWindow) {
+		return fmt.Errorf("%w: --native is the Redis store's native windows: use --pattern %s --algorithm fixed_window or sliding_window", errUsage, patternSluice)
 	}
 	if *pattern == patternIncrExpire && a != sluice.FixedWindow {
 		return fmt.Errorf("%w: --pattern %s is a fixed window: use --algorithm fixed_window", errUsage, patternIncrExpire)
@@ -119,7 +120,7 @@ func runBenchRedis(ctx context.Context, args []string, _ env, stdout, stderr io.
 	}
 	opts.Timeout = max(opts.Timeout, *timeout)
 	opts.MaxBatch = *maxBatch
-	opts.NativeFixedWindow = *native
+	opts.NativeFixedWindow, opts.NativeSlidingWindow = *native, *native
 
 	names := make([]string, *keys)
 	for i := range names {

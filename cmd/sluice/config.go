@@ -152,6 +152,9 @@ type redisConfig struct {
 	// NativeFixedWindow decides fixed_window rules with native Redis
 	// counters instead of the script (redis.Options.NativeFixedWindow).
 	NativeFixedWindow bool
+	// NativeSlidingWindow decides sliding_window rules with native Redis
+	// counters instead of the script (redis.Options.NativeSlidingWindow).
+	NativeSlidingWindow bool
 	// MemoryWatch is how often the Redis nodes' maxmemory-policy and
 	// evicted_keys are read (compose.Config.MemoryWatch; 0: its default,
 	// 10s). No flag: tests shorten it.
@@ -293,6 +296,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Store.Redis.Timeout, "redis-timeout", c.Store.Redis.Timeout, "timeout of one Redis script call, from when it is written to Redis (0: the store's default, 1s)")
 	fs.StringVar(&c.Store.Redis.DeniedCache, "denied-cache", c.Store.Redis.DeniedCache, "answer keys denied lately from memory until their RetryAfter: auto (on unless Redis Cluster), on, off")
 	fs.BoolVar(&c.Store.Redis.NativeFixedWindow, "redis-native-fixed-window", c.Store.Redis.NativeFixedWindow, "decide fixed_window rules with native Redis counters (INCRBY on a per-window key, no script; about a third of the script's Redis CPU); a call that times out is taken back when its late reply comes, as on the script path (docs/stores.md)")
+	fs.BoolVar(&c.Store.Redis.NativeSlidingWindow, "redis-native-sliding-window", c.Store.Redis.NativeSlidingWindow, "decide sliding_window rules with native Redis counters (INCRBY on the window's key, GET of the previous window's, no script), as --redis-native-fixed-window does fixed windows (docs/stores.md)")
 	fs.BoolVar(&c.Store.Redis.AllowEviction, "redis-allow-eviction", c.Store.Redis.AllowEviction, "accept a Redis whose maxmemory-policy can evict Sluice's keys (any but noeviction): an evicted counter makes its limit admit more than its quota (off: such a Redis is refused at start; docs/operations.md)")
 	fs.DurationVar(&c.Store.Redis.HybridHorizon, "hybrid-horizon", c.Store.Redis.HybridHorizon, "placement hybrid: allotments last this long at a key's observed rate (0: 10s)")
 	fs.IntVar(&c.Service.SampleSize, "sample-size", c.Service.SampleSize, "recent checks kept for sluice diff (GET /admin/v1/sample, needs admin tokens); 0: none")

@@ -27,5 +27,6 @@ func redisOptions(cfg redisConfig, now func() time.Time) (redis.Options, error) 
 	ropts.Now = now
 	ropts.AllowEviction = cfg.AllowEviction
 	ropts.NativeFixedWindow = cfg.NativeFixedWindow
+	ropts.NativeSlidingWindow = cfg.NativeSlidingWindow
 	return ropts, nil
 }

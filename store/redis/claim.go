@@ -10,7 +10,7 @@ import (
 )
 
 // claimLetter starts the Redis key of a claim (Claim): no counter's key
-// starts with it (algLetter, nativeLetter), so Keys never lists a claim
+// starts with it (algLetter, nativeLetters), so Keys never lists a claim
 // and no claim shares a name with a counter.
 const claimLetter = "!"
 

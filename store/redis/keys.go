@@ -43,7 +43,7 @@ func (s *Store) Keys(ctx context.Context, prefix string, max int) ([]string, boo
 	for _, a := range stack.Algorithms() {
 		letters.WriteString(algLetter[a])
 	}
-	letters.WriteString(nativeLetter)
+	letters.WriteString(nativeLetters)
 	head := globEscape(s.prefix) + "[" + letters.String() + "]"
 	// A key with no hash tag of its own is stored wrapped in one; a key
 	// with a tag is stored as it is (redisKey).

@@ -76,9 +76,32 @@ var ErrNativePaired = errors.New("redis: with native fixed windows, a fixed_wind
 // was not the one Redis's TIME named.
 const nativeRetries = 3
 
-// nativeLetter marks a per-window key (algLetter's letters name the
-// script's keys).
-const nativeLetter = "w"
+// nativeLetters mark per-window keys: 'w' a fixed window's, 'v' a sliding
+// window's (algLetter's letters name the script's keys).
+const nativeLetters = "wv"
+
+// nativeLetterOf returns the per-window keys' letter of a script key
+// letter, and the reverse; 0 for a letter of neither kind.
+func nativeLetterOf(script byte) byte {
+	switch script {
+	case algLetter[sluice.FixedWindow][0]:
+		return nativeLetters[0]
+	case algLetter[sluice.SlidingWindow][0]:
+		return nativeLetters[1]
+	}
+	return 0
+}
+
+// scriptLetterOf is nativeLetterOf's reverse.
+func scriptLetterOf(native byte) byte {
+	switch native {
+	case nativeLetters[0]:
+		return algLetter[sluice.FixedWindow][0]
+	case nativeLetters[1]:
+		return algLetter[sluice.SlidingWindow][0]
+	}
+	return 0
+}
 
 // expCacheMax bounds the keys the store remembers having expired; past it
 // the memory is cleared (their next charge sends the expiry again).
@@ -86,16 +109,50 @@ const expCacheMax = 1 << 16
 
 // nativeOp is one op of a native group.
 type nativeOp struct {
-	name    string // the script's key (prefix + "f" + tagged key), announced
-	q, w    int64
-	cost    int64
-	kind    byte // 't' take, '+' charge, '-' refund, 'x' reset
-	id      int64
-	key     string // per-window key of id, set when sent
-	reply   int    // index of its INCRBY or GET in the call's pipeline
-	incr    bool
-	probe   bool // a GET sent for a take its key's last count says is over
-	expSent bool
+	name      string           // the script's key (prefix + letter + tagged key), announced
+	alg       sluice.Algorithm // FixedWindow or SlidingWindow
+	q, w      int64
+	cost      int64
+	kind      byte // 't' take, '+' charge, '-' refund, 'x' reset
+	id        int64
+	key       string // per-window key of id, set when sent
+	prevKey   string // sliding_window: per-window key of id−1, set when sent
+	reply     int    // index of its INCRBY or GET in the call's pipeline
+	prevReply int    // sliding_window: index of prevKey's GET
+	incr      bool
+	probe     bool // a GET sent for a take its keys' last counts say is over
+	expSent   bool
+	look      [5]int64 // an admitted charge's result as a look at the count before it
+}
+
+// last returns the last window o's per-window key of window id is read in:
+// id for a fixed window, id+1 for a sliding window (where it is the
+// previous window's count).
+func (o *nativeOp) last() int64 {
+	if o.alg == sluice.SlidingWindow {
+		return o.id + 1
+	}
+	return o.id
+}
+
+// decide returns the algorithm's decision for cost at now (in window
+// o.id) on the counts cur (window o.id's, before o's own charge) and prev
+// (window o.id−1's; a sliding window only).
+func (o *nativeOp) decide(cur, prev, now, cost int64) algorithm.Decision {
+	p := algorithm.Params{Quota: o.q, Window: o.w}
+	st := algorithm.WindowState{ID: o.id, Cur: cur, Prev: prev}
+	var d algorithm.Decision
+	if o.alg == sluice.SlidingWindow {
+		_, d = algorithm.SlidingWindow(st, now, cost, p)
+	} else {
+		_, d = algorithm.FixedWindow(st, now, cost, p)
+	}
+	return d
+}
+
+// resultOf writes d as a request's five result values.
+func resultOf(v []int64, d algorithm.Decision) {
+	v[0], v[1], v[2], v[3], v[4] = int64(d.Reason), d.Remaining, d.ResetAfter, d.RetryAfter, 0
 }
 
 // nativeGroup is the native part of a request.
@@ -108,35 +165,43 @@ type nativeGroup struct {
 	batcher *batcher
 }
 
-// nativeKey returns the per-window key of a script key name (redisKey's)
-// and window index.
+// nativeKey returns the per-window key of a script key name (redisKey's,
+// of a fixed or sliding window) and window index.
 func nativeKey(prefix, name string, id int64) string {
-	return prefix + nativeLetter + name[len(prefix)+1:] + ":" + strconv.FormatInt(id, 10)
+	return prefix + string(nativeLetterOf(name[len(prefix)])) + name[len(prefix)+1:] + ":" + strconv.FormatInt(id, 10)
 }
 
 // nativeBase maps a per-window key back to the script key name it was made
 // from, or false.
 func nativeBase(prefix, rk string) (string, bool) {
-	rest, ok := strings.CutPrefix(rk, prefix+nativeLetter)
-	if !ok {
+	rest, ok := strings.CutPrefix(rk, prefix)
+	if !ok || rest == "" || scriptLetterOf(rest[0]) == 0 {
 		return "", false
 	}
 	i := strings.LastIndexByte(rest, ':')
-	if i < 0 {
+	if i < 1 {
 		return "", false
 	}
 	if _, err := strconv.ParseInt(rest[i+1:], 10, 64); err != nil {
 		return "", false
 	}
-	return prefix + algLetter[sluice.FixedWindow] + rest[:i], true
+	return prefix + string(scriptLetterOf(rest[0])) + rest[1:i], true
 }
 
-// native reports whether op, with Options.NativeFixedWindow, is decided on
-// the native path: a fixed_window op, unless it asks for the script
+// isNative reports whether op is decided on the native path: a
+// fixed_window op with Options.NativeFixedWindow, a sliding_window op with
+// Options.NativeSlidingWindow, unless it asks for the script
 // (sluice.Op.Script); a Reset always is (native.lua clears the script's key
 // too, so that a reset finds the counter on either path).
-func native(op *sluice.Op) bool {
-	return op.Limit.Algorithm == sluice.FixedWindow && (!op.Script || op.Action == sluice.Reset)
+func (s *Store) isNative(op *sluice.Op) bool {
+	var on bool
+	switch op.Limit.Algorithm {
+	case sluice.FixedWindow:
+		on = s.natFixed
+	case sluice.SlidingWindow:
+		on = s.natSliding
+	}
+	return on && (!op.Script || op.Action == sluice.Reset)
 }
 
 // nativeGroupOf reports whether ops (with Options.NativeFixedWindow) are
@@ -145,7 +210,7 @@ func native(op *sluice.Op) bool {
 func (s *Store) nativeGroupOf(ops []sluice.Op) (nat, mixed bool) {
 	fw, other := false, false
 	for i := range ops {
-		if native(&ops[i]) {
+		if s.isNative(&ops[i]) {
 			fw = true
 		} else {
 			other = true
@@ -179,7 +244,7 @@ func (s *Store) takeMixed(ctx context.Context, ops []sluice.Op, results []sluice
 	}
 	var fw, other []int
 	for i := range ops {
-		if native(&ops[i]) {
+		if s.isNative(&ops[i]) {
 			fw = append(fw, i)
 		} else {
 			other = append(other, i)
@@ -226,11 +291,9 @@ func (s *Store) takeMixed(ctx context.Context, ops []sluice.Op, results []sluice
 		}
 		for k := range nres {
 			if o := &r.nat.ops[k]; o.incr {
-				v := o.q - nres[k].Remaining // the count after the charge
-				nres[k].Remaining = o.q - (v - o.cost)
-				if v-o.cost <= 0 {
-					nres[k].ResetAfter = 0
-				}
+				// Reported as a look at the count before the charge.
+				nres[k].Remaining = o.look[1]
+				nres[k].ResetAfter = time.Duration(o.look[2]) * time.Microsecond
 			}
 		}
 	}
@@ -252,7 +315,7 @@ func (s *Store) takeBack(r *request) error {
 	for k := range r.nat.ops {
 		if o := &r.nat.ops[k]; o.incr {
 			cmds = append(cmds, s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
-				s.expire(o.key, o.id, o.w, r.nowOut))
+				s.expire(o.key, o.last(), o.w, r.nowOut))
 		}
 	}
 	if len(cmds) == 0 {
@@ -270,7 +333,8 @@ func (s *Store) takeBack(r *request) error {
 	return nil
 }
 
-// newNativeRequest builds the native group of ops (all fixed_window).
+// newNativeRequest builds the native group of ops (all fixed and sliding
+// windows).
 func (s *Store) newNativeRequest(ops []sluice.Op, now string) *request {
 	r := &request{mode: modeDecide, now: now, done: make(chan struct{})}
 	g := &nativeGroup{ops: make([]nativeOp, len(ops))}
@@ -283,8 +347,8 @@ func (s *Store) newNativeRequest(ops []sluice.Op, now string) *request {
 	for i := range ops {
 		op := &ops[i]
 		p := stack.Params(op.Limit)
-		r.keys[i] = redisKey(s.prefix, sluice.FixedWindow, op.Key)
-		o := nativeOp{name: r.keys[i], q: p.Quota, w: p.Window, cost: op.Cost, kind: 't'}
+		r.keys[i] = redisKey(s.prefix, op.Limit.Algorithm, op.Key)
+		o := nativeOp{name: r.keys[i], alg: op.Limit.Algorithm, q: p.Quota, w: p.Window, cost: op.Cost, kind: 't'}
 		switch op.Action {
 		case sluice.Charge:
 			o.kind = '+'
@@ -325,14 +389,14 @@ func (s *Store) nativeBatcher(slot int) *batcher {
 	return p.Load()
 }
 
-// takeNative decides ops (all fixed_window) on the native path, and
+// takeNative decides ops (all native: fixed and sliding windows) on the native path, and
 // returns their group.
 func (s *Store) takeNative(ctx context.Context, ops []sluice.Op, results []sluice.Result, now string) (*request, error) {
 	slot := -1
 	if s.cluster {
-		slot = slotOf(redisKey(s.prefix, sluice.FixedWindow, ops[0].Key))
+		slot = slotOf(redisKey(s.prefix, ops[0].Limit.Algorithm, ops[0].Key))
 		for i := 1; i < len(ops); i++ {
-			if slotOf(redisKey(s.prefix, sluice.FixedWindow, ops[i].Key)) != slot {
+			if slotOf(redisKey(s.prefix, ops[i].Limit.Algorithm, ops[i].Key)) != slot {
 				// One pipeline may span slots (each command goes to its
 				// node) but native.lua may not.
 				action, deniable := kinds(ops)
@@ -370,7 +434,7 @@ func (s *Store) takeNativeSlots(ctx context.Context, ops []sluice.Op, results []
 	bySlot := map[int][]int{}
 	var order []int
 	for i := range ops {
-		sl := slotOf(redisKey(s.prefix, sluice.FixedWindow, ops[i].Key))
+		sl := slotOf(redisKey(s.prefix, ops[i].Limit.Algorithm, ops[i].Key))
 		if _, ok := bySlot[sl]; !ok {
 			order = append(order, sl)
 		}
@@ -556,10 +620,15 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 			nops++
 			o.id = algorithm.FloorDiv(now, o.w)
 			o.key = nativeKey(s.prefix, o.name, o.id)
+			if o.alg == sluice.SlidingWindow {
+				o.prevKey = nativeKey(s.prefix, o.name, o.id-1)
+				o.prevReply = len(cmds)
+				cmds = append(cmds, s.client.B().Get().Key(o.prevKey).Build())
+			}
 			o.reply = len(cmds)
 			o.incr = o.cost > 0 && o.cost <= o.q
 			o.expSent, o.probe = false, false
-			if h, ok := s.hints.get(o.key); o.incr && !r.nat.charge && ok && h+o.cost > o.q {
+			if o.incr && !r.nat.charge && s.seenFull(o, now) {
 				// Last seen full: look first, so that a take that is
 				// denied leaves no transient charge to deny others.
 				o.incr, o.probe = false, true
@@ -571,7 +640,7 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 			cmds = append(cmds, s.client.B().Incrby().Key(o.key).Increment(o.cost).Build())
 			if !s.expired.has(o.key) {
 				o.expSent = true
-				cmds = append(cmds, s.expire(o.key, o.id, o.w, now))
+				cmds = append(cmds, s.expire(o.key, o.last(), o.w, now))
 			}
 		}
 	}
@@ -624,7 +693,8 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 		r.nowOut = now
 		g := r.nat
 		g.retry = false
-		vals, denied := s.groupReplies(g, resps)
+		vals, prevs, denied := s.groupReplies(g, resps, now)
+		probedRoom := false
 		for k := range g.ops {
 			o := &g.ops[k]
 			if algorithm.FloorDiv(now, o.w) != o.id {
@@ -633,19 +703,18 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 			if o.incr && !o.expSent && vals[k] == o.cost {
 				// The key was made (or was 0) since this store expired
 				// it: expire it again.
-				follow = append(follow, s.expire(o.key, o.id, o.w, now))
+				follow = append(follow, s.expire(o.key, o.last(), o.w, now))
 			}
-		}
-		probedRoom := false
-		for k := range g.ops {
-			o := &g.ops[k]
-			if o.probe && vals[k]+o.cost <= o.q {
+			if o.probe && o.decide(vals[k], prevs[k], now, o.cost).OK() {
 				probedRoom = true
 			}
-			if o.incr && (denied || vals[k] > o.q) {
-				s.hints.set(o.key, vals[k]-o.cost)
+			if o.incr && denied {
+				s.hints.set(o.key, vals[k]-o.cost) // taken back below
 			} else {
 				s.hints.set(o.key, vals[k])
+			}
+			if o.alg == sluice.SlidingWindow {
+				s.hints.set(o.prevKey, prevs[k])
 			}
 		}
 		if probedRoom && !denied {
@@ -656,7 +725,7 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 				if o := &g.ops[k]; o.incr {
 					follow = append(follow,
 						s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
-						s.expire(o.key, o.id, o.w, now))
+						s.expire(o.key, o.last(), o.w, now))
 				}
 			}
 			if g.retry {
@@ -674,27 +743,22 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 		}
 		for k := range g.ops {
 			o := &g.ops[k]
-			state, reason := vals[k], int64(sluice.ReasonAllowed)
-			switch {
-			case o.cost > o.q:
-				reason = int64(sluice.ReasonCostTooHigh)
-			case o.incr && vals[k] > o.q:
-				reason = int64(sluice.ReasonLimited)
-				state = vals[k] - o.cost
-			case o.probe && vals[k]+o.cost > o.q:
-				reason = int64(sluice.ReasonLimited)
-			case o.incr && denied:
-				state = vals[k] - o.cost
+			before := vals[k]
+			if o.incr {
+				before -= o.cost
 			}
-			stop := (o.id+1)*o.w - now
-			v := r.res[5*k : 5*k+5]
-			v[0], v[1], v[2], v[3], v[4] = reason, max(o.q-state, 0), 0, 0, 0
-			if state > 0 {
-				v[2] = stop
+			d := o.decide(before, prevs[k], now, o.cost)
+			if d.OK() && (denied || o.incr) {
+				// Admitted in a denied group: reported as a look at the
+				// count before it; an admitted charge keeps that look for
+				// takeMixed, should it be taken back.
+				look := o.decide(before, prevs[k], now, 0)
+				if denied {
+					d = look
+				}
+				resultOf(o.look[:], look)
 			}
-			if reason == int64(sluice.ReasonLimited) {
-				v[3] = stop
-			}
+			resultOf(r.res[5*k:5*k+5], d)
 		}
 	}
 	if len(follow) > 0 {
@@ -725,29 +789,57 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 }
 
 // groupReplies reads native group g's replies in a pipeline's resps: each
-// op's count (what its INCRBY returned, or its GET read), and whether an op
-// was over its quota (the group is denied). It remembers the keys whose
+// op's count (what its INCRBY returned, or its GET read), the previous
+// window's count of a sliding window's op, and whether an op was not
+// admitted at now (the group is denied). It remembers the keys whose
 // expiry the pipeline set.
-func (s *Store) groupReplies(g *nativeGroup, resps []rueidis.RedisResult) (vals []int64, denied bool) {
-	vals = make([]int64, len(g.ops))
+func (s *Store) groupReplies(g *nativeGroup, resps []rueidis.RedisResult, now int64) (vals, prevs []int64, denied bool) {
+	both := make([]int64, 2*len(g.ops))
+	vals, prevs = both[:len(g.ops)], both[len(g.ops):]
 	for k := range g.ops {
 		o := &g.ops[k]
+		if o.alg == sluice.SlidingWindow {
+			prevs[k] = getInt(resps[o.prevReply])
+		}
+		before := int64(0)
 		if o.incr {
 			vals[k], _ = resps[o.reply].AsInt64()
-			denied = denied || vals[k] > o.q
+			before = vals[k] - o.cost
 			if o.expSent {
 				if ok, _ := resps[o.reply+1].AsInt64(); ok == 1 {
 					s.expired.add(o.key)
 				}
 			}
-			continue
+		} else {
+			vals[k] = getInt(resps[o.reply])
+			before = vals[k]
 		}
-		if str, err := resps[o.reply].ToString(); err == nil {
-			vals[k], _ = strconv.ParseInt(str, 10, 64)
-		}
-		denied = denied || o.cost > o.q || (o.probe && vals[k]+o.cost > o.q)
+		denied = denied || !o.decide(before, prevs[k], now, o.cost).OK()
 	}
-	return vals, denied
+	return vals, prevs, denied
+}
+
+// getInt reads a GET reply of a counter: 0 for a missing key.
+func getInt(res rueidis.RedisResult) int64 {
+	str, err := res.ToString()
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseInt(str, 10, 64)
+	return v
+}
+
+// seenFull reports whether o's keys, as this store last saw them, leave no
+// room for its cost at now (false when it saw neither).
+func (s *Store) seenFull(o *nativeOp, now int64) bool {
+	cur, ok := s.hints.get(o.key)
+	var prev int64
+	if o.alg == sluice.SlidingWindow {
+		var seen bool
+		prev, seen = s.hints.get(o.prevKey)
+		ok = ok || seen
+	}
+	return ok && !o.decide(cur, prev, now, o.cost).OK()
 }
 
 // pipelineError returns the first error of a pipeline's replies (a nil
@@ -790,8 +882,16 @@ func (s *Store) settleNativeLate(batch []*request, late <-chan []rueidis.RedisRe
 	}
 	var follow []rueidis.Completed
 	refunded := 0
+	var redisTime int64
+	if s.now == nil {
+		redisTime, _ = parseTime(resps[0])
+	}
 	for _, r := range batch {
-		_, denied := s.groupReplies(r.nat, resps)
+		now := redisTime
+		if s.now != nil {
+			now, _ = strconv.ParseInt(r.now, 10, 64)
+		}
+		_, _, denied := s.groupReplies(r.nat, resps, now)
 		back := false
 		for k := range r.nat.ops {
 			o := &r.nat.ops[k]
@@ -799,12 +899,8 @@ func (s *Store) settleNativeLate(batch []*request, late <-chan []rueidis.RedisRe
 				continue
 			}
 			back = true
-			now := int64(0)
-			if s.now != nil {
-				now, _ = strconv.ParseInt(r.now, 10, 64)
-			}
 			follow = append(follow, s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
-				s.expire(o.key, o.id, o.w, now))
+				s.expire(o.key, o.last(), o.w, now))
 		}
 		if back && !denied {
 			s.lateCharged.Add(1)
@@ -841,15 +937,20 @@ func (s *Store) execNativeScript(n *node, r *request) {
 		fail([]*request{r}, s.callError(fmt.Sprintf("redis: TIME to %s", n.name()), err, outcome, s.closed.Load()))
 		return
 	}
-	keys := make([]string, len(g.ops))
-	args := make([]string, 0, 4+6*len(g.ops))
+	keys := make([]string, 2*len(g.ops))
+	args := make([]string, 0, 4+7*len(g.ops))
 	args = append(args, r.now, s.minTTL, strconv.FormatInt(s.natMargin, 10), s.channel)
 	for k := range g.ops {
 		o := &g.ops[k]
 		o.id = algorithm.FloorDiv(now, o.w)
 		o.key = nativeKey(s.prefix, o.name, o.id)
-		keys[k] = o.key
-		args = append(args, string(o.kind), strconv.FormatInt(o.cost, 10), strconv.FormatInt(o.q, 10),
+		keys[2*k], keys[2*k+1] = o.key, o.key
+		alg := "f"
+		if o.alg == sluice.SlidingWindow {
+			o.prevKey = nativeKey(s.prefix, o.name, o.id-1)
+			keys[2*k+1], alg = o.prevKey, "s"
+		}
+		args = append(args, string(o.kind), alg, strconv.FormatInt(o.cost, 10), strconv.FormatInt(o.q, 10),
 			strconv.FormatInt(o.w, 10), strconv.FormatInt(o.id, 10), o.name)
 	}
 	s.calls.Add(1)

@@ -10,16 +10,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluice-rl/sluice"
 	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
-// newNativeStore is newTestStore with Options.NativeFixedWindow.
+// newNativeStore is newTestStore with Options.NativeFixedWindow and
+// NativeSlidingWindow.
 func newNativeStore(t testing.TB, url string, c *storetest.Clock) *Store {
 	t.Helper()
-	opts := Options{URL: url, Prefix: fmt.Sprintf("t%x:", rand.Uint64()), Timeout: 2 * time.Second, NativeFixedWindow: true}
+	opts := Options{URL: url, Prefix: fmt.Sprintf("t%x:", rand.Uint64()), Timeout: 2 * time.Second, NativeFixedWindow: true, NativeSlidingWindow: true}
 	if c != nil {
 		opts.Now = c.Now
 	}
@@ -212,24 +215,42 @@ func TestNativeWindowRetry(t *testing.T) {
 }
 
 // TestNativeContention: many goroutines take from one shared limit, each
-// batch with a per-goroutine key too, on the Redis clock. Admissions never
-// exceed the quota; the shared key ends holding exactly what was admitted
-// and each goroutine's key what its batches were admitted (a denied batch
-// charges nothing in the end). Spurious denials (denied while the admitted
-// count left room: a transient charge of a batch that was then denied) are
+// batch with a per-goroutine key too, on the Redis clock, for a fixed and a
+// sliding window (its previous window holding half the quota, so that the
+// weighted term counts). Admissions never exceed what the algorithm allows
+// (the quota, less the previous window's weighted count at the last
+// instant); the shared key ends holding exactly what was admitted and each
+// goroutine's key what its batches were admitted (a denied batch charges
+// nothing in the end). Spurious denials (denied while the admitted count
+// left room: a transient charge of a batch that was then denied) are
 // counted and logged.
 func TestNativeContention(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newNativeStore(t, srv.URL(), nil)
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) { nativeContention(t, srv.URL(), alg) })
+	}
+}
+
+func nativeContention(t *testing.T, url string, alg sluice.Algorithm) {
+	s := newNativeStore(t, url, nil)
 	const (
 		quota      = 500
 		goroutines = 64
 		perG       = 40
 	)
-	shared := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: quota, Window: 24 * time.Hour}
-	own := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 1 << 40, Window: 24 * time.Hour}
+	shared := sluice.Limit{Algorithm: alg, Quota: quota, Window: 24 * time.Hour}
+	own := sluice.Limit{Algorithm: alg, Quota: 1 << 40, Window: 24 * time.Hour}
 	day := func() int64 { return time.Now().UTC().Unix() / 86400 }
 	startDay := day()
+	ctx := context.Background()
+	sharedName := redisKey(s.prefix, alg, "shared")
+	var prev int64
+	if alg == sluice.SlidingWindow {
+		prev = quota / 2
+		if err := s.client.Do(ctx, s.client.B().Set().Key(nativeKey(s.prefix, sharedName, startDay-1)).Value("250").Ex(time.Hour).Build()).Error(); err != nil {
+			t.Fatalf("SET of the previous window: %v", err)
+		}
+	}
 	var (
 		mu       sync.Mutex
 		admitted int64
@@ -248,7 +269,7 @@ func TestNativeContention(t *testing.T) {
 					{Key: "shared", Limit: shared, Cost: cost},
 				}
 				res := make([]sluice.Result, 2)
-				if err := s.Take(context.Background(), ops, res); err != nil {
+				if err := s.Take(ctx, ops, res); err != nil {
 					t.Errorf("Take: %v", err)
 					return
 				}
@@ -264,29 +285,48 @@ func TestNativeContention(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	look := func(key string, l sluice.Limit) sluice.Result {
+		res := make([]sluice.Result, 1)
+		if err := s.Take(ctx, []sluice.Op{{Key: key, Limit: l}}, res); err != nil {
+			t.Fatalf("look: %v", err)
+		}
+		return res[0]
+	}
+	last := look("shared", shared)
 	if day() != startDay {
 		t.Skip("the run crossed a UTC day (the window's edge); counts span two windows")
 	}
-	if admitted > quota {
-		t.Fatalf("admitted %d units, want ≤ quota %d", admitted, quota)
+	// The weighted previous count at the last look: an upper bound of it at
+	// every admission, which came earlier.
+	w := shared.Window.Microseconds()
+	var weighted int64
+	if alg == sluice.SlidingWindow {
+		e := 2*w - last.ResetAfter.Microseconds()
+		weighted = (prev*(w-e) + w - 1) / w
 	}
-	look := func(key string, l sluice.Limit) int64 {
-		res := make([]sluice.Result, 1)
-		if err := s.Take(context.Background(), []sluice.Op{{Key: key, Limit: l}}, res); err != nil {
-			t.Fatalf("look: %v", err)
+	if admitted > quota-weighted {
+		t.Fatalf("admitted %d units, want ≤ quota %d − weighted previous window %d", admitted, quota, weighted)
+	}
+	count := func(key string) int64 {
+		v, err := s.client.Do(ctx, s.client.B().Get().Key(nativeKey(s.prefix, redisKey(s.prefix, alg, key), startDay)).Build()).AsInt64()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			t.Fatalf("GET of %q's window: %v", key, err)
 		}
-		return l.Quota - res[0].Remaining
+		return v
 	}
-	if got := look("shared", shared); got != admitted {
+	if got := count("shared"); got != admitted {
 		t.Errorf("shared key holds %d, want %d admitted (a denied batch must charge nothing)", got, admitted)
 	}
+	if got, want := quota-last.Remaining, admitted+weighted; got != want {
+		t.Errorf("look at the shared key: %d used, want %d", got, want)
+	}
 	for g := range goroutines {
-		if got := look(fmt.Sprintf("own%d", g), own); got != perOwn[g] {
+		if got := count(fmt.Sprintf("own%d", g)); got != perOwn[g] {
 			t.Errorf("own%d holds %d, want %d", g, got, perOwn[g])
 		}
 	}
-	t.Logf("%d attempts, %d denied, %d units admitted of %d; take-backs %d, pipelines %d",
-		goroutines*perG, denied, admitted, quota, s.Stats().NativeTakenBack, s.Stats().NativeCalls)
+	t.Logf("%v: %d attempts, %d denied, %d units admitted of %d (previous window weighted %d); take-backs %d, pipelines %d",
+		alg, goroutines*perG, denied, admitted, quota, weighted, s.Stats().NativeTakenBack, s.Stats().NativeCalls)
 }
 
 // TestNativeSpuriousDenials counts the denials the take-back causes: a

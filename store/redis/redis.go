@@ -276,6 +276,15 @@ type Options struct {
 	// its keys are not the script path's, so switching it on or off starts
 	// every fixed window afresh.
 	NativeFixedWindow bool
+	// NativeSlidingWindow decides sliding_window ops with native commands,
+	// as NativeFixedWindow does fixed_window ops: the two counts of a
+	// sliding window are two per-window integer keys, the current window's
+	// charged with INCRBY and the previous one's read with GET in the same
+	// pipeline, the decision made by algorithm.SlidingWindow on the counts
+	// and Redis's TIME. It keeps and changes what NativeFixedWindow does
+	// (a denied Take's transient charge, ErrNativeMixed, ErrNativePaired,
+	// no deadline guard, keys of its own). Off by default.
+	NativeSlidingWindow bool
 }
 
 // DefaultLateReplyWait is the default Options.LateReplyWait, in multiples
@@ -347,7 +356,9 @@ type Store struct {
 	fast    *rueidis.Lua                     // scripts/fast.lua (batch.go)
 	ones    [256]atomic.Pointer[rueidis.Lua] // scripts/one.lua by algMask (batch.go)
 	// The native path (native.go).
-	native          bool
+	native          bool // natFixed || natSliding
+	natFixed        bool // Options.NativeFixedWindow
+	natSliding      bool // Options.NativeSlidingWindow
 	natOne          batcher
 	natSlots        []atomic.Pointer[batcher]
 	nativeLua       *rueidis.Lua
@@ -465,13 +476,13 @@ func New(opts Options) (*Store, error) {
 	if s.cluster {
 		s.slots = make([]atomic.Pointer[batcher], numSlots)
 	}
-	if opts.NativeFixedWindow {
-		s.native = true
+	if opts.NativeFixedWindow || opts.NativeSlidingWindow {
+		s.native, s.natFixed, s.natSliding = true, opts.NativeFixedWindow, opts.NativeSlidingWindow
 		s.natOne = batcher{s: s, slot: -1, native: true}
 		if s.cluster {
 			s.natSlots = make([]atomic.Pointer[batcher], numSlots)
 		}
-		s.nativeLua = rueidis.NewLuaScript(compose("native.lua"))
+		s.nativeLua = rueidis.NewLuaScript(compose("lib.lua", "sliding_window.lua", "native.lua"))
 		s.minTTLms = opts.MinTTL.Milliseconds()
 		s.natMargin = max(time.Second, 2*opts.Timeout, opts.MinTTL).Milliseconds()
 	}
@@ -664,7 +675,7 @@ func (s *Store) Take(ctx context.Context, ops []sluice.Op, results []sluice.Resu
 	}
 	if s.native {
 		for i := range ops {
-			if native(&ops[i]) && stack.Paired(&ops[i]) {
+			if s.isNative(&ops[i]) && stack.Paired(&ops[i]) {
 				return fmt.Errorf("redis: op %q: %w", ops[i].Key, ErrNativePaired)
 			}
 		}

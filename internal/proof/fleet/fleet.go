@@ -257,8 +257,9 @@ type Schedule struct {
 	// (smaller or, for rule "est", larger than the estimate), or vanishes
 	// without settling, or settles twice (see Fleet.llm).
 	LLM bool
-	// Native runs the instances with --redis-native-fixed-window: their
-	// fixed_window rules counted with native Redis counters, not scripts.
+	// Native runs the instances with --redis-native-fixed-window and
+	// --redis-native-sliding-window: their fixed_window and sliding_window
+	// rules counted with native Redis counters, not scripts.
 	Native bool
 	// Busy keeps every core of the host busy while the traffic runs (one
 	// spinning process per CPU, at nice 5), so calls queue behind other
@@ -737,7 +738,7 @@ func start(t TB, bin string, s Schedule) *Fleet {
 			"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--debug-addr", "off",
 			"--expected-replicas", fmt.Sprint(Replicas), "--log-level", "warn", "--debug-decision-instant"}
 		if s.Native {
-			args = append(args, "--redis-native-fixed-window")
+			args = append(args, "--redis-native-fixed-window", "--redis-native-sliding-window")
 		}
 		if s.Skew != 0 && i == SkewedInstance {
 			args = append(args, "--clock-skew", s.Skew.String())

@@ -80,8 +80,8 @@ func Schedules() []Schedule {
 		{Name: "instance 1 cut from Redis 2 s (netns)", Store: "single", Short: true, Degrades: true, Partition: true, Duration: 6 * time.Second, Faults: []Fault{
 			{At: 1500 * ms, Name: "blackhole instance 1's route to Redis for 2 s", Do: func(f *Fleet) error { return f.Cut(2 * time.Second) }},
 		}},
-		// The native path for fixed windows (INCRBY on per-window keys,
-		// no script) under the faults that test its retries and its
+		// The native path for fixed and sliding windows (INCRBY on
+		// per-window keys, no script) under the faults that test its retries and its
 		// take-backs: a pause, and connections dropped mid-call.
 		{Name: "native counters, Redis SIGSTOP 1.5 s", Store: "single", Short: true, Degrades: true, Native: true, Faults: []Fault{
 			sigstop,
