@@ -124,12 +124,19 @@ func TestNativeClockBack(t *testing.T) {
 	}
 }
 
-// TestNativeMixed: a batch of fixed windows and other algorithms is
-// all-or-nothing across the two paths, and one with an action is refused.
+// TestNativeMixed: a batch of native windows (fixed, then sliding) and
+// other algorithms is all-or-nothing across the two paths, and one with an
+// action is refused.
 func TestNativeMixed(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newNativeStore(t, srv.URL(), storetest.NewClock())
-	fw := sluice.Op{Key: "mix:f", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Minute}, Cost: 1}
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) { nativeMixed(t, srv.URL(), alg) })
+	}
+}
+
+func nativeMixed(t *testing.T, url string, alg sluice.Algorithm) {
+	s := newNativeStore(t, url, storetest.NewClock())
+	fw := sluice.Op{Key: "mix:f", Limit: sluice.Limit{Algorithm: alg, Quota: 5, Window: time.Minute}, Cost: 1}
 	gc := sluice.Op{Key: "mix:g", Limit: sluice.Limit{Algorithm: sluice.GCRA, Quota: 1, Window: time.Minute}, Cost: 1}
 	take := func(ops ...sluice.Op) []sluice.Result {
 		t.Helper()
@@ -329,22 +336,29 @@ func nativeContention(t *testing.T, url string, alg sluice.Algorithm) {
 		alg, goroutines*perG, denied, admitted, quota, weighted, s.Stats().NativeTakenBack, s.Stats().NativeCalls)
 }
 
-// TestNativeSpuriousDenials counts the denials the take-back causes: a
-// shared limit is filled to quota − fits; then 60 goroutines hammer it with
-// takes that must be denied (cost fits + 1) while 4 goroutines send fits
-// takes of cost 1, every one of which fits what was admitted. A fit denied
+// TestNativeSpuriousDenials counts the denials the take-back causes, for a
+// fixed and a sliding window: a shared limit is filled to quota − fits;
+// then 60 goroutines hammer it with takes that must be denied (cost
+// fits + 1) while 4 goroutines send fits takes of cost 1, every one of
+// which fits what was admitted. A fit denied
 // is a spurious denial (it met a transient charge of a denied take); the
 // figure is logged, and the counts of admissions are exact: never over the
 // quota, the key holds exactly what was admitted.
 func TestNativeSpuriousDenials(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newNativeStore(t, srv.URL(), nil)
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) { nativeSpuriousDenials(t, srv.URL(), alg) })
+	}
+}
+
+func nativeSpuriousDenials(t *testing.T, url string, alg sluice.Algorithm) {
+	s := newNativeStore(t, url, nil)
 	const (
 		quota   = 1000
 		fits    = 100
 		hammers = 60
 	)
-	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: quota, Window: 24 * time.Hour}
+	l := sluice.Limit{Algorithm: alg, Quota: quota, Window: 24 * time.Hour}
 	day := func() int64 { return time.Now().UTC().Unix() / 86400 }
 	startDay := day()
 	take := func(cost int64) (bool, error) {
@@ -421,8 +435,8 @@ func TestNativeSpuriousDenials(t *testing.T) {
 	if held, want := quota-res[0].Remaining, int64(quota-fits+fitAdmitted); held != want {
 		t.Errorf("key holds %d, want %d (prefill + admitted fits)", held, want)
 	}
-	t.Logf("spurious denials: %d of %d takes that fit (%.1f%%), under %d denied takes of cost %d from %d goroutines",
-		fitDenied, fits, 100*float64(fitDenied)/fits, hammered, fits+1, hammers)
+	t.Logf("%v: spurious denials: %d of %d takes that fit (%.1f%%), under %d denied takes of cost %d from %d goroutines",
+		alg, fitDenied, fits, 100*float64(fitDenied)/fits, hammered, fits+1, hammers)
 }
 
 // TestNativePaired: with native fixed windows, a reservation on a
@@ -453,16 +467,23 @@ func TestNativePaired(t *testing.T) {
 	}
 }
 
-// TestNativeScriptOp: on a store with native fixed windows, ops with
-// Script (rate_limit.redis_path: script) are counted by the script in its
-// key, apart from the native ops' per-window keys; a Reset, with or
-// without Script, clears the counter on both paths.
+// TestNativeScriptOp: on a store with native fixed and sliding windows,
+// ops with Script (rate_limit.redis_path: script) are counted by the script
+// in its key, apart from the native ops' per-window keys; a Reset, with or
+// without Script, clears the counter on both paths (a sliding window's
+// previous window's key too).
 func TestNativeScriptOp(t *testing.T) {
 	srv := redistest.Start(t)
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) { nativeScriptOp(t, srv, alg) })
+	}
+}
+
+func nativeScriptOp(t *testing.T, srv *redistest.Server, alg sluice.Algorithm) {
 	c := storetest.NewClock()
 	s := newNativeStore(t, srv.URL(), c)
 	ctx := context.Background()
-	fw := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 10, Window: time.Minute}
+	fw := sluice.Limit{Algorithm: alg, Quota: 10, Window: time.Minute}
 	take := func(op sluice.Op) sluice.Result {
 		t.Helper()
 		res := make([]sluice.Result, 1)
@@ -479,7 +500,7 @@ func TestNativeScriptOp(t *testing.T) {
 		}
 		return n == int64(1)
 	}
-	scriptKey := redisKey(s.prefix, sluice.FixedWindow, "k")
+	scriptKey := redisKey(s.prefix, alg, "k")
 	windowKey := nativeKey(s.prefix, scriptKey, algorithm.FloorDiv(c.Now().UnixMicro(), fw.Window.Microseconds()))
 	if r := take(sluice.Op{Key: "k", Limit: fw, Cost: 4, Script: true}); !r.Allowed || r.Remaining != 6 {
 		t.Fatalf("script take: %+v, want allowed, 6 remaining", r)
@@ -502,6 +523,25 @@ func TestNativeScriptOp(t *testing.T) {
 	}
 	if r := take(sluice.Op{Key: "k", Limit: fw, Script: true}); r.Remaining != 10 {
 		t.Errorf("script look after the reset: remaining %d, want 10", r.Remaining)
+	}
+	if alg != sluice.SlidingWindow {
+		return
+	}
+	// Counts in two windows: the previous one's weighs in, and a reset
+	// clears both.
+	take(sluice.Op{Key: "k", Limit: fw, Cost: 4})
+	c.Advance(fw.Window + fw.Window/4)
+	nextKey := nativeKey(s.prefix, scriptKey, algorithm.FloorDiv(c.Now().UnixMicro(), fw.Window.Microseconds()))
+	// 10 − ⌈4 × 3/4⌉ − 2 = 5
+	if r := take(sluice.Op{Key: "k", Limit: fw, Cost: 2}); !r.Allowed || r.Remaining != 5 || !exists(windowKey) || !exists(nextKey) {
+		t.Fatalf("take in the next window: %+v, keys %v %v; want allowed, 5 remaining, both windows' keys", r, exists(windowKey), exists(nextKey))
+	}
+	take(sluice.Op{Key: "k", Limit: fw, Action: sluice.Reset})
+	if exists(windowKey) || exists(nextKey) {
+		t.Errorf("after a reset: keys %v %v, want both gone", exists(windowKey), exists(nextKey))
+	}
+	if r := take(sluice.Op{Key: "k", Limit: fw}); r.Remaining != 10 {
+		t.Errorf("look after the reset: remaining %d, want 10", r.Remaining)
 	}
 }
 

@@ -2,6 +2,7 @@
 -- (count admitted in it), two packed doubles.
 
 A[FIXED_WINDOW] = {
+  window = true, -- a window: one.lua keeps its TTL within a window
   load = function(raw)
     if raw and #raw == 16 then
       local id, cur = unpack('<dd', raw)

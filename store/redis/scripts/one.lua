@@ -65,11 +65,19 @@ for k = 1, #KEYS do
     -- driver.lua's decide_one and store_state.
     local alg = A[p.alg]
     local st = alg.load(raw)
+    -- A window's expiry is its window's end (fixed_window.lua's and
+    -- sliding_window.lua's fresh) while it holds a count: a charge in the
+    -- same window keeps the TTL the key has (without a minTTL, which
+    -- would move it).
+    local keep = alg.window and min_ttl == 0 and st.cur > 0 and st.id
     local d, charged = alg.step(st, now, tonumber(ARGV[ai + 1]), p)
     if charged then
       local f = alg.fresh(st, now, p)
       local enc = false
-      if f > 0 then
+      if keep and keep == st.id then
+        enc = alg.encode(st)
+        call('SET', key, enc, 'KEEPTTL')
+      elseif f > 0 then
         enc = alg.encode(st)
         call('SET', key, enc, 'PX', max(cdiv(f, 1000), min_ttl))
       else

@@ -49,6 +49,7 @@ local function slide_roll(s, now, p)
 end
 
 A[SLIDING_WINDOW] = {
+  window = true, -- a window: one.lua keeps its TTL within a window
   load = function(raw)
     if raw and #raw == 24 then
       local id, cur, prev = unpack('<ddd', raw)
