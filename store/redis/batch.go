@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluice-rl/sluice"
+	"github.com/sluice-rl/sluice/algorithm"
 	"github.com/sluice-rl/sluice/internal/cow"
 	"github.com/sluice-rl/sluice/store/stack"
 )
@@ -44,10 +45,10 @@ type request struct {
 	algs   algMask
 	// one says the group is one Take of cost ≥ 0 (no release, no action,
 	// mode decide) on a bucket or window key, or one allotment (allot.go),
-	// and fast that it is a Take on a fixed window: a call of such groups
-	// only runs scripts/one.lua, of fixed-window Takes only scripts/fast.lua
-	// (see callKind).
-	one, fast bool
+	// and fast that it is a Take on a fixed or sliding window (slide: a
+	// sliding one): a call of such groups only runs scripts/one.lua, of
+	// window Takes only scripts/fast.lua (see callKind).
+	one, fast, slide bool
 	// window is the limit's window in µs, and win its quota and window
 	// in decimal (fast groups only).
 	window int64
@@ -155,7 +156,8 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	if n == 1 && mode == modeDecide {
 		op := &ops[r.op(0)]
 		r.one = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.SlidingLog && op.Limit.Algorithm != sluice.Concurrency && !stack.Paired(op)
-		r.fast = r.one && op.Limit.Algorithm == sluice.FixedWindow
+		r.slide = op.Limit.Algorithm == sluice.SlidingWindow
+		r.fast = r.one && (op.Limit.Algorithm == sluice.FixedWindow || r.slide)
 		if r.fast {
 			r.win = windowArgs(op.Limit)
 			r.window = stack.Params(op.Limit).Window
@@ -437,7 +439,8 @@ func (s *Store) exec(slot int, batch []*request) {
 	switch kind {
 	case kindFast:
 		// scripts/fast.lua: minTTL, deadline (below), dup, then runs of
-		// ops of one limit, cost and now: count, quota, window, cost, now.
+		// ops of one limit, cost and now: count, quota, window, cost, now,
+		// algorithm.
 		args = make([]string, 3, 8)
 	case kindOne:
 		// scripts/one.lua: minTTL, deadline (below), dup, then per op
@@ -467,7 +470,11 @@ func (s *Store) exec(slot int, batch []*request) {
 				args[run] = strconv.Itoa(count)
 			}
 			run, count = len(args), 1
-			args = append(args, "", r.win[0], r.win[1], r.args[4], r.args[2])
+			alg := "f"
+			if r.slide {
+				alg = "s"
+			}
+			args = append(args, "", r.win[0], r.win[1], r.args[4], r.args[2], alg)
 		default:
 			count++
 		}
@@ -614,7 +621,7 @@ func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.Redis
 	for k, r := range batch {
 		groups[k] = &request{mode: r.mode, now: r.now, idx: r.idx, keys: r.keys, args: r.args,
 			leases: r.leases, algs: r.algs, unknown: r.unknown,
-			one: r.one, fast: r.fast, window: r.window, win: r.win}
+			one: r.one, fast: r.fast, slide: r.slide, window: r.window, win: r.win}
 	}
 	if err == nil {
 		if perr := parseReply(vals, groups, kind); perr != nil {
@@ -817,13 +824,18 @@ func sameRun(a, b *request) bool {
 	return a.win == b.win && a.args[4] == b.args[4] && a.args[2] == b.args[2]
 }
 
-// compactMark starts a full record in the fast driver's reply.
-const compactMark = -1
+// compactMark starts a full record in the fast driver's reply; stateMark
+// a sliding window's state before its op.
+const (
+	compactMark = -1
+	stateMark   = -2
+)
 
 // parseFast distributes the fast driver's reply (scripts/fast.lua) over
-// its groups, one fixed-window Take each, grouped in runs as exec sent
-// them: integers, per run its now, then per op a compact code or a full
-// record.
+// its groups, one window Take each, grouped in runs as exec sent them:
+// integers, per run its now, then per op a compact code, a full record or
+// (a sliding window) the state before the op, whose figures
+// algorithm.SlidingWindow gives.
 func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 	pos := 0
 	next := func() (int64, error) {
@@ -847,17 +859,19 @@ func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 			if r.window <= 0 {
 				return fmt.Errorf("reply: group without a window (%d)", r.window)
 			}
-			id := now / r.window
-			if now%r.window < 0 {
-				id--
-			}
-			stop = (id+1)*r.window - now
+			stop = (algorithm.FloorDiv(now, r.window)+1)*r.window - now
 		}
 		r.nowOut = now
 		r.res = r.res1[:]
 		code, err := next()
 		if err != nil {
 			return err
+		}
+		if r.slide {
+			if err := parseSlide(r, code, now, stop, next); err != nil {
+				return err
+			}
+			continue
 		}
 		if code == compactMark {
 			for i := range 4 {
@@ -880,6 +894,43 @@ func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 	if pos != len(vals) {
 		return fmt.Errorf("reply: %d values, want %d", len(vals), pos)
 	}
+	return nil
+}
+
+// parseSlide decodes a sliding window's part of the fast driver's reply,
+// code and what follows it (next), into r.res; stop is the time from now
+// to the end of now's window.
+func parseSlide(r *request, code, now, stop int64, next func() (int64, error)) error {
+	if code != stateMark {
+		held := code & 3
+		r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = (code>>2)&3, code>>4, 0, 0, 0
+		switch held {
+		case 2:
+			r.res[2] = stop + r.window
+		case 1:
+			r.res[2] = stop
+		}
+		return nil
+	}
+	var st [3]int64
+	for i := range st {
+		v, err := next()
+		if err != nil {
+			return err
+		}
+		st[i] = v
+	}
+	q, err := strconv.ParseInt(r.win[0], 10, 64)
+	if err != nil {
+		return fmt.Errorf("reply: quota %q: %w", r.win[0], err)
+	}
+	cost, err := strconv.ParseInt(r.args[4], 10, 64)
+	if err != nil {
+		return fmt.Errorf("reply: cost %q: %w", r.args[4], err)
+	}
+	_, d := algorithm.SlidingWindow(algorithm.WindowState{ID: st[0], Cur: st[1], Prev: st[2]}, now, cost,
+		algorithm.Params{Quota: q, Window: r.window})
+	r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = int64(d.Reason), d.Remaining, d.ResetAfter, d.RetryAfter, 0
 	return nil
 }
 

@@ -16,9 +16,10 @@ import (
 )
 
 // TestFastBatch sends batches of one-op Takes straight to the batcher's
-// exec, so that they run as one script call: of fixed windows alone, the
-// fast driver (scripts/fast.lua), with runs of ops sharing limit, cost and
-// now; of every bucket and window algorithm, scripts/one.lua. Keys come
+// exec, so that they run as one script call: of fixed and sliding windows
+// alone, the fast driver (scripts/fast.lua), with runs of ops sharing
+// limit, cost and now; of every bucket and window algorithm,
+// scripts/one.lua. Keys come
 // again in a call, costs exceed the quota and the clock goes back; every
 // decision is checked against the memory store deciding the same ops one by
 // one, in order. (A fake clock comes with a minTTL, so every charge sets
@@ -30,13 +31,14 @@ func TestFastBatch(t *testing.T) {
 		{Algorithm: sluice.FixedWindow, Quota: 3, Window: 10 * time.Millisecond},
 		{Algorithm: sluice.FixedWindow, Quota: 7, Window: 999 * time.Microsecond * 7},
 		{Algorithm: sluice.FixedWindow, Quota: 1000, Window: 60 * time.Millisecond},
+		{Algorithm: sluice.SlidingWindow, Quota: 3, Window: 10 * time.Millisecond},
+		{Algorithm: sluice.SlidingWindow, Quota: 7, Window: 999 * time.Microsecond * 7},
+		{Algorithm: sluice.SlidingWindow, Quota: 1000, Window: 60 * time.Millisecond},
 	}
 	mixed := append([]sluice.Limit{
 		{Algorithm: sluice.TokenBucket, Quota: 5, Window: 30 * time.Millisecond, Burst: 9},
 		{Algorithm: sluice.GCRA, Quota: 3, Window: 10 * time.Millisecond},
 		{Algorithm: sluice.LeakyBucket, Quota: 7, Window: 999 * time.Microsecond * 7},
-		{Algorithm: sluice.SlidingWindow, Quota: 3, Window: 10 * time.Millisecond},
-		{Algorithm: sluice.SlidingWindow, Quota: 1000, Window: 60 * time.Millisecond},
 	}, fixed...)
 	// Hour-long windows with minTTL 0 (as with the Redis clock): TTLs of
 	// up to an hour of real time, so the fast driver's KEEPTTL path (a
@@ -45,6 +47,8 @@ func TestFastBatch(t *testing.T) {
 	hours := []sluice.Limit{
 		{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Hour},
 		{Algorithm: sluice.FixedWindow, Quota: 1000, Window: 2 * time.Hour},
+		{Algorithm: sluice.SlidingWindow, Quota: 5, Window: time.Hour},
+		{Algorithm: sluice.SlidingWindow, Quota: 1000, Window: 2 * time.Hour},
 	}
 	for _, tc := range []struct {
 		name   string
@@ -106,8 +110,8 @@ func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind 
 			opss[i] = []sluice.Op{{Key: keys[k], Limit: l, Cost: cost}}
 			now := strconv.FormatInt(c.Now().UnixMicro(), 10)
 			batch[i] = st.newRequest(opss[i], nil, now, modeDecide)
-			if r := batch[i]; !r.one || r.fast != (l.Algorithm == sluice.FixedWindow) || (kind == kindFast && !r.fast) {
-				t.Fatalf("request for %+v: one %v fast %v, want one (and fast for a fixed window)", opss[i][0], r.one, r.fast)
+			if r := batch[i]; !r.one || r.fast != (l.Algorithm == sluice.FixedWindow || l.Algorithm == sluice.SlidingWindow) || (kind == kindFast && !r.fast) {
+				t.Fatalf("request for %+v: one %v fast %v, want one (and fast for a window)", opss[i][0], r.one, r.fast)
 			}
 		}
 		st.exec(-1, batch)
@@ -158,11 +162,22 @@ func mustInt(t *testing.T, s string) int64 {
 // first charge of a window sets the TTL, later ones keep it), with one run
 // of ops per call, and checks the decisions add up (a quota of 5 per window
 // admits 5 per key per window, however the calls fall), that every key has
-// a TTL no longer than the window, and that the reply's now is Redis's.
+// a TTL no longer than the state lasts (a fixed window's end, a sliding
+// window's next window's end), and that the reply's now is Redis's.
 func TestFastRedisClock(t *testing.T) {
 	srv := redistest.Start(t)
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) { fastRedisClock(t, srv, alg) })
+	}
+}
+
+func fastRedisClock(t *testing.T, srv *redistest.Server, alg sluice.Algorithm) {
 	st := newTestStore(t, srv.URL(), nil)
-	l := sluice.Limit{Algorithm: sluice.FixedWindow, Quota: 5, Window: time.Hour}
+	l := sluice.Limit{Algorithm: alg, Quota: 5, Window: time.Hour}
+	lasts := l.Window
+	if alg == sluice.SlidingWindow {
+		lasts = 2 * l.Window
+	}
 	keys := diffKeys(3, "fastclock")
 	admitted := map[string]int{}
 	for range 4 {
@@ -195,12 +210,12 @@ func TestFastRedisClock(t *testing.T) {
 		if n := admitted[k]; n < 5 || n > 10 {
 			t.Errorf("key %s: %d admitted of 12, want 5 (10 if the hour ended meanwhile)", k, n)
 		}
-		ttl, err := srv.Do("PTTL", redisKey(st.prefix, sluice.FixedWindow, k))
+		ttl, err := srv.Do("PTTL", redisKey(st.prefix, alg, k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ms, _ := ttl.(int64); ms <= 0 || ms > time.Hour.Milliseconds() {
-			t.Errorf("PTTL %s = %v, want in (0, %d]", k, ttl, time.Hour.Milliseconds())
+		if ms, _ := ttl.(int64); ms <= 0 || ms > lasts.Milliseconds() {
+			t.Errorf("PTTL %s = %v, want in (0, %d]", k, ttl, lasts.Milliseconds())
 		}
 	}
 }

@@ -1,37 +1,48 @@
 -- fast.lua: the fast driver, for a call whose every group is one Take (no
--- release, no action, mode 0) on a fixed_window key: the store's hot mix.
--- It decides exactly as driver.lua with fixed_window.lua does (load, step,
--- store if charged), but without their tables, closures and parsing, with
--- at most one TIME per call, one MGET for every key and one reply array:
--- what Redis spends per decision is then mostly the GET's share of the
--- MGET and the SET. It runs after head.lua alone (the deadline guard and
--- the MGET, shared with one.lua: min_ttl, clock, raws), not after lib.lua,
--- whose set-up costs every call as much as a few decisions;
--- TestFastConstants checks that the constants it repeats are lib.lua's.
+-- release, no action, mode 0) on a fixed_window or sliding_window key: the
+-- store's hot mix. It decides exactly as driver.lua with fixed_window.lua
+-- and sliding_window.lua does (load, step, store if charged), but without
+-- their tables, closures and parsing, with at most one TIME per call, one
+-- MGET for every key and one reply array: what Redis spends per decision
+-- is then mostly the GET's share of the MGET and the SET. It runs after
+-- head.lua alone (the deadline guard and the MGET, shared with one.lua:
+-- min_ttl, clock, raws), not after lib.lua, whose set-up costs every call
+-- as much as a few decisions; TestFastConstants checks that the constants
+-- it repeats are lib.lua's.
 --
 -- ARGV: minTTL (ms), deadline (Redis TIME µs; "" for none: see guard.lua),
 -- dup ("1" when a key may come more than once in the call, else ""), then
 -- runs of ops that share limit, cost and now: count, quota, window (µs),
--- cost (an integer), now (µs, or "" for Redis TIME). KEYS: one per op, in
--- order.
+-- cost (an integer), now (µs, or "" for Redis TIME), algorithm ("f" fixed,
+-- "s" sliding). KEYS: one per op, in order.
 --
--- Reply: an array of integers: per run its now, then per op of the run one
--- code
---   ((remaining × 4 + reason) × 2 + held) where held is 1 when the window
---   holds a count (resetAfter is then the time to the window's end, else 0),
---   and retryAfter is the time to the window's end when reason is LIMITED;
---   the window is the one now is in,
--- or, when the key's window is another (the clock went back) or remaining
--- ≥ 2^49, −1 and then reason, remaining, resetAfter, retryAfter. Delay is
--- always 0 for a window. Or "sluice:expired" when the call runs after its
--- deadline, having done nothing.
+-- Reply: an array of integers: per run its now, then per op of the run
+--   a fixed window: one code ((remaining × 4 + reason) × 2 + held) where
+--   held is 1 when the window holds a count (resetAfter is then the time
+--   to the window's end, else 0), and retryAfter is the time to the
+--   window's end when reason is LIMITED; the window is the one now is in;
+--   or, when the key's window is another (the clock went back) or
+--   remaining ≥ 2^49, −1 and then reason, remaining, resetAfter,
+--   retryAfter;
+--   a sliding window, admitted in the window now is in: one code
+--   ((remaining × 4 + reason) × 4 + held) where held is 2 when the window
+--   holds a count (resetAfter: to the end of the next window), 1 when only
+--   the previous one does (to the end of this one), else 0; otherwise
+--   (denied, or the clock went back, or remaining ≥ 2^49) −2 and the
+--   state before the op, id, cur, prev, from which the store computes the
+--   figures with algorithm.SlidingWindow (this script decides, with the
+--   same double operations; only a Take it admitted was charged).
+-- Delay is always 0 for a window. Or "sluice:expired" when the call runs
+-- after its deadline, having done nothing.
 --
--- TTL: a charge that starts the key's window sets it, PX until the window
--- ends (at least minTTL); a charge in the same window keeps it (KEEPTTL),
--- since it would set the same instant, when minTTL is 0 (the Redis clock's
--- default). With a minTTL the TTL is set on every charge, as driver.lua does.
+-- TTL: a charge that starts the key's window sets it, PX until the state
+-- is fresh again (a fixed window's end; a sliding window's next window's
+-- end), at least minTTL; a charge in the same window, which holds a count,
+-- keeps it (KEEPTTL), since it would set the same instant, when minTTL is
+-- 0 (the Redis clock's default). With a minTTL the TTL is set on every
+-- charge, as driver.lua does.
 
-local call, tonumber, floor, KEYS, ARGV = redis.call, tonumber, math.floor, KEYS, ARGV
+local call, tonumber, floor, ceil, KEYS, ARGV = redis.call, tonumber, math.floor, math.ceil, KEYS, ARGV
 local pack, unpack, tunpack = struct.pack, struct.unpack, unpack
 
 -- Decision codes, as lib.lua's.
@@ -47,7 +58,8 @@ local COMPACT = 562949953421312 -- 2^49
 local k, ai, nargs = 0, 4, #ARGV
 while ai <= nargs do
   local count, q, w, cost, now = tonumber(ARGV[ai]), tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2]), tonumber(ARGV[ai + 3]), ARGV[ai + 4]
-  ai = ai + 5
+  local slide = ARGV[ai + 5] == 's'
+  ai = ai + 6
   if now == '' then
     if not clock then
       local t = call('TIME')
@@ -73,49 +85,45 @@ while ai <= nargs do
   local hot = min_ttl == 0 and cost > 0 and q < COMPACT
   for _ = 1, count do
     k = k + 1
-    -- fixed_window.lua's load and step.
     local key = KEYS[k]
     local raw = raws[k]
     if latest and latest[key] then
       raw = latest[key]
     end
-    local sid, scur = 0, 0
-    if raw and #raw == 16 then
-      sid, scur = unpack('<dd', raw)
-    end
-    if hot and sid == base and scur > 0 and scur + cost <= q then
-      local enc = pack('<dd', base, scur + cost)
-      call('SET', key, enc, 'KEEPTTL')
-      if latest then
-        latest[key] = enc
+    if slide then
+      -- sliding_window.lua's load, roll and step.
+      local sid, scur, sprev = 0, 0, 0
+      if raw and #raw == 24 then
+        sid, scur, sprev = unpack('<ddd', raw)
       end
-      no = no + 1
-      out[no] = (q - scur - cost) * 8 + 1 -- allowed, held
-    else
-      local id, cur = base, scur
+      local id, cur, prev = base, scur, sprev
       if id < sid then
         id = sid
       end
-      if id ~= sid then
-        cur = 0
+      if id == sid + 1 then
+        cur, prev = 0, scur
+      elseif id ~= sid then
+        cur, prev = 0, 0
       end
-      local stop = (id + 1) * w - now
-      local reason, retry = ALLOWED, 0
-      if cost > q then
-        reason = TOO_HIGH
-      elseif cost > 0 and cur + cost > q then -- a look is allowed, even in debt
-        reason, retry = LIMITED, stop
-      elseif cost > 0 then
-        cur = cur + cost
-        -- store_state: cur > 0, so the state is fresh only at stop > 0.
-        local enc = pack('<dd', id, cur)
+      local e = now - id * w
+      if e < 0 then
+        e = 0
+      end
+      local est = cur
+      if prev ~= 0 then
+        est = est + ceil(prev * (w - e) / w) -- sliding_window.lua's weighted
+      end
+      local admit = cost <= q and (cost == 0 or est + cost <= q)
+      if admit and cost > 0 then
+        cur, est = cur + cost, est + cost
+        local enc = pack('<ddd', id, cur, prev)
         if min_ttl == 0 and id == sid and scur > 0 then
           call('SET', key, enc, 'KEEPTTL')
         else
-          -- lib.lua's cdiv(stop, 1000), at least minTTL; a whole number,
-          -- which redis.call writes without exponent below 10^17.
-          local ms = floor((stop + 999) / 1000)
-          local rm = (stop + 999) - ms * 1000
+          -- cdiv((id + 2) × w − now, 1000), at least minTTL.
+          local f = (id + 2) * w - now + 999
+          local ms = floor(f / 1000)
+          local rm = f - ms * 1000
           if rm < 0 then
             ms = ms - 1
           elseif rm >= 1000 then
@@ -130,19 +138,86 @@ while ai <= nargs do
           latest[key] = enc
         end
       end
-      local remaining, held = q - cur, 0
-      if remaining < 0 then -- a charge may have put cur above quota
-        remaining = 0
-      end
+      local remaining, held = q - est, 0
       if cur > 0 then
+        held = 2
+      elseif prev > 0 then
         held = 1
       end
-      if id == base and remaining < COMPACT then
+      if admit and id == base and remaining >= 0 and remaining < COMPACT then
         no = no + 1
-        out[no] = (remaining * 4 + reason) * 2 + held
+        out[no] = (remaining * 4 + ALLOWED) * 4 + held
       else
-        out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = -1, reason, remaining, held * stop, retry
-        no = no + 5
+        out[no + 1], out[no + 2], out[no + 3], out[no + 4] = -2, sid, scur, sprev
+        no = no + 4
+      end
+    else
+      -- fixed_window.lua's load and step.
+      local sid, scur = 0, 0
+      if raw and #raw == 16 then
+        sid, scur = unpack('<dd', raw)
+      end
+      if hot and sid == base and scur > 0 and scur + cost <= q then
+        local enc = pack('<dd', base, scur + cost)
+        call('SET', key, enc, 'KEEPTTL')
+        if latest then
+          latest[key] = enc
+        end
+        no = no + 1
+        out[no] = (q - scur - cost) * 8 + 1 -- allowed, held
+      else
+        local id, cur = base, scur
+        if id < sid then
+          id = sid
+        end
+        if id ~= sid then
+          cur = 0
+        end
+        local stop = (id + 1) * w - now
+        local reason, retry = ALLOWED, 0
+        if cost > q then
+          reason = TOO_HIGH
+        elseif cost > 0 and cur + cost > q then -- a look is allowed, even in debt
+          reason, retry = LIMITED, stop
+        elseif cost > 0 then
+          cur = cur + cost
+          -- store_state: cur > 0, so the state is fresh only at stop > 0.
+          local enc = pack('<dd', id, cur)
+          if min_ttl == 0 and id == sid and scur > 0 then
+            call('SET', key, enc, 'KEEPTTL')
+          else
+            -- lib.lua's cdiv(stop, 1000), at least minTTL; a whole number,
+            -- which redis.call writes without exponent below 10^17.
+            local ms = floor((stop + 999) / 1000)
+            local rm = (stop + 999) - ms * 1000
+            if rm < 0 then
+              ms = ms - 1
+            elseif rm >= 1000 then
+              ms = ms + 1
+            end
+            if ms < min_ttl then
+              ms = min_ttl
+            end
+            call('SET', key, enc, 'PX', ms)
+          end
+          if latest then
+            latest[key] = enc
+          end
+        end
+        local remaining, held = q - cur, 0
+        if remaining < 0 then -- a charge may have put cur above quota
+          remaining = 0
+        end
+        if cur > 0 then
+          held = 1
+        end
+        if id == base and remaining < COMPACT then
+          no = no + 1
+          out[no] = (remaining * 4 + reason) * 2 + held
+        else
+          out[no + 1], out[no + 2], out[no + 3], out[no + 4], out[no + 5] = -1, reason, remaining, held * stop, retry
+          no = no + 5
+        end
       end
     end
   end
