@@ -45,14 +45,11 @@ type request struct {
 	algs   algMask
 	// one says the group is one Take of cost ≥ 0 (no release, no action,
 	// mode decide) on a bucket or window key, or one allotment (allot.go),
-	// and fast that it is a Take on a fixed or sliding window (slide: a
-	// sliding one): a call of such groups only runs scripts/one.lua, of
-	// window Takes only scripts/fast.lua (see callKind).
-	one, fast, slide bool
-	// window is the limit's window in µs, and win its quota and window
-	// in decimal (fast groups only).
-	window int64
-	win    *[2]string
+	// and fast that it is such a Take: a call of such groups only runs
+	// scripts/one.lua, of Takes alone scripts/fast.lua (see callKind).
+	one, fast bool
+	// fl is the fast group's limit as scripts/fast.lua reads it.
+	fl *fastLimit
 	// state is reqQueued until the batcher sends r (reqSent) or its caller
 	// gives up first (reqAbandoned: the batcher drops it unsent).
 	state atomic.Int32
@@ -156,11 +153,9 @@ func (s *Store) newRequest(ops []sluice.Op, idx []int, now, mode string) *reques
 	if n == 1 && mode == modeDecide {
 		op := &ops[r.op(0)]
 		r.one = op.Action == sluice.Take && !op.Release && op.Limit.Algorithm != sluice.SlidingLog && op.Limit.Algorithm != sluice.Concurrency && !stack.Paired(op)
-		r.slide = op.Limit.Algorithm == sluice.SlidingWindow
-		r.fast = r.one && (op.Limit.Algorithm == sluice.FixedWindow || r.slide)
+		r.fast = r.one
 		if r.fast {
-			r.win = windowArgs(op.Limit)
-			r.window = stack.Params(op.Limit).Window
+			r.fl = fastLimitOf(op.Limit)
 		}
 	}
 	if actions || s.lateWait <= 0 {
@@ -440,7 +435,7 @@ func (s *Store) exec(slot int, batch []*request) {
 	case kindFast:
 		// scripts/fast.lua: minTTL, deadline (below), dup, then runs of
 		// ops of one limit, cost and now: count, quota, window, cost, now,
-		// algorithm.
+		// algorithm, burst, interval.
 		args = make([]string, 3, 8)
 	case kindOne:
 		// scripts/one.lua: minTTL, deadline (below), dup, then per op
@@ -470,11 +465,8 @@ func (s *Store) exec(slot int, batch []*request) {
 				args[run] = strconv.Itoa(count)
 			}
 			run, count = len(args), 1
-			alg := "f"
-			if r.slide {
-				alg = "s"
-			}
-			args = append(args, "", r.win[0], r.win[1], r.args[4], r.args[2], alg)
+			a := &r.fl.args
+			args = append(args, "", a[0], a[1], r.args[4], r.args[2], a[2], a[3], a[4])
 		default:
 			count++
 		}
@@ -621,7 +613,7 @@ func (s *Store) settleLate(slot int, batch []*request, late <-chan rueidis.Redis
 	for k, r := range batch {
 		groups[k] = &request{mode: r.mode, now: r.now, idx: r.idx, keys: r.keys, args: r.args,
 			leases: r.leases, algs: r.algs, unknown: r.unknown,
-			one: r.one, fast: r.fast, slide: r.slide, window: r.window, win: r.win}
+			one: r.one, fast: r.fast, fl: r.fl}
 	}
 	if err == nil {
 		if perr := parseReply(vals, groups, kind); perr != nil {
@@ -748,12 +740,12 @@ const (
 	// kindDriver: the general driver (lib.lua, the algorithms' files,
 	// guard.lua, driver.lua), for any batch.
 	kindDriver callKind = iota
-	// kindFast: scripts/fast.lua, for a batch of one-op fixed-window
-	// Takes (request.fast).
+	// kindFast: scripts/fast.lua, for a batch of one-op Takes on bucket
+	// and window keys (request.fast).
 	kindFast
 	// kindOne: scripts/one.lua after lib.lua, the algorithms' files and
-	// allot.lua, for a batch of one-op Takes on bucket and window keys and
-	// one-op allotments (request.one).
+	// allot.lua, for a batch of such Takes and one-op allotments
+	// (request.one) that holds an allotment.
 	kindOne
 )
 
@@ -780,16 +772,27 @@ func parseOne(vals []rueidis.RedisMessage, batch []*request) error {
 	return nil
 }
 
-// windowArgs caches the quota and window (µs) of fixed-window limits in
-// decimal, as scripts/fast.lua reads them.
-var windowArgs = func() func(sluice.Limit) *[2]string {
-	var m cow.Map[sluice.Limit, *[2]string]
-	return func(l sluice.Limit) *[2]string {
+// fastLimit is a limit as scripts/fast.lua reads it: its parameters, and
+// in decimal (args) its quota, window (µs), algorithm letter ("f"
+// fixed_window, "s" sliding_window, "g" gcra, "l" leaky_bucket, "t"
+// token_bucket), burst and interval (µs).
+type fastLimit struct {
+	alg  sluice.Algorithm
+	p    algorithm.Params
+	args [5]string
+}
+
+// fastLimitOf returns the fastLimit of l (a bucket or window limit), one
+// per limit.
+var fastLimitOf = func() func(sluice.Limit) *fastLimit {
+	var m cow.Map[sluice.Limit, *fastLimit]
+	return func(l sluice.Limit) *fastLimit {
 		if v, ok := m.Get(l); ok {
 			return v
 		}
 		p := stack.Params(l)
-		v := &[2]string{strconv.FormatInt(p.Quota, 10), strconv.FormatInt(p.Window, 10)}
+		v := &fastLimit{alg: l.Algorithm, p: p, args: [5]string{strconv.FormatInt(p.Quota, 10), strconv.FormatInt(p.Window, 10),
+			algLetter[l.Algorithm], strconv.FormatInt(p.Burst, 10), strconv.FormatInt(p.Interval, 10)}}
 		m.Put(l, v)
 		return v
 	}
@@ -821,7 +824,7 @@ func mayRepeat(batch []*request) bool {
 // sameRun reports whether fast groups a and b share limit, cost and now,
 // so that they travel in one run of scripts/fast.lua's arguments.
 func sameRun(a, b *request) bool {
-	return a.win == b.win && a.args[4] == b.args[4] && a.args[2] == b.args[2]
+	return a.fl == b.fl && a.args[4] == b.args[4] && a.args[2] == b.args[2]
 }
 
 // compactMark starts a full record in the fast driver's reply; stateMark
@@ -832,10 +835,10 @@ const (
 )
 
 // parseFast distributes the fast driver's reply (scripts/fast.lua) over
-// its groups, one window Take each, grouped in runs as exec sent them:
-// integers, per run its now, then per op a compact code, a full record or
-// (a sliding window) the state before the op, whose figures
-// algorithm.SlidingWindow gives.
+// its groups, one Take each, grouped in runs as exec sent them: integers,
+// per run its now, then per op a compact code, a full record, or the state
+// before the op, whose figures the algorithm gives (algorithm.SlidingWindow
+// for a sliding window's denial; for a bucket, always).
 func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 	pos := 0
 	next := func() (int64, error) {
@@ -856,39 +859,24 @@ func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 			if now, err = next(); err != nil {
 				return err
 			}
-			if r.window <= 0 {
-				return fmt.Errorf("reply: group without a window (%d)", r.window)
+			w := r.fl.p.Window
+			if w <= 0 {
+				return fmt.Errorf("reply: group without a window (%d)", w)
 			}
-			stop = (algorithm.FloorDiv(now, r.window)+1)*r.window - now
+			stop = (algorithm.FloorDiv(now, w)+1)*w - now
 		}
 		r.nowOut = now
 		r.res = r.res1[:]
-		code, err := next()
+		switch r.fl.alg {
+		case sluice.FixedWindow:
+			err = parseFixed(r, stop, next)
+		case sluice.SlidingWindow:
+			err = parseSlide(r, now, stop, next)
+		default:
+			err = parseBucket(r, now, next)
+		}
 		if err != nil {
 			return err
-		}
-		if r.slide {
-			if err := parseSlide(r, code, now, stop, next); err != nil {
-				return err
-			}
-			continue
-		}
-		if code == compactMark {
-			for i := range 4 {
-				if r.res[i], err = next(); err != nil {
-					return err
-				}
-			}
-			r.res[4] = 0
-			continue
-		}
-		reason, held := (code>>1)&3, code&1
-		r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = reason, code>>3, 0, 0, 0
-		if held == 1 {
-			r.res[2] = stop
-		}
-		if reason == int64(sluice.ReasonLimited) {
-			r.res[3] = stop
 		}
 	}
 	if pos != len(vals) {
@@ -897,16 +885,45 @@ func parseFast(vals []rueidis.RedisMessage, batch []*request) error {
 	return nil
 }
 
-// parseSlide decodes a sliding window's part of the fast driver's reply,
-// code and what follows it (next), into r.res; stop is the time from now
-// to the end of now's window.
-func parseSlide(r *request, code, now, stop int64, next func() (int64, error)) error {
+// parseFixed decodes a fixed window's part of the fast driver's reply
+// (next) into r.res; stop is the time from now to the end of now's window.
+func parseFixed(r *request, stop int64, next func() (int64, error)) error {
+	code, err := next()
+	if err != nil {
+		return err
+	}
+	if code == compactMark {
+		for i := range 4 {
+			if r.res[i], err = next(); err != nil {
+				return err
+			}
+		}
+		r.res[4] = 0
+		return nil
+	}
+	reason, held := (code>>1)&3, code&1
+	r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = reason, code>>3, 0, 0, 0
+	if held == 1 {
+		r.res[2] = stop
+	}
+	if reason == int64(sluice.ReasonLimited) {
+		r.res[3] = stop
+	}
+	return nil
+}
+
+// parseSlide is parseFixed for a sliding window.
+func parseSlide(r *request, now, stop int64, next func() (int64, error)) error {
+	code, err := next()
+	if err != nil {
+		return err
+	}
 	if code != stateMark {
 		held := code & 3
 		r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = (code>>2)&3, code>>4, 0, 0, 0
 		switch held {
 		case 2:
-			r.res[2] = stop + r.window
+			r.res[2] = stop + r.fl.p.Window
 		case 1:
 			r.res[2] = stop
 		}
@@ -914,23 +931,48 @@ func parseSlide(r *request, code, now, stop int64, next func() (int64, error)) e
 	}
 	var st [3]int64
 	for i := range st {
-		v, err := next()
-		if err != nil {
+		if st[i], err = next(); err != nil {
 			return err
 		}
-		st[i] = v
-	}
-	q, err := strconv.ParseInt(r.win[0], 10, 64)
-	if err != nil {
-		return fmt.Errorf("reply: quota %q: %w", r.win[0], err)
 	}
 	cost, err := strconv.ParseInt(r.args[4], 10, 64)
 	if err != nil {
 		return fmt.Errorf("reply: cost %q: %w", r.args[4], err)
 	}
-	_, d := algorithm.SlidingWindow(algorithm.WindowState{ID: st[0], Cur: st[1], Prev: st[2]}, now, cost,
-		algorithm.Params{Quota: q, Window: r.window})
-	r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = int64(d.Reason), d.Remaining, d.ResetAfter, d.RetryAfter, 0
+	_, d := algorithm.SlidingWindow(algorithm.WindowState{ID: st[0], Cur: st[1], Prev: st[2]}, now, cost, r.fl.p)
+	resultOf(r.res, d)
+	return nil
+}
+
+// parseBucket decodes a bucket's part of the fast driver's reply, its
+// state before the op (a TAT; token_bucket: missing and last), into r.res:
+// the algorithm's decision on it, which the script made with the same
+// arithmetic.
+func parseBucket(r *request, now int64, next func() (int64, error)) error {
+	tat, err := next()
+	if err != nil {
+		return err
+	}
+	cost, err := strconv.ParseInt(r.args[4], 10, 64)
+	if err != nil {
+		return fmt.Errorf("reply: cost %q: %w", r.args[4], err)
+	}
+	var d algorithm.Decision
+	switch r.fl.alg {
+	case sluice.GCRA:
+		_, d = algorithm.GCRA(tat, now, cost, r.fl.p)
+	case sluice.LeakyBucket:
+		_, d = algorithm.LeakyBucket(tat, now, cost, r.fl.p)
+	case sluice.TokenBucket:
+		last, err := next()
+		if err != nil {
+			return err
+		}
+		_, d = algorithm.TokenBucket(algorithm.TokenState{Missing: tat, Last: last}, now, cost, r.fl.p)
+	default:
+		return fmt.Errorf("reply: %v is not decided by the fast driver", r.fl.alg)
+	}
+	r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = int64(d.Reason), d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay
 	return nil
 }
 

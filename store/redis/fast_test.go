@@ -16,10 +16,11 @@ import (
 )
 
 // TestFastBatch sends batches of one-op Takes straight to the batcher's
-// exec, so that they run as one script call: of fixed and sliding windows
-// alone, the fast driver (scripts/fast.lua), with runs of ops sharing
-// limit, cost and now; of every bucket and window algorithm,
-// scripts/one.lua. Keys come
+// exec, so that they run as one script call of the fast driver
+// (scripts/fast.lua), with runs of ops sharing limit, cost and now: of
+// fixed and sliding windows, and of every bucket and window algorithm.
+// (scripts/one.lua decides the Takes of a call that carries allotments:
+// TestAllotOneBatch.) Keys come
 // again in a call, costs exceed the quota and the clock goes back; every
 // decision is checked against the memory store deciding the same ops one by
 // one, in order. (A fake clock comes with a minTTL, so every charge sets
@@ -53,26 +54,25 @@ func TestFastBatch(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		limits []sluice.Limit
-		kind   callKind
 		minTTL string
 		tick   time.Duration
 		// steps calls of up to maxN ops; above 512 the scripts MGET in
 		// parts.
 		steps, maxN int
 	}{
-		{"fast", fixed, kindFast, "", time.Microsecond, 400, 24},
-		{"one", mixed, kindOne, "", time.Microsecond, 400, 24},
-		{"fast minTTL 0", hours, kindFast, "0", 10 * time.Millisecond, 400, 24},
-		{"fast large", fixed, kindFast, "", time.Microsecond, 4, 1200},
-		{"one large", mixed, kindOne, "", time.Microsecond, 4, 1200},
+		{"fast", fixed, "", time.Microsecond, 400, 24},
+		{"mixed", mixed, "", time.Microsecond, 400, 24},
+		{"fast minTTL 0", hours, "0", 10 * time.Millisecond, 400, 24},
+		{"fast large", fixed, "", time.Microsecond, 4, 1200},
+		{"mixed large", mixed, "", time.Microsecond, 4, 1200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fastBatch(t, srv, tc.limits, tc.kind, tc.minTTL, tc.tick, tc.steps, tc.maxN)
+			fastBatch(t, srv, tc.limits, tc.minTTL, tc.tick, tc.steps, tc.maxN)
 		})
 	}
 }
 
-func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind callKind, minTTL string, tick time.Duration, steps, maxN int) {
+func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, minTTL string, tick time.Duration, steps, maxN int) {
 	c := storetest.NewClock()
 	st := newTestStore(t, srv.URL(), c)
 	if minTTL != "" {
@@ -110,8 +110,8 @@ func fastBatch(t *testing.T, srv *redistest.Server, limits []sluice.Limit, kind 
 			opss[i] = []sluice.Op{{Key: keys[k], Limit: l, Cost: cost}}
 			now := strconv.FormatInt(c.Now().UnixMicro(), 10)
 			batch[i] = st.newRequest(opss[i], nil, now, modeDecide)
-			if r := batch[i]; !r.one || r.fast != (l.Algorithm == sluice.FixedWindow || l.Algorithm == sluice.SlidingWindow) || (kind == kindFast && !r.fast) {
-				t.Fatalf("request for %+v: one %v fast %v, want one (and fast for a window)", opss[i][0], r.one, r.fast)
+			if r := batch[i]; !r.one || !r.fast {
+				t.Fatalf("request for %+v: one %v fast %v, want both", opss[i][0], r.one, r.fast)
 			}
 		}
 		st.exec(-1, batch)

@@ -13,12 +13,15 @@
 // pipelined by the client. An idle store adds no delay: a lone Take is sent at
 // once.
 //
-// A call whose every group is one Take on a fixed_window key (the hot mix
-// of an Envoy-style deployment) runs a script of its own, scripts/fast.lua:
-// the same decisions, but one MGET for the call's keys, one SET per charge,
-// one TIME per call and one packed reply, so that Redis spends little more
-// per decision than the SET (see BENCHMARKS.md, "Redis instructions per
-// decision"). Any other call runs the general driver (scripts/driver.lua).
+// A call whose every group is one Take on a bucket or window key (the hot
+// mix of an Envoy-style deployment) runs a script of its own,
+// scripts/fast.lua: the same decisions, but one MGET for the call's keys,
+// one SET per charge, one TIME per call and a reply of integers (for a
+// bucket, the state the decision was made on: the store computes the
+// figures with the Go algorithm), so that Redis spends little more per
+// decision than the SET (see BENCHMARKS.md, "Redis instructions per
+// decision"). A call that also leases allotments runs scripts/one.lua; any
+// other call the general driver (scripts/driver.lua).
 //
 // # Keys and hash slots
 //

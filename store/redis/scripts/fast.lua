@@ -1,8 +1,8 @@
 -- fast.lua: the fast driver, for a call whose every group is one Take (no
--- release, no action, mode 0) on a fixed_window or sliding_window key: the
--- store's hot mix. It decides exactly as driver.lua with fixed_window.lua
--- and sliding_window.lua does (load, step, store if charged), but without
--- their tables, closures and parsing, with at most one TIME per call, one
+-- release, no action, mode 0) on a bucket or window key (token_bucket,
+-- gcra, leaky_bucket, fixed_window, sliding_window): the store's hot mix.
+-- It decides exactly as driver.lua with the algorithm's file does (load,
+-- step, store if charged), but without their tables, closures and parsing, with at most one TIME per call, one
 -- MGET for every key and one reply array: what Redis spends per decision
 -- is then mostly the GET's share of the MGET and the SET. It runs after
 -- head.lua alone (the deadline guard and the MGET, shared with one.lua:
@@ -13,8 +13,9 @@
 -- ARGV: minTTL (ms), deadline (Redis TIME µs; "" for none: see guard.lua),
 -- dup ("1" when a key may come more than once in the call, else ""), then
 -- runs of ops that share limit, cost and now: count, quota, window (µs),
--- cost (an integer), now (µs, or "" for Redis TIME), algorithm ("f" fixed,
--- "s" sliding). KEYS: one per op, in order.
+-- cost (an integer), now (µs, or "" for Redis TIME), algorithm (algLetter:
+-- "f" fixed_window, "s" sliding_window, "g" gcra, "l" leaky_bucket, "t"
+-- token_bucket), burst, interval (µs). KEYS: one per op, in order.
 --
 -- Reply: an array of integers: per run its now, then per op of the run
 --   a fixed window: one code ((remaining × 4 + reason) × 2 + held) where
@@ -31,13 +32,17 @@
 --   (denied, or the clock went back, or remaining ≥ 2^49) −2 and the
 --   state before the op, id, cur, prev, from which the store computes the
 --   figures with algorithm.SlidingWindow (this script decides, with the
---   same double operations; only a Take it admitted was charged).
+--   same double operations; only a Take it admitted was charged);
+--   a bucket: its state before the op, the TAT (token_bucket: missing and
+--   last), from which the store computes the decision with the algorithm
+--   (this script decides with the same integer arithmetic and charges what
+--   it admits).
 -- Delay is always 0 for a window. Or "sluice:expired" when the call runs
 -- after its deadline, having done nothing.
 --
 -- TTL: a charge that starts the key's window sets it, PX until the state
 -- is fresh again (a fixed window's end; a sliding window's next window's
--- end), at least minTTL; a charge in the same window, which holds a count,
+-- end; a bucket's TAT, on every charge), at least minTTL; a charge in the same window, which holds a count,
 -- keeps it (KEEPTTL), since it would set the same instant, when minTTL is
 -- 0 (the Redis clock's default). With a minTTL the TTL is set on every
 -- charge, as driver.lua does.
@@ -50,6 +55,19 @@ local ALLOWED = 0
 local LIMITED = 1
 local TOO_HIGH = 2
 
+-- cdiv is lib.lua's: ⌈a/b⌉ for a ≥ 0, b > 0, exact for a < 2^53.
+local function cdiv(a, b)
+  a = a + b - 1
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+  elseif r >= b then
+    q = q + 1
+  end
+  return q
+end
+
 -- latest holds the state a charge of this call wrote, by key, when a key
 -- may come again later in the call.
 local latest = ARGV[3] == '1' and {}
@@ -58,8 +76,10 @@ local COMPACT = 562949953421312 -- 2^49
 local k, ai, nargs = 0, 4, #ARGV
 while ai <= nargs do
   local count, q, w, cost, now = tonumber(ARGV[ai]), tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2]), tonumber(ARGV[ai + 3]), ARGV[ai + 4]
-  local slide = ARGV[ai + 5] == 's'
-  ai = ai + 6
+  local alg = ARGV[ai + 5]
+  local slide, fixed = alg == 's', alg == 'f'
+  local burst, iv = tonumber(ARGV[ai + 6]), tonumber(ARGV[ai + 7])
+  ai = ai + 8
   if now == '' then
     if not clock then
       local t = call('TIME')
@@ -90,7 +110,55 @@ while ai <= nargs do
     if latest and latest[key] then
       raw = latest[key]
     end
-    if slide then
+    if not slide and not fixed then
+      -- bucket.lua's bucket_decide, as gcra.lua, leaky_bucket.lua and
+      -- token_bucket.lua step with it; the reply is the state before.
+      local tat, m, l = 0, 0, 0
+      if alg == 't' then
+        if raw and #raw == 16 then
+          m, l = unpack('<dd', raw)
+        end
+        tat = l + m * iv
+      elseif raw and #raw == 8 then
+        tat = unpack('<d', raw)
+      end
+      if cost > 0 and cost <= burst then
+        local base = tat
+        if base < now then
+          base = now
+        end
+        local nt = base + cost * iv
+        if nt - now - burst * iv <= 0 then
+          local enc
+          if alg == 't' then
+            local nm = cdiv(nt - now, iv)
+            enc = pack('<dd', nm, nt - nm * iv)
+          else
+            enc = pack('<d', nt)
+          end
+          if nt - now > 0 then
+            local ms = cdiv(nt - now, 1000)
+            if ms < min_ttl then
+              ms = min_ttl
+            end
+            call('SET', key, enc, 'PX', ms)
+          else
+            enc = false
+            call('DEL', key)
+          end
+          if latest then
+            latest[key] = enc
+          end
+        end
+      end
+      if alg == 't' then
+        out[no + 1], out[no + 2] = m, l
+        no = no + 2
+      else
+        no = no + 1
+        out[no] = tat
+      end
+    elseif slide then
       -- sliding_window.lua's load, roll and step.
       local sid, scur, sprev = 0, 0, 0
       if raw and #raw == 24 then
@@ -120,15 +188,7 @@ while ai <= nargs do
         if min_ttl == 0 and id == sid and scur > 0 then
           call('SET', key, enc, 'KEEPTTL')
         else
-          -- cdiv((id + 2) × w − now, 1000), at least minTTL.
-          local f = (id + 2) * w - now + 999
-          local ms = floor(f / 1000)
-          local rm = f - ms * 1000
-          if rm < 0 then
-            ms = ms - 1
-          elseif rm >= 1000 then
-            ms = ms + 1
-          end
+          local ms = cdiv((id + 2) * w - now, 1000)
           if ms < min_ttl then
             ms = min_ttl
           end
@@ -186,15 +246,9 @@ while ai <= nargs do
           if min_ttl == 0 and id == sid and scur > 0 then
             call('SET', key, enc, 'KEEPTTL')
           else
-            -- lib.lua's cdiv(stop, 1000), at least minTTL; a whole number,
-            -- which redis.call writes without exponent below 10^17.
-            local ms = floor((stop + 999) / 1000)
-            local rm = (stop + 999) - ms * 1000
-            if rm < 0 then
-              ms = ms - 1
-            elseif rm >= 1000 then
-              ms = ms + 1
-            end
+            -- At least minTTL; a whole number, which redis.call writes
+            -- without exponent below 10^17.
+            local ms = cdiv(stop, 1000)
             if ms < min_ttl then
               ms = min_ttl
             end

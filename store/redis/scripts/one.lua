@@ -7,7 +7,8 @@
 -- head.lua (the deadline guard and the MGET, shared with fast.lua:
 -- min_ttl, clock, raws; a call past its deadline skips lib.lua's set-up),
 -- lib.lua, the algorithm files the call needs, allot.lua when it carries
--- allotments (else a line declaring allot nil) and one.lua. (A call of fixed windows alone runs fast.lua instead.)
+-- allotments (else a line declaring allot nil) and one.lua. (A call of
+-- Takes alone runs fast.lua instead: one.lua decides calls that lease.)
 --
 -- ARGV: minTTL (ms), deadline (Redis TIME µs; "" for none: see guard.lua),
 -- dup ("1" when a key may come more than once in the call, else ""), then
