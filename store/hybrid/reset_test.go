@@ -184,3 +184,65 @@ func TestResetsVoid(t *testing.T) {
 		t.Error("c leases nothing after the reset")
 	}
 }
+
+// TestVoidedGrantLeasesAgain: a grant voided on arrival (a reset heard
+// while it was on its way) leaves the key able to lease on a later hit, on
+// a clock that moves between the lease and the hit's second try (each
+// reading is a microsecond later, as a real clock is by then). Before, the
+// second try marked the key refilling with no lease on its way, and every
+// later hit of the key went to the global store.
+func TestVoidedGrantLeasesAgain(t *testing.T) {
+	clock := storetest.NewClock()
+	var mu sync.Mutex
+	ticking := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		clock.Advance(time.Microsecond)
+		return clock.Now()
+	}
+	mem := memory.New(memory.Options{Now: ticking})
+	t.Cleanup(func() { mem.Close() })
+	g := &gated{Store: mem, entered: make(chan struct{}), release: make(chan struct{})}
+	ra := &fakeResets{on: make(chan struct{})}
+	h, err := New(g, Options{Now: ticking, Resets: ra})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	ctx := context.Background()
+	l := sluice.Limit{Algorithm: sluice.GCRA, Quota: 1000, Window: time.Hour}
+	hits := func(n int) {
+		t.Helper()
+		for range n {
+			res := make([]sluice.Result, 1)
+			if err := h.Take(ctx, []sluice.Op{{Key: "k", Limit: l, Cost: 1}}, res); err != nil || !res[0].Allowed {
+				t.Fatalf("hit: %+v, %v", res[0], err)
+			}
+		}
+		h.wg.Wait()
+	}
+	hits(3) // the first hits of a key are decided globally (tooCold)
+	g.arm()
+	done := make(chan error, 1)
+	go func() {
+		done <- h.Take(ctx, []sluice.Op{{Key: "k", Limit: l, Cost: 1}}, make([]sluice.Result, 1))
+	}()
+	<-g.entered
+	ra.say(nil, true) // every allotment void, the one on its way too
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.wg.Wait()
+	if got := h.heldOf("k", l); got != 0 {
+		t.Fatalf("k holds %d after a grant that raced a reset of all, want 0", got)
+	}
+	allots := h.Stats().Allots
+	hits(20)
+	if got := h.Stats().Allots; got == allots {
+		t.Errorf("no lease in 20 hits after the voided grant (Allots stayed %d): the key is stuck on the global store", got)
+	}
+	if got := h.heldOf("k", l); got == 0 {
+		t.Error("k holds nothing after 20 hits: it never leased again")
+	}
+}
