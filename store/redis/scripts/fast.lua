@@ -107,8 +107,8 @@ while ai <= nargs do
     k = k + 1
     local key = KEYS[k]
     local raw = raws[k]
-    if latest and latest[key] then
-      raw = latest[key]
+    if latest and latest[key] ~= nil then
+      raw = latest[key] -- false: deleted earlier in this call
     end
     if not slide and not fixed then
       -- bucket.lua's bucket_decide, as gcra.lua, leaky_bucket.lua and
