@@ -17,16 +17,22 @@ import (
 	"github.com/sluice-rl/sluice/store/stack"
 )
 
-// The native path for fixed windows (Options.NativeFixedWindow).
+// The native path for fixed and sliding windows (Options.NativeFixedWindow,
+// NativeSlidingWindow).
 //
-// Each (key, window) is its own integer key, prefix + "w" + the key's
-// tagged name + ":" + the window index (nativeKey), in the same hash slot
-// as the script's key. A group of fixed-window Takes is decided with native
-// commands, pipelined with the batching the store does for scripts: per
-// call one TIME (with the Redis clock), then per op INCRBY cost (a Take of
-// 0 < cost ≤ quota) or GET (a look, or a cost above the quota), and
-// PEXPIREAT (PEXPIRE with a test clock) on a key the instance has not
-// expired in this window yet. No script runs.
+// Each (key, window) is its own integer key, prefix + "w" (a fixed
+// window's; "v" a sliding window's) + the key's tagged name + ":" + the
+// window index (nativeKey), in the same hash slot as the script's key. A
+// group of window Takes is decided with native commands, pipelined with
+// the batching the store does for scripts: per call one TIME (with the
+// Redis clock), then per op (a sliding window: first a GET of the previous
+// window's key) INCRBY cost (a Take of 0 < cost ≤ quota) or GET (a look, or
+// a cost above the quota), and PEXPIREAT (PEXPIRE with a test clock) on a
+// key the instance has not expired in this window yet: at the end of its
+// window, or of the next one for a sliding window's key, which is read as
+// the previous count there. No script runs. The store decides each op with
+// algorithm.FixedWindow or SlidingWindow on the counts read and the call's
+// TIME (nativeOp.decide).
 //
 // All-or-nothing: a group with an op over its quota is denied and what its
 // INCRBYs charged is taken back by DECRBY (with the expiry again, so that a
@@ -47,7 +53,7 @@ import (
 //
 // A group with a Charge, Refund or Reset on such a key runs scripts/native.lua
 // (atomic, as exact as the script path, and announcing refunds and resets
-// as driver.lua does). A group that mixes fixed-window ops with other
+// as driver.lua does). A group that mixes native window ops with other
 // algorithms is refused with ErrNativeMixed: their states live in keys of
 // two kinds that no one atomic step holds. Late replies are settled as on
 // the script path (settleNativeLate): a pipeline carrying ops with
