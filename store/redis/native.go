@@ -64,19 +64,21 @@ import (
 // is taken back so once its replies come; one without such ops keeps its
 // charges until its window ends.
 
-// ErrNativeMixed is returned by Take, with Options.NativeFixedWindow, for a
-// batch that mixes fixed-window ops with ops of other algorithms and holds
-// both a Charge, Refund, Reset or release and a Take that can be denied.
-// Send them in Takes of their own. Nothing was applied.
-var ErrNativeMixed = errors.New("redis: with native fixed windows, a batch may not mix fixed_window ops with other algorithms when it holds both an action or release and a take")
+// ErrNativeMixed is returned by Take, with Options.NativeFixedWindow or
+// NativeSlidingWindow, for a batch that mixes native window ops with ops of
+// other algorithms and holds both a Charge, Refund, Reset or release and a
+// Take that can be denied. Send them in Takes of their own. Nothing was
+// applied.
+var ErrNativeMixed = errors.New("redis: with native windows, a batch may not mix native window ops with other algorithms when it holds both an action or release and a take")
 
-// ErrNativePaired is returned by Take, with Options.NativeFixedWindow, for
-// a reservation of reserve-then-settle (sluice.Op.Lease) on a fixed_window
-// limit: its record lives beside the script path's key, which the native
-// path's other ops of that counter (a plain Take, a charge, a reset) would
-// not count in. Use another algorithm for such a limit, or the script
-// path. Nothing was applied.
-var ErrNativePaired = errors.New("redis: with native fixed windows, a fixed_window limit cannot hold reservations")
+// ErrNativePaired is returned by Take, with Options.NativeFixedWindow or
+// NativeSlidingWindow, for a reservation of reserve-then-settle
+// (sluice.Op.Lease) on such a window without sluice.Op.Script: its record
+// lives beside the script path's key, which the native path's other ops of
+// that counter (a plain Take, a charge, a reset) would not count in. Send
+// it with Script (as a rule's reservation is), use another algorithm, or
+// the script path. Nothing was applied.
+var ErrNativePaired = errors.New("redis: with native windows, a native window limit cannot hold reservations")
 
 // nativeRetries bounds how often a group is sent again because its window
 // was not the one Redis's TIME named.
