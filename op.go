@@ -77,12 +77,12 @@ type Op struct {
 	// releases, actions, looks and reservations (see Lease: a refund of
 	// the cost would not undo one).
 	UndoIfUnknown bool
-	// Script asks a store that decides fixed windows with native counters
-	// (store/redis Options.NativeFixedWindow) to decide this op with its
-	// script instead, as a rule's rate_limit.redis_path: script and a
-	// fixed_window reservation do. Every Take, Charge and Refund of one
-	// counter must say the same (its state lives where its path keeps it);
-	// a Reset clears both. Other stores and algorithms ignore it.
+	// Script asks a store that decides windows with native counters
+	// (store/redis Options.NativeFixedWindow, NativeSlidingWindow) to decide
+	// this op with its script instead, as a rule's rate_limit.redis_path:
+	// script and a window reservation do. Every Take, Charge and Refund of
+	// one counter must say the same (its state lives where its path keeps
+	// it); a Reset clears both. Other stores and algorithms ignore it.
 	Script bool
 }
 
