@@ -972,7 +972,7 @@ func parseBucket(r *request, now int64, next func() (int64, error)) error {
 	default:
 		return fmt.Errorf("reply: %v is not decided by the fast driver", r.fl.alg)
 	}
-	r.res[0], r.res[1], r.res[2], r.res[3], r.res[4] = int64(d.Reason), d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay
+	resultOf(r.res, d)
 	return nil
 }
 

@@ -85,28 +85,17 @@ var ErrNativePaired = errors.New("redis: with native windows, a native window li
 const nativeRetries = 3
 
 // nativeLetters mark per-window keys: 'w' a fixed window's, 'v' a sliding
-// window's (algLetter's letters name the script's keys).
+// window's, the letters of windowLetters' keys in the same order
+// (algLetter's letters name the script's keys).
 const nativeLetters = "wv"
 
-// nativeLetterOf returns the per-window keys' letter of a script key
-// letter, and the reverse; 0 for a letter of neither kind.
-func nativeLetterOf(script byte) byte {
-	switch script {
-	case algLetter[sluice.FixedWindow][0]:
-		return nativeLetters[0]
-	case algLetter[sluice.SlidingWindow][0]:
-		return nativeLetters[1]
-	}
-	return 0
-}
+var windowLetters = algLetter[sluice.FixedWindow] + algLetter[sluice.SlidingWindow]
 
-// scriptLetterOf is nativeLetterOf's reverse.
-func scriptLetterOf(native byte) byte {
-	switch native {
-	case nativeLetters[0]:
-		return algLetter[sluice.FixedWindow][0]
-	case nativeLetters[1]:
-		return algLetter[sluice.SlidingWindow][0]
+// swapLetter returns the letter of to at c's place in from, or 0 when c is
+// not in from: nativeLetters for windowLetters' letters, and back.
+func swapLetter(c byte, from, to string) byte {
+	if i := strings.IndexByte(from, c); i >= 0 {
+		return to[i]
 	}
 	return 0
 }
@@ -160,7 +149,13 @@ func (o *nativeOp) decide(cur, prev, now, cost int64) algorithm.Decision {
 
 // resultOf writes d as a request's five result values.
 func resultOf(v []int64, d algorithm.Decision) {
-	v[0], v[1], v[2], v[3], v[4] = int64(d.Reason), d.Remaining, d.ResetAfter, d.RetryAfter, 0
+	v[0], v[1], v[2], v[3], v[4] = int64(d.Reason), d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay
+}
+
+// undoNative appends to cmds the commands that take back o's charge (DECRBY,
+// with the expiry again, so that a DECRBY never leaves a key without one).
+func (s *Store) undoNative(cmds []rueidis.Completed, o *nativeOp, now int64) []rueidis.Completed {
+	return append(cmds, s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(), s.expire(o.key, o.last(), o.w, now))
 }
 
 // nativeGroup is the native part of a request.
@@ -176,14 +171,18 @@ type nativeGroup struct {
 // nativeKey returns the per-window key of a script key name (redisKey's,
 // of a fixed or sliding window) and window index.
 func nativeKey(prefix, name string, id int64) string {
-	return prefix + string(nativeLetterOf(name[len(prefix)])) + name[len(prefix)+1:] + ":" + strconv.FormatInt(id, 10)
+	return prefix + string(swapLetter(name[len(prefix)], windowLetters, nativeLetters)) + name[len(prefix)+1:] + ":" + strconv.FormatInt(id, 10)
 }
 
 // nativeBase maps a per-window key back to the script key name it was made
 // from, or false.
 func nativeBase(prefix, rk string) (string, bool) {
 	rest, ok := strings.CutPrefix(rk, prefix)
-	if !ok || rest == "" || scriptLetterOf(rest[0]) == 0 {
+	if !ok || rest == "" {
+		return "", false
+	}
+	letter := swapLetter(rest[0], nativeLetters, windowLetters)
+	if letter == 0 {
 		return "", false
 	}
 	i := strings.LastIndexByte(rest, ':')
@@ -193,7 +192,7 @@ func nativeBase(prefix, rk string) (string, bool) {
 	if _, err := strconv.ParseInt(rest[i+1:], 10, 64); err != nil {
 		return "", false
 	}
-	return prefix + string(scriptLetterOf(rest[0])) + rest[1:i], true
+	return prefix + string(letter) + rest[1:i], true
 }
 
 // isNative reports whether op is decided on the native path: a
@@ -322,8 +321,7 @@ func (s *Store) takeBack(r *request) error {
 	var cmds []rueidis.Completed
 	for k := range r.nat.ops {
 		if o := &r.nat.ops[k]; o.incr {
-			cmds = append(cmds, s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
-				s.expire(o.key, o.last(), o.w, r.nowOut))
+			cmds = s.undoNative(cmds, o, r.nowOut)
 		}
 	}
 	if len(cmds) == 0 {
@@ -701,28 +699,28 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 		r.nowOut = now
 		g := r.nat
 		g.retry = false
-		vals, prevs, denied := s.groupReplies(g, resps, now)
+		reps, denied := s.groupReplies(g, resps, now)
 		probedRoom := false
 		for k := range g.ops {
-			o := &g.ops[k]
+			o, rp := &g.ops[k], &reps[k]
 			if algorithm.FloorDiv(now, o.w) != o.id {
 				g.retry = true
 			}
-			if o.incr && !o.expSent && vals[k] == o.cost {
+			if o.incr && !o.expSent && rp.val == o.cost {
 				// The key was made (or was 0) since this store expired
 				// it: expire it again.
 				follow = append(follow, s.expire(o.key, o.last(), o.w, now))
 			}
-			if o.probe && o.decide(vals[k], prevs[k], now, o.cost).OK() {
+			if o.probe && rp.d.OK() {
 				probedRoom = true
 			}
 			if o.incr && denied {
-				s.hints.set(o.key, vals[k]-o.cost) // taken back below
+				s.hints.set(o.key, rp.before) // taken back below
 			} else {
-				s.hints.set(o.key, vals[k])
+				s.hints.set(o.key, rp.val)
 			}
 			if o.alg == sluice.SlidingWindow {
-				s.hints.set(o.prevKey, prevs[k])
+				s.hints.set(o.prevKey, rp.prev)
 			}
 		}
 		if probedRoom && !denied {
@@ -731,9 +729,7 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 		if denied || g.retry {
 			for k := range g.ops {
 				if o := &g.ops[k]; o.incr {
-					follow = append(follow,
-						s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
-						s.expire(o.key, o.last(), o.w, now))
+					follow = s.undoNative(follow, o, now)
 				}
 			}
 			if g.retry {
@@ -750,17 +746,13 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 			r.res = make([]int64, 5*len(g.ops))
 		}
 		for k := range g.ops {
-			o := &g.ops[k]
-			before := vals[k]
-			if o.incr {
-				before -= o.cost
-			}
-			d := o.decide(before, prevs[k], now, o.cost)
+			o, rp := &g.ops[k], &reps[k]
+			d := rp.d
 			if d.OK() && (denied || o.incr) {
 				// Admitted in a denied group: reported as a look at the
 				// count before it; an admitted charge keeps that look for
 				// takeMixed, should it be taken back.
-				look := o.decide(before, prevs[k], now, 0)
+				look := o.decide(rp.before, rp.prev, now, 0)
 				if denied {
 					d = look
 				}
@@ -796,35 +788,41 @@ func (s *Store) execNativePipeline(n *node, batch []*request) {
 	}
 }
 
-// groupReplies reads native group g's replies in a pipeline's resps: each
-// op's count (what its INCRBY returned, or its GET read), the previous
-// window's count of a sliding window's op, and whether an op was not
-// admitted at now (the group is denied). It remembers the keys whose
-// expiry the pipeline set.
-func (s *Store) groupReplies(g *nativeGroup, resps []rueidis.RedisResult, now int64) (vals, prevs []int64, denied bool) {
-	both := make([]int64, 2*len(g.ops))
-	vals, prevs = both[:len(g.ops)], both[len(g.ops):]
+// nativeReply is what a pipeline's replies say of one native op.
+type nativeReply struct {
+	val    int64 // what its INCRBY returned, or its GET read
+	before int64 // the count before its own charge
+	prev   int64 // a sliding window's previous window's count
+	d      algorithm.Decision
+}
+
+// groupReplies reads native group g's replies in a pipeline's resps: per
+// op its counts and the algorithm's decision on them at now, and whether
+// an op was not admitted (the group is denied). It remembers the keys
+// whose expiry the pipeline set.
+func (s *Store) groupReplies(g *nativeGroup, resps []rueidis.RedisResult, now int64) (reps []nativeReply, denied bool) {
+	reps = make([]nativeReply, len(g.ops))
 	for k := range g.ops {
-		o := &g.ops[k]
+		o, rp := &g.ops[k], &reps[k]
 		if o.alg == sluice.SlidingWindow {
-			prevs[k] = getInt(resps[o.prevReply])
+			rp.prev = getInt(resps[o.prevReply])
 		}
-		before := int64(0)
 		if o.incr {
-			vals[k], _ = resps[o.reply].AsInt64()
-			before = vals[k] - o.cost
+			rp.val, _ = resps[o.reply].AsInt64()
+			rp.before = rp.val - o.cost
 			if o.expSent {
 				if ok, _ := resps[o.reply+1].AsInt64(); ok == 1 {
 					s.expired.add(o.key)
 				}
 			}
 		} else {
-			vals[k] = getInt(resps[o.reply])
-			before = vals[k]
+			rp.val = getInt(resps[o.reply])
+			rp.before = rp.val
 		}
-		denied = denied || !o.decide(before, prevs[k], now, o.cost).OK()
+		rp.d = o.decide(rp.before, rp.prev, now, o.cost)
+		denied = denied || !rp.d.OK()
 	}
-	return vals, prevs, denied
+	return reps, denied
 }
 
 // getInt reads a GET reply of a counter: 0 for a missing key.
@@ -899,7 +897,7 @@ func (s *Store) settleNativeLate(batch []*request, late <-chan []rueidis.RedisRe
 		if s.now != nil {
 			now, _ = strconv.ParseInt(r.now, 10, 64)
 		}
-		_, _, denied := s.groupReplies(r.nat, resps, now)
+		_, denied := s.groupReplies(r.nat, resps, now)
 		back := false
 		for k := range r.nat.ops {
 			o := &r.nat.ops[k]
@@ -907,8 +905,7 @@ func (s *Store) settleNativeLate(batch []*request, late <-chan []rueidis.RedisRe
 				continue
 			}
 			back = true
-			follow = append(follow, s.client.B().Decrby().Key(o.key).Decrement(o.cost).Build(),
-				s.expire(o.key, o.last(), o.w, now))
+			follow = s.undoNative(follow, o, now)
 		}
 		if back && !denied {
 			s.lateCharged.Add(1)
