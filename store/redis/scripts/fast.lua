@@ -57,9 +57,9 @@ local TOO_HIGH = 2
 
 -- cdiv is lib.lua's: ⌈a/b⌉ for a ≥ 0, b > 0, exact for a < 2^53. (Written
 -- out, as the window's floor below and each branch's SET are: on this path
--- a Lua call costs Redis about 260 instructions, and routing the writes and
--- divisions through helpers cost 4.5 % more per bucket decision, measured
--- under callgrind: 30,071–30,260 against 28,762–28,867.)
+-- each Lua call costs Redis a few hundred instructions: routing the writes
+-- and divisions through helpers cost 4.5 % more per token_bucket decision,
+-- measured under callgrind: 30,071–30,260 against 28,762–28,867.)
 local function cdiv(a, b)
   a = a + b - 1
   local q = floor(a / b)
