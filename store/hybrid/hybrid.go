@@ -675,9 +675,8 @@ func (s *Store) tryLocal(ops []sluice.Op, plans []plan, results []sluice.Result,
 			}
 			// Only the first try leases: the second (after the lease) has
 			// no one to send one, and a key marked refilling with no lease
-			// on its way would never lease again (after a grant voided on
-			// arrival, whose backoff of one instant a real clock has
-			// passed by the second try).
+			// on its way would never lease again (as after a grant voided
+			// on arrival).
 			if hit && !e.global && !e.refilling && now >= e.backoff && ops[i].Cost <= stack.Capacity(ops[i].Limit) {
 				e.refilling = true
 				e.need = ops[i].Cost - e.held
@@ -931,10 +930,6 @@ func (s *Store) allot(ctx context.Context, keys []entryKey, now int64) {
 			// units, if taken from the fresh counter, stay counted until
 			// the window or bucket frees them); the next hit leases again.
 			s.voided.Add(uint64(a.Granted))
-			// No new lease before the next instant (tryLocal leases on a
-			// hit's first try only: its second try, after this lease,
-			// leaves the key to the next hit).
-			e.backoff = max(e.backoff, s.now()+1)
 			sh.mu.Unlock()
 			continue
 		}

@@ -113,18 +113,7 @@ func TestLateReplyRefund(t *testing.T) {
 					t.Logf("attempt %d: the held call reached Redis after its deadline and did nothing; again", attempt)
 					continue
 				}
-				if d := got.LateCharged - before.LateCharged; d != tt.refunded {
-					t.Errorf("LateCharged +%d, want +%d", d, tt.refunded)
-				}
-				if d := got.LateRefunded - before.LateRefunded; d != tt.refunded {
-					t.Errorf("LateRefunded +%d, want +%d", d, tt.refunded)
-				}
-				if d := got.RefundFailures - before.RefundFailures; d != 0 {
-					t.Errorf("RefundFailures +%d, want +0", d)
-				}
-				if d := got.LateUnknown - before.LateUnknown; d != 0 {
-					t.Errorf("LateUnknown +%d, want +0", d)
-				}
+				checkLateSettled(t, before, got, tt.refunded)
 				for i := range res {
 					if res[i].Remaining != tt.want[i] {
 						t.Errorf("%s: remaining %d after the late reply, want %d", looks[i].Key, res[i].Remaining, tt.want[i])
@@ -243,5 +232,24 @@ func warmScripts(t *testing.T, st *Store, ops []sluice.Op) {
 	}
 	if err := st.Take(context.Background(), warm, make([]sluice.Result, len(warm))); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkLateSettled checks the late-reply counters from before to got: each
+// of refunded late-charged groups given back, no give-back failed, no
+// outcome left unknown.
+func checkLateSettled(t *testing.T, before, got Stats, refunded uint64) {
+	t.Helper()
+	if d := got.LateCharged - before.LateCharged; d != refunded {
+		t.Errorf("LateCharged +%d, want +%d", d, refunded)
+	}
+	if d := got.LateRefunded - before.LateRefunded; d != refunded {
+		t.Errorf("LateRefunded +%d, want +%d", d, refunded)
+	}
+	if d := got.RefundFailures - before.RefundFailures; d != 0 {
+		t.Errorf("RefundFailures +%d, want +0", d)
+	}
+	if d := got.LateUnknown - before.LateUnknown; d != 0 {
+		t.Errorf("LateUnknown +%d, want +0", d)
 	}
 }

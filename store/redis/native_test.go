@@ -635,18 +635,7 @@ func TestNativeLateReplyRefund(t *testing.T) {
 					t.Errorf("%s: remaining %d after the late replies, want %d", looks[i].Key, res[i].Remaining, tt.want[i])
 				}
 			}
-			if d := got.LateCharged - before.LateCharged; d != tt.refunded {
-				t.Errorf("LateCharged +%d, want +%d", d, tt.refunded)
-			}
-			if d := got.LateRefunded - before.LateRefunded; d != tt.refunded {
-				t.Errorf("LateRefunded +%d, want +%d", d, tt.refunded)
-			}
-			if d := got.RefundFailures - before.RefundFailures; d != 0 {
-				t.Errorf("RefundFailures +%d, want +0", d)
-			}
-			if d := got.LateUnknown - before.LateUnknown; d != 0 {
-				t.Errorf("LateUnknown +%d, want +0", d)
-			}
+			checkLateSettled(t, before, got, tt.refunded)
 		})
 	}
 }
