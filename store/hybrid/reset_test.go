@@ -179,7 +179,7 @@ func TestResetsVoid(t *testing.T) {
 	if h.Stats().Voided == voided {
 		t.Error("the grant that raced the reset was not counted as voided")
 	}
-	clock.Advance(time.Millisecond) // the key leases again from the next instant
+	clock.Advance(time.Millisecond) // later hits: the key leases again
 	if held := lease("c", l); held == 0 {
 		t.Error("c leases nothing after the reset")
 	}
